@@ -1,0 +1,11 @@
+// Package buffer owns the central TraceBuffer, a Go implementation of
+// Perfetto's TraceBufferV2: it copies untrusted chunks, applies patches,
+// keeps per-sequence order, reassembles fragmented packets, overwrites
+// (ring buffer) or discards when full, hands overwritten packets to an
+// optional observer, and counts every data loss in its statistics.
+//
+// A TraceBuffer does no I/O, starts no goroutines and is not safe for
+// concurrent use: its owner serialises every call. It must not import
+// anything outside the standard library (ProtoVM plugs in through the
+// overwrite observer, not an import).
+package buffer

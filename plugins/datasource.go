@@ -1,0 +1,81 @@
+package plugins
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// PacketWriter is one packet sequence as a data source sees it. The
+// service-side implementation is smb.TraceWriter, so in-process data sources
+// and plugins take the same SMB path.
+type PacketWriter interface {
+	// WritePacket appends one complete, proto-encoded TracePacket (without the
+	// Trace framing) to the sequence.
+	WritePacket(packet []byte) error
+	// Flush commits whatever the writer holds in a partially written chunk.
+	Flush() error
+}
+
+// Host is what a running data source may ask of the service.
+type Host interface {
+	// NewWriter opens a new sequence (one TraceWriter) for this data source.
+	NewWriter() (PacketWriter, error)
+}
+
+// DataSource is one running instance of a data source. The service calls
+// Start once, then any number of Flush and ClearIncrementalState, then Stop.
+// Calls are never concurrent with each other.
+type DataSource interface {
+	// Start begins emitting packets through writers obtained from h. It must
+	// not block: long-running work goes in goroutines the data source owns.
+	Start(h Host) error
+	// Flush commits every packet written so far by all the instance's writers.
+	Flush() error
+	// ClearIncrementalState asks the data source to re-emit its incremental
+	// state (interning tables, descriptors) before it is referenced again.
+	ClearIncrementalState()
+	// Stop ends emission, flushes every writer and returns once no goroutine
+	// of the instance writes any more.
+	Stop() error
+}
+
+// Factory builds a data source instance from the per-source config section
+// (the map under data_sources[i].config, possibly nil).
+type Factory func(config map[string]any) (DataSource, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Factory{}
+)
+
+// Register makes a data source available by name. It panics on a duplicate
+// name, which is a programming error caught at init time.
+func Register(name string, f Factory) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic(fmt.Sprintf("plugins: data source %q registered twice", name))
+	}
+	registry[name] = f
+}
+
+// Lookup returns the factory registered under name.
+func Lookup(name string) (Factory, bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	f, ok := registry[name]
+	return f, ok
+}
+
+// Names lists the registered data sources, sorted.
+func Names() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,8 @@
+// Package sinks owns where packets go after readback: the Sink interface,
+// the streaming file sink (valid at every packet boundary, rotation,
+// compression), packet filters written in CEL, and the bounded queues that
+// keep a slow sink from ever blocking producers.
+//
+// A sink reports every packet it drops; it must never block the readback
+// loop indefinitely and knows nothing of buffers or producers.
+package sinks
