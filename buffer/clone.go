@@ -1,0 +1,36 @@
+package buffer
+
+// CloneReadOnly returns a snapshot that can only be read: same size,
+// policy, contents up to UsedSize (reads already done on b stay done),
+// cursors and sequence states. Its stats are b's with the read counters
+// (bytes/chunks read, readaheads) reset; it has no writer histograms and no
+// overwrite observer. Writes to the clone are counted as discarded chunks
+// and patches fail.
+func (b *TraceBuffer) CloneReadOnly() *TraceBuffer {
+	c := &TraceBuffer{
+		mem:        make([]byte, len(b.mem)),
+		policy:     b.policy,
+		readOnly:   true,
+		wr:         b.wr,
+		usedSize:   b.usedSize,
+		rd:         b.rd,
+		gen:        b.gen,
+		discard:    b.discard,
+		seqs:       make(map[uint32]*seqState, len(b.seqs)),
+		writerHist: make(map[uint32]*histogram),
+		stats:      b.stats,
+	}
+	copy(c.mem, b.mem[:b.usedSize])
+	for k, s := range b.seqs {
+		cs := *s
+		cs.ents = append([]seqEnt(nil), s.ents[s.head:]...)
+		cs.head = 0
+		cs.hist = nil
+		c.seqs[k] = &cs
+	}
+	c.stats.BytesRead = 0
+	c.stats.ChunksRead = 0
+	c.stats.ReadaheadsFailed = 0
+	c.stats.ReadaheadsSucceeded = 0
+	return c
+}

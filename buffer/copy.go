@@ -1,0 +1,239 @@
+package buffer
+
+// CopyChunkUntrusted copies one SMB chunk payload (the bytes after the
+// 8-byte SMB chunk header) into the buffer. producer and client are trusted;
+// everything else comes from the producer and is validated: malformed
+// chunks are counted in Stats.AbiViolations and their valid prefix is kept.
+//
+// complete is false for chunks copied by SMB scraping: their last fragment
+// may still be half-written, so it is ignored and the chunk can later be
+// committed again, complete and possibly bigger.
+//
+// On a read-only clone the call only counts a discarded chunk.
+func (b *TraceBuffer) CopyChunkUntrusted(producer uint16, client ClientIdentity, writer uint16,
+	chunkID uint32, numFragments uint16, flags uint8, complete bool, payload []byte) {
+	b.passStale = true
+	if b.readOnly || b.discard {
+		b.stats.ChunksDiscarded++
+		return
+	}
+	flags &^= flagIncomplete
+	if !complete {
+		flags |= flagIncomplete
+		if numFragments > 0 {
+			numFragments--
+			flags &^= flagLastContinues | flagNeedsPatching
+		}
+	}
+
+	// Measure the valid fragments.
+	allFrags := 0
+	sawDrop := false
+	for i := 0; i < int(numFragments); i++ {
+		_, end, st := nextFragment(payload, allFrags)
+		if st != tokOK {
+			if st == tokDrop {
+				sawDrop = true
+			} else {
+				b.stats.AbiViolations++
+			}
+			break
+		}
+		allFrags = end
+	}
+
+	capacity := allFrags
+	if !complete {
+		capacity = len(payload)
+	}
+	if capacity > maxRecordCap || outerSize(capacity) > len(b.mem) {
+		b.stats.AbiViolations++
+		return
+	}
+
+	key := seqKey(producer, writer)
+	s := b.lookupSeq(key)
+	if s == nil {
+		s = &seqState{producer: producer, writer: writer, client: client, isNew: true}
+		b.seqs[key] = s
+		b.cacheKey, b.cacheSeq = key, s
+	}
+	if s.hist == nil {
+		s.hist = b.writerHist[key]
+		if s.hist == nil {
+			s.hist = &histogram{}
+			b.writerHist[key] = s.hist
+		}
+	}
+	s.hist.add(allFrags)
+
+	if sawDrop {
+		b.stats.TraceWriterPacketLoss++
+		s.addLoss(LossWriterAbort)
+	}
+
+	// Stale check: was this chunk already consumed?
+	prevConsumed := 0
+	if s.hasLast {
+		l := s.last
+		if chunkID == l.id && l.wasIncomplete && l.payloadSize < allFrags {
+			prevConsumed = l.payloadSize // re-admit a grown scraped chunk
+		} else if !idBefore(l.id, chunkID) {
+			b.stats.ChunksDiscarded++
+			return
+		}
+	}
+
+	if pos, same := s.findFromBack(chunkID); same {
+		relocated, consumed := b.recommit(s, pos, flags, complete, allFrags, payload)
+		if !relocated {
+			return
+		}
+		prevConsumed = consumed
+	}
+	b.write(s, key, chunkID, flags, capacity, allFrags, prevConsumed, payload)
+}
+
+// recommit handles a chunk id that is still in the buffer (an SMB-scraped
+// chunk committed again). It rewrites the record in place, rejects the
+// commit, or erases the record so the caller writes it anew at the write
+// cursor (relocated, with consumed bytes already delivered).
+func (b *TraceBuffer) recommit(s *seqState, pos int, flags uint8, complete bool, allFrags int,
+	payload []byte) (relocated bool, consumed int) {
+	off := int(s.at(pos).off)
+	exFlags := b.recFlags(off)
+	exPayload := b.recPayload(off)
+	exAvail := b.recAvail(off)
+	if allFrags < exPayload || allFrags > b.recCap(off) || exFlags&flagABIMask&^flags != 0 {
+		b.stats.AbiViolations++
+		return false, 0
+	}
+	if exFlags&flagIncomplete != 0 && exAvail == 0 && complete && allFrags > exPayload &&
+		pos == 0 && b.policy == RingBuffer {
+		b.stats.ChunksRelocated++
+		b.eraseFront(s)
+		return true, exPayload
+	}
+	if complete {
+		exFlags &^= flagIncomplete
+		b.mem[off+hdrFlags] = exFlags
+	}
+	if allFrags == exPayload {
+		return false, 0
+	}
+	done := exPayload - exAvail
+	put16(b.mem, off+hdrPayload, uint16(allFrags))
+	put16(b.mem, off+hdrAvail, uint16(allFrags-done))
+	copy(b.mem[off+hdrSize:off+hdrSize+allFrags], payload[:allFrags])
+	b.mem[off+hdrFlags] = exFlags | flags
+	b.stats.ChunksRewritten++
+	return false, 0
+}
+
+// write stores a new record at the write cursor, making room first.
+func (b *TraceBuffer) write(s *seqState, key, chunkID uint32, flags uint8, capacity, allFrags,
+	prevConsumed int, payload []byte) {
+	outer := outerSize(capacity)
+	size := len(b.mem)
+	if outer > size-b.wr {
+		if b.policy == Discard {
+			b.discard = true
+			b.stats.ChunksDiscarded++
+			return
+		}
+		if size-b.wr > 0 {
+			b.deleteNextChunksFor(size - b.wr)
+		}
+		b.wr = 0
+		b.stats.WriteWrapCount++
+	}
+	if b.wr < b.usedSize {
+		b.deleteNextChunksFor(outer)
+	}
+
+	pos, _ := s.findFromBack(chunkID)
+	wr := b.wr
+	b.writeHeader(wr, chunkID, key, capacity, allFrags, allFrags-prevConsumed, flags)
+	copy(b.mem[wr+hdrSize:wr+hdrSize+allFrags], payload[:allFrags])
+	if end := wr + outer; end > b.usedSize {
+		b.usedSize = end
+	}
+	if pos != s.n() {
+		b.stats.ChunksCommittedOutOfOrder++
+	}
+	if s.n() == 0 && !s.isNew {
+		b.emptySeqs--
+	}
+	s.isNew = false
+	s.insertAt(pos, seqEnt{off: uint32(wr), id: chunkID})
+	b.wr = wr + outer
+	b.stats.ChunksWritten++
+	b.stats.BytesWritten += uint64(outer)
+	b.gcEmptySequences()
+}
+
+// eraseFront turns the first record of s into padding and remembers it as
+// the sequence's last consumed chunk.
+func (b *TraceBuffer) eraseFront(s *seqState) {
+	e := s.front()
+	off := int(e.off)
+	s.last = consumedChunk{id: e.id, payloadSize: b.recPayload(off),
+		wasIncomplete: b.recFlags(off)&flagIncomplete != 0}
+	s.hasLast = true
+	put32(b.mem, off+hdrPriWriID, 0)
+	s.popFront()
+	if s.n() == 0 {
+		b.emptySeqs++
+		b.ageClock++
+		s.ageForGC = b.ageClock
+	}
+}
+
+// deleteNextChunksFor frees [wr, wr+n) for a write (ring-buffer policy).
+// Records there are drained in sequence order first, exactly like a read,
+// so their packets reach the overwrite observer and losses are recorded.
+func (b *TraceBuffer) deleteNextChunksFor(n int) {
+	end := b.wr + n
+	off := b.wr
+	for off < end && off < b.usedSize {
+		outer := b.recOuter(off)
+		pw := b.recPriWri(off)
+		if pw == 0 {
+			b.stats.PaddingBytesCleared += uint64(outer)
+			off += outer
+			continue
+		}
+		s := b.seqs[pw]
+		if s == nil || s.n() == 0 {
+			// Unreachable while sequences with records are never
+			// collected; erase defensively rather than loop.
+			put32(b.mem, off+hdrPriWriID, 0)
+			off += outer
+			continue
+		}
+		r := seqReader{seq: s, target: off, erase: true}
+		b.initReader(&r)
+		produced := false
+		for b.nextPacket(&r, &b.erasePkt) {
+			produced = true
+			if b.observer != nil {
+				b.observer(s.props(), b.erasePkt)
+			}
+		}
+		if produced {
+			s.addLoss(LossOverwrite)
+		}
+		off += outer
+	}
+	// A record straddling the end of the range leaves a padding tail.
+	off = b.wr
+	for off < end && off < b.usedSize {
+		rend := off + b.recOuter(off)
+		if rend > end {
+			b.writePadding(end, rend-end)
+			b.stats.PaddingBytesWritten += uint64(rend - end)
+			break
+		}
+		off = rend
+	}
+}

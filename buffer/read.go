@@ -1,0 +1,101 @@
+package buffer
+
+// Packet is one trace packet read back. Slices point into buffer memory
+// (one per non-empty fragment) and stay valid until the next call that
+// changes the buffer.
+type Packet struct {
+	Slices [][]byte
+	Seq    SequenceProperties
+	// PreviousPacketDropped is a bitmask of Loss* reasons for data lost on
+	// this sequence before this packet (0: nothing lost).
+	PreviousPacketDropped uint32
+}
+
+// Size returns the packet length in bytes.
+func (p *Packet) Size() int {
+	n := 0
+	for _, s := range p.Slices {
+		n += len(s)
+	}
+	return n
+}
+
+// AppendTo appends the packet bytes to dst.
+func (p *Packet) AppendTo(dst []byte) []byte {
+	for _, s := range p.Slices {
+		dst = append(dst, s...)
+	}
+	return dst
+}
+
+// BeginRead starts a read pass at the oldest record.
+func (b *TraceBuffer) BeginRead() {
+	b.gen++
+	b.rdrActive = false
+	b.passStale = false
+	b.rd = b.oldest()
+}
+
+// oldest is where a read pass starts: just after the write cursor.
+func (b *TraceBuffer) oldest() int {
+	if b.wr == b.usedSize {
+		return 0
+	}
+	return b.wr
+}
+
+// ReadNextTracePacket reads the next packet of the pass into p, reusing
+// p.Slices. It returns false when the pass is over. Reads are destructive.
+//
+// The walk is two-layered: the outer layer visits records in buffer order
+// (oldest first); for each it runs a sequence reader that yields that
+// sequence's packets in chunk-id order up to the record. Packets of one
+// sequence therefore come out in write order, and sequences interleave in
+// roughly commit order.
+func (b *TraceBuffer) ReadNextTracePacket(p *Packet) bool {
+	p.Slices = p.Slices[:0]
+	if b.passStale {
+		// A write happened since the pass began: continue from the oldest
+		// record instead of a cursor the write may have invalidated.
+		b.passStale = false
+		b.rdrActive = false
+		b.rd = b.oldest()
+	}
+	for {
+		var next int
+		if !b.rdrActive {
+			off := b.rd
+			var s *seqState
+			if pw := b.recPriWri(off); pw != 0 {
+				s = b.lookupSeq(pw)
+			}
+			if s == nil || s.n() == 0 {
+				next = off + b.recOuter(off)
+			} else {
+				b.rdr = seqReader{seq: s, target: off}
+				b.initReader(&b.rdr)
+				b.rdrActive = true
+				continue
+			}
+		} else {
+			if b.nextPacket(&b.rdr, &p.Slices) {
+				s := b.rdr.seq
+				p.Seq = s.props()
+				p.PreviousPacketDropped = s.lossBits
+				s.lossBits = 0
+				return true
+			}
+			next = b.rdr.target + b.recOuter(b.rdr.target)
+		}
+		b.rdrActive = false
+		wrapped := next >= b.usedSize
+		if next == b.wr || (wrapped && b.wr == 0) {
+			return false
+		}
+		if wrapped {
+			b.rd = 0
+		} else {
+			b.rd = next
+		}
+	}
+}
