@@ -29,8 +29,9 @@ func (b *TraceBuffer) CopyChunkUntrusted(producer uint16, client ClientIdentity,
 	// Measure the valid fragments.
 	allFrags := 0
 	sawDrop := false
+	var aux uint8
 	for i := 0; i < int(numFragments); i++ {
-		_, end, st := nextFragment(payload, allFrags)
+		data, end, st := nextFragment(payload, allFrags)
 		if st != tokOK {
 			if st == tokDrop {
 				sawDrop = true
@@ -38,6 +39,9 @@ func (b *TraceBuffer) CopyChunkUntrusted(producer uint16, client ClientIdentity,
 				b.stats.AbiViolations++
 			}
 			break
+		}
+		if end > data {
+			aux = auxHasPacket
 		}
 		allFrags = end
 	}
@@ -85,20 +89,20 @@ func (b *TraceBuffer) CopyChunkUntrusted(producer uint16, client ClientIdentity,
 	}
 
 	if pos, same := s.findFromBack(chunkID); same {
-		relocated, consumed := b.recommit(s, pos, flags, complete, allFrags, payload)
+		relocated, consumed := b.recommit(s, pos, flags, aux, complete, allFrags, payload)
 		if !relocated {
 			return
 		}
 		prevConsumed = consumed
 	}
-	b.write(s, key, chunkID, flags, capacity, allFrags, prevConsumed, payload)
+	b.write(s, key, chunkID, flags, aux, capacity, allFrags, prevConsumed, payload)
 }
 
 // recommit handles a chunk id that is still in the buffer (an SMB-scraped
 // chunk committed again). It rewrites the record in place, rejects the
 // commit, or erases the record so the caller writes it anew at the write
 // cursor (relocated, with consumed bytes already delivered).
-func (b *TraceBuffer) recommit(s *seqState, pos int, flags uint8, complete bool, allFrags int,
+func (b *TraceBuffer) recommit(s *seqState, pos int, flags, aux uint8, complete bool, allFrags int,
 	payload []byte) (relocated bool, consumed int) {
 	off := int(s.at(pos).off)
 	exFlags := b.recFlags(off)
@@ -126,12 +130,13 @@ func (b *TraceBuffer) recommit(s *seqState, pos int, flags uint8, complete bool,
 	put16(b.mem, off+hdrAvail, uint16(allFrags-done))
 	copy(b.mem[off+hdrSize:off+hdrSize+allFrags], payload[:allFrags])
 	b.mem[off+hdrFlags] = exFlags | flags
+	b.mem[off+hdrAux] = aux
 	b.stats.ChunksRewritten++
 	return false, 0
 }
 
 // write stores a new record at the write cursor, making room first.
-func (b *TraceBuffer) write(s *seqState, key, chunkID uint32, flags uint8, capacity, allFrags,
+func (b *TraceBuffer) write(s *seqState, key, chunkID uint32, flags, aux uint8, capacity, allFrags,
 	prevConsumed int, payload []byte) {
 	outer := outerSize(capacity)
 	size := len(b.mem)
@@ -153,7 +158,7 @@ func (b *TraceBuffer) write(s *seqState, key, chunkID uint32, flags uint8, capac
 
 	pos, _ := s.findFromBack(chunkID)
 	wr := b.wr
-	b.writeHeader(wr, chunkID, key, capacity, allFrags, allFrags-prevConsumed, flags)
+	b.writeHeader(wr, chunkID, key, capacity, allFrags, allFrags-prevConsumed, flags, aux)
 	copy(b.mem[wr+hdrSize:wr+hdrSize+allFrags], payload[:allFrags])
 	if end := wr + outer; end > b.usedSize {
 		b.usedSize = end
@@ -170,6 +175,47 @@ func (b *TraceBuffer) write(s *seqState, key, chunkID uint32, flags uint8, capac
 	b.stats.ChunksWritten++
 	b.stats.BytesWritten += uint64(outer)
 	b.gcEmptySequences()
+}
+
+// eraseSimple is the fast path of an overwrite when nobody observes the
+// deleted packets: if the record at off is the first of its sequence,
+// untouched since its copy (no patch, nothing consumed) and cannot hold
+// fragmented packets, the erase-mode walk would consume exactly its
+// fragments, all whole packets; its outcome is known without reading them.
+// It reports false, doing nothing, when the general walk is needed.
+func (b *TraceBuffer) eraseSimple(s *seqState, off, outer int) bool {
+	if int(s.front().off) != off {
+		return false
+	}
+	h := b.mem[off : off+hdrSize]
+	if h[hdrFlags]&(flagFirstContinues|flagLastContinues) != 0 || h[hdrAux]&auxPatched != 0 {
+		return false
+	}
+	avail := le16(h, hdrAvail)
+	if avail != le16(h, hdrPayload) {
+		return avail == 0 && b.eraseConsumed(s)
+	}
+	r := seqReader{seq: s, target: off, erase: true}
+	b.initReader(&r)
+	if avail > 0 {
+		put16(h, hdrAvail, 0)
+		b.stats.ChunksOverwritten++
+		b.stats.BytesOverwritten += uint64(outer)
+	}
+	if h[hdrAux]&auxHasPacket != 0 {
+		s.addLoss(LossOverwrite)
+	}
+	b.eraseFront(s)
+	return true
+}
+
+// eraseConsumed erases the fully consumed first record of s: the walk would
+// find no fragment and erase it.
+func (b *TraceBuffer) eraseConsumed(s *seqState) bool {
+	r := seqReader{seq: s, target: int(s.front().off), erase: true}
+	b.initReader(&r)
+	b.eraseFront(s)
+	return true
 }
 
 // eraseFront turns the first record of s into padding and remembers it as
@@ -208,6 +254,10 @@ func (b *TraceBuffer) deleteNextChunksFor(n int) {
 			// Unreachable while sequences with records are never
 			// collected; erase defensively rather than loop.
 			put32(b.mem, off+hdrPriWriID, 0)
+			off += outer
+			continue
+		}
+		if b.observer == nil && b.eraseSimple(s, off, outer) {
 			off += outer
 			continue
 		}

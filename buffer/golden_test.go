@@ -117,7 +117,9 @@ func readLines(b *TraceBuffer) []string {
 }
 
 // runScript replays one golden script and returns the first mismatch.
-func runScript(t *testing.T, path string) error {
+// With observe, a no-op overwrite observer is installed, which makes every
+// overwrite take the general erase walk instead of its fast path.
+func runScript(t *testing.T, path string, observe bool) error {
 	steps := parseScript(t, path)
 	var b *TraceBuffer
 	for _, st := range steps {
@@ -133,6 +135,9 @@ func runScript(t *testing.T, path string) error {
 			b, err = New(int(scriptUint(t, kv, "size")), pol)
 			if err != nil {
 				return fmt.Errorf("line %d: %v", st.line, err)
+			}
+			if observe {
+				b.SetOverwriteObserver(func(SequenceProperties, [][]byte) {})
 			}
 		case "copy":
 			p := uint16(scriptUint(t, kv, "p"))
@@ -194,8 +199,11 @@ func TestGoldenScripts(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			if err := runScript(t, f); err != nil {
+			if err := runScript(t, f, false); err != nil {
 				t.Fatal(err)
+			}
+			if err := runScript(t, f, true); err != nil {
+				t.Fatalf("with an overwrite observer: %v", err)
 			}
 		})
 	}

@@ -38,6 +38,7 @@ func (b *TraceBuffer) TryPatchChunkContents(producer, writer uint16, chunkID uin
 			b.stats.PatchesFailed++
 			return false
 		}
+		b.mem[off+hdrAux] |= auxPatched
 		copy(b.mem[base+int(pt.Offset):base+int(pt.Offset)+4], pt.Data[:])
 	}
 	b.stats.PatchesSucceeded += uint64(len(patches))

@@ -14,7 +14,10 @@ import "encoding/binary"
 //	12   2     payload avail: bytes not yet consumed; the next unread
 //	           fragment starts at payload size - payload avail
 //	14   1     flags: SMB chunk flags plus flagIncomplete
-//	15   1     unused (Perfetto keeps a debug checksum here)
+//	15   1     aux bits (Perfetto keeps a debug checksum here instead):
+//	           auxHasPacket: some stored fragment is non-empty;
+//	           auxPatched: a patch changed the payload since it was
+//	           copied, so its fragments may no longer tokenize cleanly
 //
 // A zero-filled area therefore reads as a chain of 16-byte padding records.
 const (
@@ -26,6 +29,7 @@ const (
 	hdrPayload   = 10
 	hdrAvail     = 12
 	hdrFlags     = 14
+	hdrAux       = 15
 	maxRecordCap = 0xFFFF
 )
 
@@ -36,6 +40,13 @@ const (
 	flagNeedsPatching  = 0x04 // chunk waits for out-of-band patches
 	flagABIMask        = flagFirstContinues | flagLastContinues | flagNeedsPatching
 	flagIncomplete     = 0x80 // copied by SMB scraping: may still grow
+)
+
+// Aux bits (header byte 15). They let an overwrite skip re-tokenizing a
+// record whose outcome is known from its copy.
+const (
+	auxHasPacket = 0x01
+	auxPatched   = 0x02
 )
 
 // outerSize is the bytes a record with the given payload capacity occupies.
@@ -58,7 +69,7 @@ func (b *TraceBuffer) recAvail(off int) int     { return int(le16(b.mem, off+hdr
 func (b *TraceBuffer) recFlags(off int) uint8   { return b.mem[off+hdrFlags] }
 
 // writeHeader writes a complete record header at off.
-func (b *TraceBuffer) writeHeader(off int, chunkID, priWri uint32, capacity, payload, avail int, flags uint8) {
+func (b *TraceBuffer) writeHeader(off int, chunkID, priWri uint32, capacity, payload, avail int, flags, aux uint8) {
 	h := b.mem[off : off+hdrSize]
 	binary.LittleEndian.PutUint32(h[0:4], chunkID)
 	binary.LittleEndian.PutUint32(h[4:8], priWri)
@@ -66,10 +77,10 @@ func (b *TraceBuffer) writeHeader(off int, chunkID, priWri uint32, capacity, pay
 	binary.LittleEndian.PutUint16(h[10:12], uint16(payload))
 	binary.LittleEndian.PutUint16(h[12:14], uint16(avail))
 	h[14] = flags
-	h[15] = 0
+	h[15] = aux
 }
 
 // writePadding turns [off, off+outer) into one padding record.
 func (b *TraceBuffer) writePadding(off, outer int) {
-	b.writeHeader(off, 0, 0, outer-hdrSize, 0, 0, 0)
+	b.writeHeader(off, 0, 0, outer-hdrSize, 0, 0, 0, 0)
 }

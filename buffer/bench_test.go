@@ -1,0 +1,248 @@
+package buffer
+
+import (
+	"runtime"
+	"testing"
+)
+
+// Benchmarks doing the work of Perfetto's trace_buffer_benchmark.cc
+// (reference/benchmarks.md), under the same names so results compare as a
+// ratio on one machine.
+
+// minstd is C++'s std::minstd_rand.
+type minstd struct{ x uint64 }
+
+func (m *minstd) next() uint64 {
+	m.x = m.x * 48271 % 2147483647
+	return m.x
+}
+
+// benchTemplate is one chunk payload and its packet count.
+type benchTemplate struct {
+	data    []byte
+	packets uint16
+	sizes   []int
+}
+
+// benchTemplates builds n chunk templates from minstd seeded 42.
+func benchTemplates(n int) []benchTemplate {
+	rng := minstd{x: 42}
+	out := make([]benchTemplate, n)
+	for i := range out {
+		t := &out[i]
+		np := 5 + int(rng.next()%11)
+		used := 0
+		for p := 0; p < np && used < 4030; p++ {
+			sz := 50 + int(rng.next()%451)
+			if used+sz > 4080 {
+				sz = 4080 - used
+			}
+			if sz < 10 {
+				break
+			}
+			var hdr []byte
+			var pl int
+			switch {
+			case sz <= 128:
+				pl = sz - 1
+				hdr = []byte{byte(pl)}
+			case sz == 129:
+				pl = 127
+				hdr = []byte{0xff, 0x00}
+			default:
+				pl = sz - 2
+				hdr = []byte{byte(pl) | 0x80, byte(pl >> 7)}
+			}
+			t.data = append(t.data, hdr...)
+			for j := 0; j < pl; j++ {
+				var c byte
+				switch j % 4 {
+				case 0:
+					c = 'a' + byte(i%26)
+				case 1:
+					c = '0' + byte(j/40%10)
+				case 2:
+					c = '0' + byte(j/4%10)
+				default:
+					c = '-'
+				}
+				t.data = append(t.data, c)
+			}
+			used += sz
+			t.packets++
+			t.sizes = append(t.sizes, sz)
+		}
+	}
+	return out
+}
+
+// TestBenchTemplates checks the templates against the figures
+// benchmarks.md gives for Perfetto's generator.
+func TestBenchTemplates(t *testing.T) {
+	sum := func(ts []benchTemplate) (bytes, packets int) {
+		for _, x := range ts {
+			bytes += len(x.data)
+			packets += int(x.packets)
+		}
+		return
+	}
+	ts := benchTemplates(100)
+	if b, p := sum(ts); b != 267310 || p != 988 {
+		t.Errorf("100 templates: %d bytes, %d packets; want 267310, 988", b, p)
+	}
+	want0 := []int{53, 463, 421, 289, 377, 500, 222, 87, 221, 130}
+	if len(ts[0].sizes) != len(want0) {
+		t.Fatalf("template 0 sizes %v, want %v", ts[0].sizes, want0)
+	}
+	for i := range want0 {
+		if ts[0].sizes[i] != want0[i] {
+			t.Fatalf("template 0 sizes %v, want %v", ts[0].sizes, want0)
+		}
+	}
+	if b, p := sum(benchTemplates(10)); b != 25478 || p != 94 {
+		t.Errorf("10 templates: %d bytes, %d packets; want 25478, 94", b, p)
+	}
+}
+
+// TestBenchReadWorkload checks the RD_MixedPackets fill and readback
+// figures from benchmarks.md.
+func TestBenchReadWorkload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 128 MiB")
+	}
+	b := fillReadBuffer(t, benchTemplates(100))
+	if b.UsedSize() != 88340368 {
+		t.Errorf("used size %d, want 88340368", b.UsedSize())
+	}
+	packets, bytes := drain(b)
+	if packets != 323718 || bytes != 86998561 {
+		t.Errorf("read %d packets, %d bytes; want 323718, 86998561", packets, bytes)
+	}
+}
+
+const benchChunks = 16384
+
+var benchClient = ClientIdentity{UID: 1000, PID: 100}
+
+func fillReadBuffer(tb testing.TB, ts []benchTemplate) *TraceBuffer {
+	b, err := New(128<<20, RingBuffer)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for c := 0; c < 32767; c++ {
+		t := &ts[c%len(ts)]
+		b.CopyChunkUntrusted(1, benchClient, 1, uint32(c), t.packets, 0, true, t.data)
+	}
+	return b
+}
+
+func drain(b *TraceBuffer) (packets, bytes int) {
+	var p Packet
+	b.BeginRead()
+	for b.ReadNextTracePacket(&p) {
+		packets++
+		bytes += p.Size()
+	}
+	return
+}
+
+func BenchmarkTraceBuffer(b *testing.B) {
+	ts100 := benchTemplates(100)
+
+	b.Run("WR_SingleWriter", func(b *testing.B) {
+		buf, err := New(64<<20, RingBuffer)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(benchChunks * 4096)
+		b.ReportAllocs()
+		chunkID, tpl := uint32(0), 0
+		for b.Loop() {
+			for i := 0; i < benchChunks; i++ {
+				t := &ts100[tpl]
+				buf.CopyChunkUntrusted(1, benchClient, 1, chunkID, t.packets, 0, true, t.data)
+				chunkID++
+				if tpl++; tpl == len(ts100) {
+					tpl = 0
+				}
+			}
+		}
+	})
+
+	b.Run("WR_MultipleWriters", func(b *testing.B) {
+		const writers = 1000
+		buf, err := New(64<<20, RingBuffer)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ids [writers]uint32
+		var clients [writers]ClientIdentity
+		for k := range clients {
+			clients[k] = ClientIdentity{UID: 1000 + int32(k), PID: 100 + int32(k)}
+		}
+		b.SetBytes(benchChunks * 4096)
+		b.ReportAllocs()
+		tpl := 0
+		for b.Loop() {
+			k := 0
+			for i := 0; i < benchChunks; i++ {
+				t := &ts100[tpl]
+				buf.CopyChunkUntrusted(uint16(k+1), clients[k], uint16(k+1), ids[k], t.packets, 0, true, t.data)
+				ids[k]++
+				if tpl++; tpl == len(ts100) {
+					tpl = 0
+				}
+				if k++; k == writers {
+					k = 0
+				}
+			}
+		}
+	})
+
+	b.Run("RD_MixedPackets", func(b *testing.B) {
+		b.SetBytes(86998561)
+		b.ReportAllocs()
+		var p Packet
+		p.Slices = make([][]byte, 0, 16)
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			buf := fillReadBuffer(b, ts100)
+			runtime.GC()
+			b.StartTimer()
+			total := 0
+			buf.BeginRead()
+			for buf.ReadNextTracePacket(&p) {
+				for _, s := range p.Slices {
+					total += len(s)
+				}
+			}
+			if total != 86998561 {
+				b.Fatalf("read %d payload bytes, want 86998561", total)
+			}
+		}
+	})
+
+	ts10 := benchTemplates(10)
+	patchBench := func(name string, chunkID uint32, want bool) {
+		b.Run(name, func(b *testing.B) {
+			buf, err := New(16<<20, RingBuffer)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for c := 0; c < 4096; c++ {
+				t := &ts10[c%len(ts10)]
+				buf.CopyChunkUntrusted(1, benchClient, 1, uint32(c), t.packets, 0, true, t.data)
+			}
+			patches := []Patch{{Offset: 10, Data: [4]byte{1, 2, 3, 4}}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if buf.TryPatchChunkContents(1, 1, chunkID, patches, false) != want {
+					b.Fatalf("patch of chunk %d: want %v", chunkID, want)
+				}
+			}
+		})
+	}
+	patchBench("Patch_Last", 4095, true)
+	patchBench("Patch_10th", 4085, true)
+	patchBench("Patch_Missing", 4096, false)
+}
