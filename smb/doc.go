@@ -8,6 +8,7 @@
 // Everything the service reads from an SMB is untrusted: the reader validates
 // every index, size, state and fragment and reports malformed input as a
 // counted reason. This package must not import anything but the standard
-// library and golang.org/x/sys, and must not know about trace buffers,
+// library, golang.org/x/sys and google.golang.org/protobuf/encoding/protowire
+// (wire helpers only), and must not know about trace buffers,
 // sinks or configuration.
 package smb

@@ -1,0 +1,155 @@
+package smb
+
+import "math"
+
+// Message is a handle on an open proto message of the packet a TraceWriter
+// is writing: the root TracePacket or a nested message. Fields are appended
+// straight into chunk memory. Writing a field of a message closes its open
+// nested messages first (as protozero does). Handles of finished packets
+// or closed messages are inert: their writes are ignored. Message is a
+// small value; copying it is free and allocation-free.
+type Message struct {
+	w     *TraceWriter
+	gen   uint32
+	level int32 // index in w.frames
+}
+
+// TracePacket is the handle NewTracePacket returns: the root Message plus
+// Finish.
+type TracePacket struct {
+	Message
+}
+
+// Finish ends the packet and returns the error (if any) hit while writing
+// it, for example a Stall writer's timeout. Finishing twice is a no-op.
+func (p TracePacket) Finish() error {
+	w := p.w
+	if w == nil || p.gen != w.packetGen || !w.inPacket {
+		return nil
+	}
+	w.finishPacket()
+	return w.takeErr()
+}
+
+// prep checks m is still open and closes its open children.
+func (m Message) prep() *TraceWriter {
+	w := m.w
+	if w == nil || m.gen != w.packetGen || !w.inPacket || int(m.level) >= len(w.frames) {
+		return nil
+	}
+	for int(m.level) < len(w.frames)-1 {
+		w.endFrame()
+	}
+	return w
+}
+
+func tag(field uint32, wireType uint32) uint64 { return uint64(field)<<3 | uint64(wireType) }
+
+// AppendVarint appends a varint field (int32/int64/uint32/uint64/enum
+// encodings; pass negative int64 values converted with uint64()).
+func (m Message) AppendVarint(field uint32, v uint64) {
+	if w := m.prep(); w != nil {
+		w.writeVarint(tag(field, 0))
+		w.writeVarint(v)
+	}
+}
+
+// AppendBool appends a bool field.
+func (m Message) AppendBool(field uint32, v bool) {
+	var x uint64
+	if v {
+		x = 1
+	}
+	m.AppendVarint(field, x)
+}
+
+// AppendSint appends a zigzag-encoded sint32/sint64 field.
+func (m Message) AppendSint(field uint32, v int64) {
+	m.AppendVarint(field, uint64(v<<1)^uint64(v>>63))
+}
+
+// AppendFixed32 appends a fixed32/sfixed32 field.
+func (m Message) AppendFixed32(field uint32, v uint32) {
+	if w := m.prep(); w != nil {
+		w.writeVarint(tag(field, 5))
+		b := [4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
+		w.write(b[:])
+	}
+}
+
+// AppendFixed64 appends a fixed64/sfixed64 field.
+func (m Message) AppendFixed64(field uint32, v uint64) {
+	if w := m.prep(); w != nil {
+		w.writeVarint(tag(field, 1))
+		var b [8]byte
+		for i := range b {
+			b[i] = byte(v >> (8 * i))
+		}
+		w.write(b[:])
+	}
+}
+
+// AppendFloat appends a float field.
+func (m Message) AppendFloat(field uint32, v float32) { m.AppendFixed32(field, math.Float32bits(v)) }
+
+// AppendDouble appends a double field.
+func (m Message) AppendDouble(field uint32, v float64) { m.AppendFixed64(field, math.Float64bits(v)) }
+
+// AppendBytes appends a bytes (or pre-encoded message) field.
+func (m Message) AppendBytes(field uint32, b []byte) {
+	if w := m.prep(); w != nil {
+		w.writeVarint(tag(field, 2))
+		w.writeVarint(uint64(len(b)))
+		w.write(b)
+	}
+}
+
+// AppendString appends a string field.
+func (m Message) AppendString(field uint32, s string) {
+	if w := m.prep(); w != nil {
+		w.writeVarint(tag(field, 2))
+		w.writeVarint(uint64(len(s)))
+		w.writeString(s)
+	}
+}
+
+// AppendRaw appends already encoded fields verbatim.
+func (m Message) AppendRaw(b []byte) {
+	if w := m.prep(); w != nil {
+		w.write(b)
+	}
+}
+
+// BeginNested opens a nested message field. Its 4-byte size is reserved
+// now and filled when it is closed (by End, by writing to an enclosing
+// message, or by finishing the packet): in place if its chunk is still
+// owned, else through a patch in CommitData.ChunksToPatch.
+func (m Message) BeginNested(field uint32) Message {
+	w := m.prep()
+	if w == nil {
+		return Message{}
+	}
+	w.writeVarint(tag(field, 2))
+	slot := w.reserveSlot()
+	kind := slotInChunk
+	if w.dropping {
+		kind = slotNone
+	}
+	w.frames = append(w.frames, frame{start: w.pos, slot: slot, kind: kind})
+	return Message{w: w, gen: w.packetGen, level: int32(len(w.frames) - 1)}
+}
+
+// End closes a nested message (and its open children). On the root
+// message it finishes the packet, like TracePacket.Finish without the
+// error.
+func (m Message) End() {
+	w := m.prep()
+	if w == nil {
+		return
+	}
+	if m.level == 0 {
+		w.finishPacket()
+		return
+	}
+	w.endFrame()
+}

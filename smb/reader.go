@@ -1,0 +1,288 @@
+package smb
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// ChunkView is one chunk the service took from the SMB (or from a commit's
+// emulation-mode data). Payload aliases SMB memory and is valid only during
+// the callback that received it; the producer can write to shared memory
+// at any time, so whoever keeps the bytes must copy them and still treat
+// the copy as untrusted.
+type ChunkView struct {
+	// Page and Index locate the chunk in the SMB (informational for
+	// emulation-mode chunks).
+	Page, Index uint32
+	// TargetBuffer is the buffer the commit named (0 for scraped chunks:
+	// the service looks up the writer's registered buffer).
+	TargetBuffer uint32
+	// WriterID and ChunkID come from the chunk header.
+	WriterID uint16
+	ChunkID  uint32
+	// Fragments is the number of fragments in Payload.
+	Fragments uint16
+	// Flags are the chunk's Flag* bits (undefined bits cleared).
+	Flags uint8
+	// Complete is false for a chunk scraped while still being written; its
+	// last counted fragment (possibly unfinished) is then left out of
+	// Payload and Fragments, and FlagLastPacketContinuesOnNextChunk is
+	// cleared.
+	Complete bool
+	// Aborted says a fragment with the drop sentinel size ended the chunk:
+	// the writer abandoned that packet. Payload stops before it.
+	Aborted bool
+	// Payload holds exactly Fragments fragments (each a varint size and
+	// that many bytes), starting at payload offset 0, so patch offsets
+	// apply to it directly.
+	Payload []byte
+}
+
+// RejectReason says why the reader refused a chunk or patch.
+type RejectReason int
+
+// Reject reasons.
+const (
+	// RejectPageOutOfRange: chunks_to_move.page ≥ number of pages.
+	RejectPageOutOfRange RejectReason = iota
+	// RejectBadLayout: the page is not partitioned or has a reserved layout.
+	RejectBadLayout
+	// RejectChunkIndex: chunks_to_move.chunk is not a chunk of the layout.
+	RejectChunkIndex
+	// RejectNotComplete: the chunk was not in state Complete.
+	RejectNotComplete
+	// RejectBadWriterID: the header's writer id is 0 or > 32767.
+	RejectBadWriterID
+	// RejectBadVarint: a fragment size varint runs past the chunk or
+	// exceeds 10 bytes.
+	RejectBadVarint
+	// RejectFragmentOverrun: a fragment is longer than the rest of the
+	// chunk (the count promises more fragments than the chunk holds).
+	RejectFragmentOverrun
+	// RejectEmulatedSize: emulation-mode data shorter than a chunk header
+	// or longer than 65536 bytes.
+	RejectEmulatedSize
+	// RejectReleaseFailed: the chunk was read but could not be moved back to
+	// Free because the producer changed its state meanwhile.
+	RejectReleaseFailed
+	// NumRejectReasons is the number of reasons.
+	NumRejectReasons
+)
+
+var rejectNames = [NumRejectReasons]string{
+	"page_out_of_range", "bad_layout", "chunk_index_out_of_range", "not_complete",
+	"bad_writer_id", "bad_varint", "fragment_overrun", "emulated_size", "release_failed",
+}
+
+// String is the reason's counter name.
+func (r RejectReason) String() string {
+	if r >= 0 && r < NumRejectReasons {
+		return rejectNames[r]
+	}
+	return fmt.Sprintf("RejectReason(%d)", int(r))
+}
+
+// ReaderStats are a Reader's counters.
+type ReaderStats struct {
+	// ChunksRead counts chunks handed out from commits.
+	ChunksRead uint64
+	// ChunksScraped counts chunks handed out by Scrape.
+	ChunksScraped uint64
+	// ScrapeSkipped counts BeingWritten chunks Scrape left alone because
+	// they held no finished fragment (count < 2).
+	ScrapeSkipped uint64
+	// PayloadBytes counts payload bytes handed out.
+	PayloadBytes uint64
+	// WriterAborts counts chunks ended by the drop sentinel.
+	WriterAborts uint64
+	// PatchGroups counts ChunkToPatch entries handed out.
+	PatchGroups uint64
+	// PatchesDiscarded counts patches refused (bad writer id, more than
+	// 1024 in one entry, data not 4 bytes).
+	PatchesDiscarded uint64
+	// Rejected counts refused chunks by reason.
+	Rejected [NumRejectReasons]uint64
+}
+
+// Each calls fn with every counter's name and value.
+func (s *ReaderStats) Each(fn func(name string, v uint64)) {
+	fn("chunks_read", s.ChunksRead)
+	fn("chunks_scraped", s.ChunksScraped)
+	fn("scrape_skipped", s.ScrapeSkipped)
+	fn("payload_bytes", s.PayloadBytes)
+	fn("writer_aborts", s.WriterAborts)
+	fn("patch_groups", s.PatchGroups)
+	fn("patches_discarded", s.PatchesDiscarded)
+	for i, v := range s.Rejected {
+		fn("rejected_"+rejectNames[i], v)
+	}
+}
+
+// TotalRejected sums Rejected.
+func (s *ReaderStats) TotalRejected() uint64 {
+	var t uint64
+	for _, v := range s.Rejected {
+		t += v
+	}
+	return t
+}
+
+// MaxPatchesPerChunk is the most patches the service accepts in one
+// ChunkToPatch; an entry with more is discarded whole.
+const MaxPatchesPerChunk = 1024
+
+// Reader is the service side of one producer's SMB: it takes the chunks a
+// CommitData names, validates them, hands them out and frees them, and
+// scrapes uncommitted chunks on flush. A Reader is not safe for concurrent
+// use; ReadCommit and Scrape must run on one goroutine (the producer may
+// write concurrently).
+type Reader struct {
+	smb   *SMB
+	stats ReaderStats
+	view  ChunkView
+}
+
+// NewReader returns a reader of s.
+func NewReader(s *SMB) *Reader { return &Reader{smb: s} }
+
+// Stats returns the reader's counters.
+func (r *Reader) Stats() *ReaderStats { return &r.stats }
+
+// ReadCommit processes cd: every chunks_to_move entry is validated and,
+// if sound, handed to onChunk and then freed (BeingRead → Free); then
+// every valid chunks_to_patch entry is handed to onPatch for the caller to
+// apply to its copy. Either callback may be nil. Malformed entries are
+// counted in Stats, never fatal.
+func (r *Reader) ReadCommit(cd *CommitData, onChunk func(*ChunkView), onPatch func(*ChunkToPatch)) {
+	for i := range cd.ChunksToMove {
+		m := &cd.ChunksToMove[i]
+		if m.Data != nil {
+			r.readEmulated(m, onChunk)
+		} else {
+			r.readMove(m, onChunk)
+		}
+	}
+	for i := range cd.ChunksToPatch {
+		p := &cd.ChunksToPatch[i]
+		r.stats.PatchesDiscarded += uint64(p.DiscardedPatches)
+		if p.WriterID == 0 || p.WriterID > MaxWriterID || len(p.Patches) > MaxPatchesPerChunk {
+			r.stats.PatchesDiscarded += uint64(len(p.Patches))
+			continue
+		}
+		r.stats.PatchGroups++
+		if onPatch != nil {
+			onPatch(p)
+		}
+	}
+}
+
+func (r *Reader) reject(why RejectReason) { r.stats.Rejected[why]++ }
+
+func (r *Reader) readMove(m *ChunkToMove, onChunk func(*ChunkView)) {
+	s := r.smb
+	if uint64(m.Page) >= uint64(s.NumPages()) {
+		r.reject(RejectPageOutOfRange)
+		return
+	}
+	p := int(m.Page)
+	l := LayoutOf(s.PageBitmap(p))
+	if l.NumChunks() == 0 {
+		r.reject(RejectBadLayout)
+		return
+	}
+	if m.Chunk >= l.NumChunks() {
+		r.reject(RejectChunkIndex)
+		return
+	}
+	l, ok := s.transition(p, m.Chunk, ChunkComplete, ChunkBeingRead)
+	if !ok {
+		r.reject(RejectNotComplete)
+		return
+	}
+	chunk := s.chunkBytes(p, l, m.Chunk)
+	h := DecodeHeaderWords(load32(chunk, 0), load32(chunk, 4))
+	if r.fill(h, chunk[ChunkHeaderSize:], int(h.Count), true) {
+		v := &r.view
+		v.Page, v.Index, v.TargetBuffer = m.Page, m.Chunk, m.TargetBuffer
+		r.stats.ChunksRead++
+		r.stats.PayloadBytes += uint64(len(v.Payload))
+		if onChunk != nil {
+			onChunk(v)
+		}
+		v.Payload = nil
+	}
+	if !s.release(p, l, m.Chunk) {
+		r.reject(RejectReleaseFailed)
+	}
+}
+
+func (r *Reader) readEmulated(m *ChunkToMove, onChunk func(*ChunkView)) {
+	if len(m.Data) < ChunkHeaderSize || len(m.Data) > MaxPageSize {
+		r.reject(RejectEmulatedSize)
+		return
+	}
+	h := DecodeChunkHeader(m.Data)
+	count, complete := int(h.Count), !m.ChunkIncomplete
+	if !complete {
+		count--
+	}
+	if !r.fill(h, m.Data[ChunkHeaderSize:], count, complete) {
+		return
+	}
+	v := &r.view
+	v.Page, v.Index, v.TargetBuffer = m.Page, m.Chunk, m.TargetBuffer
+	r.stats.ChunksRead++
+	r.stats.PayloadBytes += uint64(len(v.Payload))
+	if onChunk != nil {
+		onChunk(v)
+	}
+	v.Payload = nil
+}
+
+// fill validates header h and count fragments of payload into r.view.
+func (r *Reader) fill(h ChunkHeader, payload []byte, count int, complete bool) bool {
+	if h.WriterID == 0 || h.WriterID > MaxWriterID {
+		r.reject(RejectBadWriterID)
+		return false
+	}
+	end, n, aborted, why := ParseFragments(payload, max(count, 0))
+	if why >= 0 {
+		r.reject(why)
+		return false
+	}
+	flags := h.Flags & FlagsMask
+	if !complete {
+		flags &^= FlagLastPacketContinuesOnNextChunk
+	}
+	if aborted {
+		r.stats.WriterAborts++
+	}
+	r.view = ChunkView{WriterID: h.WriterID, ChunkID: h.ChunkID, Fragments: uint16(n), Flags: flags,
+		Complete: complete, Aborted: aborted, Payload: payload[:end:end]}
+	return true
+}
+
+// ParseFragments walks count fragments at the start of payload. It
+// returns the offset just past the last whole fragment, the number of
+// fragments walked, whether a drop-sentinel size stopped the walk early
+// (aborted), and a reject reason, or -1 if the fragments are sound. It
+// never reads outside payload.
+func ParseFragments(payload []byte, count int) (end, n int, aborted bool, why RejectReason) {
+	off := 0
+	for n < count {
+		size, vl := protowire.ConsumeVarint(payload[off:])
+		if vl < 0 {
+			return off, n, false, RejectBadVarint
+		}
+		if size == DropPacketSize {
+			return off, n, true, -1
+		}
+		if size > uint64(len(payload)-off-vl) {
+			return off, n, false, RejectFragmentOverrun
+		}
+		off += vl + int(size)
+		n++
+	}
+	return off, n, false, -1
+}

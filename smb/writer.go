@@ -1,0 +1,452 @@
+package smb
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// WriterStats counts what a TraceWriter lost or noticed.
+type WriterStats struct {
+	// PacketsDropped counts packets lost because the SMB had no free chunk.
+	PacketsDropped uint64
+	// ChunksAcquired counts chunks taken from the SMB.
+	ChunksAcquired uint64
+	// ReturnRaces counts returned chunks that were not BeingWritten any
+	// more (only a misbehaving service causes this).
+	ReturnRaces uint64
+}
+
+// ErrWriterClosed is returned by a TraceWriter used after Close.
+var ErrWriterClosed = errors.New("smb: trace writer is closed")
+
+type slotKind uint8
+
+const (
+	slotNone    slotKind = iota // size goes nowhere (garbage area)
+	slotInChunk                 // size goes into the current chunk at buf[slot]
+	slotPatch                   // size goes into patch list entry slot (absolute index)
+)
+
+// frame is one open nested message of the current packet.
+type frame struct {
+	start int // logical packet offset of the message's first content byte
+	slot  int
+	kind  slotKind
+}
+
+type pendingPatch struct {
+	chunkID uint32
+	offset  uint32 // payload-relative
+	data    [4]byte
+	patched bool
+}
+
+// TraceWriter writes one sequence of TracePackets into an SMB. Packets are
+// framed, fragmented across chunks, size-patched and committed as
+// Perfetto's TraceWriterImpl does. A TraceWriter must be used by one
+// goroutine at a time. It satisfies plugins.PacketWriter.
+type TraceWriter struct {
+	arb    *Arbiter
+	id     uint16
+	target uint32
+	policy BufferExhaustedPolicy
+
+	// Current chunk, or the garbage area while dropping.
+	buf         []byte
+	word        *uint32 // the chunk's writer_id|packets header word
+	wp          int     // write offset in buf
+	hasChunk    bool
+	page        int
+	idx         uint32
+	chunkID     uint32
+	nextChunkID uint32
+	count       uint16
+	flags       uint8
+	inflated    bool // count already includes the next packet's fragment
+	reachedMax  bool // the chunk holds MaxPacketsPerChunk packets
+
+	// Current packet.
+	inPacket   bool
+	fragmented bool // the packet crossed into another chunk
+	fragHdr    int  // offset in buf of the current fragment's 4-byte size
+	fragStart  int  // offset in buf of the current fragment's first byte
+	pos        int  // bytes of the packet written so far
+	frames     []frame
+	packetGen  uint32
+	err        error
+
+	dropping    bool // writing into garbage
+	lostPackets bool // flag the next packet with previous_packet_dropped
+	firstPacket bool
+	closed      bool
+
+	patchStore []pendingPatch // entries [patchHead:] are pending
+	patchHead  int
+	patchBase  int // absolute index of patchStore[0]
+
+	garbage []byte
+	stats   WriterStats
+}
+
+func newTraceWriter(a *Arbiter, id uint16, target uint32, policy BufferExhaustedPolicy) *TraceWriter {
+	return &TraceWriter{arb: a, id: id, target: target, policy: policy, firstPacket: true,
+		frames: make([]frame, 1, 16)}
+}
+
+// ID is the writer id (1..32767) the arbiter allocated.
+func (w *TraceWriter) ID() uint16 { return w.id }
+
+// TargetBuffer is the buffer id every chunk of this writer is committed to.
+func (w *TraceWriter) TargetBuffer() uint32 { return w.target }
+
+// Stats returns the writer's counters.
+func (w *TraceWriter) Stats() WriterStats { return w.stats }
+
+func (w *TraceWriter) publish() {
+	atomic.StoreUint32(w.word, HeaderWord(w.id, w.count, w.flags))
+}
+
+// install makes chunk (already BeingWritten with its header stored) the
+// current chunk.
+func (w *TraceWriter) install(page int, idx uint32, chunk []byte, count uint16, flags uint8) {
+	w.buf, w.word = chunk, word32(chunk, 4)
+	w.page, w.idx, w.hasChunk = page, idx, true
+	w.chunkID = w.nextChunkID
+	w.nextChunkID++
+	w.count, w.flags = count, flags
+	w.inflated, w.reachedMax = false, false
+	w.wp = ChunkHeaderSize
+	w.stats.ChunksAcquired++
+}
+
+// returnChunk hands the current chunk back to the arbiter, first writing
+// the zero-length fragment an inflated count promised.
+func (w *TraceWriter) returnChunk() {
+	if w.inflated {
+		w.buf[w.wp] = 0
+		w.wp++
+		w.inflated = false
+	}
+	w.publish()
+	w.hasChunk = false
+	w.arb.returnChunk(w)
+}
+
+func (w *TraceWriter) enterDrop() {
+	w.dropping, w.hasChunk, w.inflated = true, false, false
+	if w.garbage == nil {
+		w.garbage = make([]byte, max(w.arb.layout.ChunkSize(w.arb.smb.PageSize()), MinPageSize))
+	}
+	w.buf, w.wp = w.garbage, 0
+}
+
+// startChunk returns the current chunk (if any) and acquires a fresh one
+// for a new packet; on failure the writer drops.
+func (w *TraceWriter) startChunk() {
+	if w.hasChunk {
+		w.returnChunk()
+	}
+	h := ChunkHeader{ChunkID: w.nextChunkID, WriterID: w.id}
+	p, c, chunk, err := w.arb.acquire(h, w.policy)
+	if err != nil {
+		if w.policy == Stall {
+			w.err = err
+		}
+		w.enterDrop()
+		return
+	}
+	w.dropping = false
+	w.install(p, c, chunk, 0, 0)
+}
+
+// nextBuffer is called when the current packet needs more room than the
+// chunk has: the fragment is closed with its size and
+// LastPacketContinuesOnNextChunk, the size slots of still-open nested
+// messages move to the patch list, and the packet continues in a new chunk
+// with FirstPacketContinuesFromPrevChunk. The new chunk is acquired before
+// the old one is returned so that, if none is free, the old fragment can
+// still be marked with the drop sentinel.
+func (w *TraceWriter) nextBuffer() {
+	if w.dropping {
+		w.wp = 0
+		return
+	}
+	h := ChunkHeader{ChunkID: w.nextChunkID, WriterID: w.id, Count: 1, Flags: FlagFirstPacketContinuesFromPrevChunk}
+	p, c, chunk, err := w.arb.acquire(h, w.policy)
+	if err != nil {
+		if w.policy == Stall {
+			w.err = err
+		}
+		PutRedundantVarint(w.buf[w.fragHdr:], DropPacketSize)
+		for i := range w.frames {
+			if w.frames[i].kind == slotInChunk {
+				w.frames[i].kind = slotNone
+			}
+		}
+		w.returnChunk()
+		w.enterDrop()
+		return
+	}
+	PutRedundantVarint(w.buf[w.fragHdr:], uint32(w.wp-w.fragStart))
+	w.flags |= FlagLastPacketContinuesOnNextChunk
+	for i := 1; i < len(w.frames); i++ {
+		f := &w.frames[i]
+		if f.kind != slotInChunk {
+			continue
+		}
+		w.patchStore = append(w.patchStore, pendingPatch{chunkID: w.chunkID, offset: uint32(f.slot - ChunkHeaderSize)})
+		f.kind, f.slot = slotPatch, w.patchBase+len(w.patchStore)-1
+		w.flags |= FlagChunkNeedsPatching
+	}
+	w.returnChunk()
+	w.install(p, c, chunk, 1, FlagFirstPacketContinuesFromPrevChunk)
+	w.fragmented = true
+	w.fragHdr = w.wp
+	clear(w.buf[w.wp : w.wp+PacketHeaderSize])
+	w.wp += PacketHeaderSize
+	w.fragStart = w.wp
+}
+
+// write appends packet bytes, crossing chunks as needed.
+func (w *TraceWriter) write(b []byte) {
+	for {
+		n := copy(w.buf[w.wp:], b)
+		w.wp += n
+		w.pos += n
+		if n == len(b) {
+			return
+		}
+		b = b[n:]
+		w.nextBuffer()
+	}
+}
+
+func (w *TraceWriter) writeString(s string) {
+	for {
+		n := copy(w.buf[w.wp:], s)
+		w.wp += n
+		w.pos += n
+		if n == len(s) {
+			return
+		}
+		s = s[n:]
+		w.nextBuffer()
+	}
+}
+
+func (w *TraceWriter) writeVarint(v uint64) {
+	if len(w.buf)-w.wp >= 10 {
+		b := w.buf[w.wp:]
+		i := 0
+		for v >= 0x80 {
+			b[i] = byte(v) | 0x80
+			v >>= 7
+			i++
+		}
+		b[i] = byte(v)
+		w.wp += i + 1
+		w.pos += i + 1
+		return
+	}
+	var tmp [10]byte
+	i := 0
+	for v >= 0x80 {
+		tmp[i] = byte(v) | 0x80
+		v >>= 7
+		i++
+	}
+	tmp[i] = byte(v)
+	w.write(tmp[:i+1])
+}
+
+// reserveSlot reserves 4 contiguous zeroed bytes for a size written later.
+func (w *TraceWriter) reserveSlot() int {
+	if len(w.buf)-w.wp < PacketHeaderSize {
+		w.nextBuffer()
+	}
+	s := w.wp
+	clear(w.buf[s : s+PacketHeaderSize])
+	w.wp += PacketHeaderSize
+	w.pos += PacketHeaderSize
+	return s
+}
+
+// endFrame finalizes the innermost open nested message: its size goes into
+// its slot (compacted to one byte when it is at most 127 bytes and still
+// contiguous in this chunk) or into its patch list entry.
+func (w *TraceWriter) endFrame() {
+	f := w.frames[len(w.frames)-1]
+	w.frames = w.frames[:len(w.frames)-1]
+	size := w.pos - f.start
+	if size > MaxMessageLength {
+		w.err = fmt.Errorf("smb: nested message of %d bytes exceeds the %d-byte limit", size, MaxMessageLength)
+		size = MaxMessageLength
+	}
+	switch f.kind {
+	case slotInChunk:
+		if size <= 127 && f.slot+PacketHeaderSize+size == w.wp {
+			copy(w.buf[f.slot+1:], w.buf[f.slot+PacketHeaderSize:w.wp])
+			w.buf[f.slot] = byte(size)
+			w.wp -= 3
+			w.pos -= 3
+		} else {
+			PutRedundantVarint(w.buf[f.slot:], uint32(size))
+		}
+	case slotPatch:
+		p := &w.patchStore[f.slot-w.patchBase]
+		PutRedundantVarint(p.data[:], uint32(size))
+		p.patched = true
+	}
+}
+
+// beginPacket starts a new packet: a new chunk if the current one is
+// missing, too full (< 12 bytes) or at the packet limit; a reserved 4-byte
+// size; the packet count; and the producer-set fields.
+func (w *TraceWriter) beginPacket() {
+	if w.inPacket {
+		w.finishPacket()
+	}
+	w.fragmented = false
+	w.err = nil
+	if !w.hasChunk || len(w.buf)-w.wp < MinFreeBytesForPacket || w.reachedMax {
+		w.startChunk()
+	}
+	w.packetGen++
+	w.inPacket = true
+	w.pos = 0
+	w.frames = w.frames[:1]
+	w.frames[0] = frame{}
+	w.fragHdr = w.wp
+	clear(w.buf[w.wp : w.wp+PacketHeaderSize])
+	w.wp += PacketHeaderSize
+	w.fragStart = w.wp
+	if !w.dropping {
+		if w.inflated {
+			w.inflated = false
+		} else {
+			w.count++
+			w.publish()
+		}
+		w.reachedMax = w.count >= MaxPacketsPerChunk
+		if w.lostPackets {
+			w.lostPackets = false
+			w.writeVarint(42<<3 | 0) // previous_packet_dropped
+			w.writeVarint(257)       // DATA_LOSS_PRESENT | DATA_LOSS_SMB_FULL
+		}
+	}
+	if w.firstPacket {
+		w.firstPacket = false
+		w.write([]byte{0xb8, 0x05, 0x01}) // first_packet_on_sequence = true
+	}
+}
+
+// finishPacket closes open nested messages, writes the last fragment's
+// size (one byte when the whole packet is at most 127 bytes and in this
+// fragment) and inflates the count so scraping sees the packet complete.
+func (w *TraceWriter) finishPacket() {
+	for len(w.frames) > 1 {
+		w.endFrame()
+	}
+	w.inPacket = false
+	if w.dropping {
+		w.lostPackets = true
+		w.stats.PacketsDropped++
+		return
+	}
+	if !w.fragmented && w.pos <= 127 {
+		copy(w.buf[w.fragHdr+1:], w.buf[w.fragStart:w.wp])
+		w.buf[w.fragHdr] = byte(w.pos)
+		w.wp -= 3
+	} else {
+		PutRedundantVarint(w.buf[w.fragHdr:], uint32(w.wp-w.fragStart))
+	}
+	if w.wp < len(w.buf) {
+		w.count++
+		w.inflated = true
+		w.publish()
+	}
+	if w.patchHead < len(w.patchStore) && w.patchStore[w.patchHead].patched {
+		w.arb.sendPatches(w)
+	}
+}
+
+// WritePacket writes one complete proto-encoded TracePacket. Packets of up
+// to 127 bytes that fit the current chunk take a copy-only fast path.
+func (w *TraceWriter) WritePacket(p []byte) error {
+	if w.closed {
+		return ErrWriterClosed
+	}
+	if len(p) > MaxMessageLength {
+		return fmt.Errorf("smb: packet of %d bytes exceeds the %d-byte limit", len(p), MaxMessageLength)
+	}
+	n := len(p)
+	if n <= 127 && w.hasChunk && !w.inPacket && !w.reachedMax && !w.lostPackets && !w.firstPacket {
+		wp := w.wp
+		buf := w.buf
+		if len(buf)-wp >= MinFreeBytesForPacket && wp+PacketHeaderSize+n <= len(buf) {
+			buf[wp] = byte(n)
+			copy(buf[wp+1:], p)
+			w.wp = wp + 1 + n
+			c := w.count
+			if !w.inflated {
+				c++
+			}
+			w.reachedMax = c >= MaxPacketsPerChunk
+			w.count = c + 1
+			w.inflated = true
+			w.packetGen++
+			atomic.StoreUint32(w.word, uint32(w.id)|uint32(w.count&0x3FF|uint16(w.flags)<<10)<<16)
+			return nil
+		}
+	}
+	w.beginPacket()
+	w.write(p)
+	w.finishPacket()
+	return w.takeErr()
+}
+
+func (w *TraceWriter) takeErr() error {
+	err := w.err
+	w.err = nil
+	return err
+}
+
+// NewTracePacket starts a packet written field by field into the SMB. A
+// packet still open is finished first. The packet ends with Finish (or
+// with the next NewTracePacket, WritePacket or Flush).
+func (w *TraceWriter) NewTracePacket() TracePacket {
+	if w.closed {
+		return TracePacket{}
+	}
+	w.beginPacket()
+	return TracePacket{Message{w: w, gen: w.packetGen}}
+}
+
+// Flush finishes an open packet, returns the partly written chunk to the
+// arbiter and delivers all pending commits.
+func (w *TraceWriter) Flush() error {
+	if w.closed {
+		return ErrWriterClosed
+	}
+	if w.inPacket {
+		w.finishPacket()
+	}
+	if w.hasChunk {
+		w.returnChunk()
+	}
+	w.arb.FlushPendingCommits()
+	return w.takeErr()
+}
+
+// Close flushes the writer and releases its writer id. Further calls
+// return ErrWriterClosed.
+func (w *TraceWriter) Close() error {
+	if w.closed {
+		return ErrWriterClosed
+	}
+	err := w.Flush()
+	w.closed = true
+	w.arb.releaseWriterID(w.id)
+	return err
+}
