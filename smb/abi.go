@@ -238,8 +238,8 @@ func putLE32(b []byte, v uint32) {
 // word32 returns the 4-byte aligned word at b[off] for atomic access.
 // REQUIRES: the address of b[off] is 4-byte aligned and off+4 <= len(b).
 func word32(b []byte, off int) *uint32 {
-	_ = b[off+3]
-	return (*uint32)(unsafe.Pointer(&b[off]))
+	w := b[off : off+4 : off+4] // bounds check without touching the bytes
+	return (*uint32)(unsafe.Pointer(unsafe.SliceData(w)))
 }
 
 func load32(b []byte, off int) uint32     { return atomic.LoadUint32(word32(b, off)) }
