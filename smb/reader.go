@@ -271,6 +271,9 @@ func (r *Reader) fill(h ChunkHeader, payload []byte, count int, complete bool) b
 func ParseFragments(payload []byte, count int) (end, n int, aborted bool, why RejectReason) {
 	off := 0
 	for n < count {
+		if off == len(payload) {
+			return off, n, false, RejectFragmentOverrun
+		}
 		size, vl := protowire.ConsumeVarint(payload[off:])
 		if vl < 0 {
 			return off, n, false, RejectBadVarint
