@@ -13,7 +13,7 @@ func (b *TraceBuffer) CloneReadOnly() *TraceBuffer {
 		readOnly:   true,
 		wr:         b.wr,
 		usedSize:   b.usedSize,
-		rd:         b.rd,
+		passStale:  true, // a read without BeginRead starts at the oldest record
 		gen:        b.gen,
 		discard:    b.discard,
 		seqs:       make(map[uint32]*seqState, len(b.seqs)),

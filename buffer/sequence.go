@@ -60,10 +60,6 @@ func (s *seqState) popFront() {
 	if s.head == len(s.ents) {
 		s.ents = s.ents[:0]
 		s.head = 0
-	} else if s.head >= 32 && s.head*2 >= len(s.ents) {
-		k := copy(s.ents, s.ents[s.head:])
-		s.ents = s.ents[:k]
-		s.head = 0
 	}
 }
 
@@ -80,6 +76,12 @@ func (s *seqState) insertAt(i int, e seqEnt) {
 		if i > 0 && i < n && inverted(s.at(i-1), s.at(i)) {
 			s.inversions--
 		}
+	}
+	if len(s.ents) == cap(s.ents) && s.head > 0 && s.head*4 >= len(s.ents) {
+		// Reuse the space of popped records instead of growing.
+		k := copy(s.ents, s.ents[s.head:])
+		s.ents = s.ents[:k]
+		s.head = 0
 	}
 	s.ents = append(s.ents, seqEnt{})
 	p := s.head + i
