@@ -33,7 +33,11 @@ const (
 	Drop BufferExhaustedPolicy = iota
 	// Stall waits (with back-off, flushing pending commits so the service
 	// can free chunks) up to ArbiterOptions.StallTimeout, then reports an
-	// error and drops the packet as Drop does.
+	// error and drops the packet as Drop does. Until the writer gets a
+	// chunk again it behaves as Drop (Perfetto's kStallThenDrop), so a
+	// stuck service costs one timeout, not one per packet. The writer
+	// holds its current chunk while it waits for the next one, so the SMB
+	// needs more chunks than there are writers.
 	Stall
 )
 

@@ -148,9 +148,13 @@ func (w *TraceWriter) startChunk() {
 		w.returnChunk()
 	}
 	h := ChunkHeader{ChunkID: w.nextChunkID, WriterID: w.id}
-	p, c, chunk, err := w.arb.acquire(h, w.policy)
+	policy := w.policy
+	if w.dropping {
+		policy = Drop // a writer that already timed out does not stall again until it recovers
+	}
+	p, c, chunk, err := w.arb.acquire(h, policy)
 	if err != nil {
-		if w.policy == Stall {
+		if policy == Stall {
 			w.err = err
 		}
 		w.enterDrop()
@@ -372,7 +376,11 @@ func (w *TraceWriter) finishPacket() {
 }
 
 // WritePacket writes one complete proto-encoded TracePacket. Packets of up
-// to 127 bytes that fit the current chunk take a copy-only fast path.
+// to 127 bytes that fit the current chunk take a copy-only fast path. An
+// empty packet becomes a zero-length fragment, which readers skip as
+// padding (as in Perfetto). Under the Drop policy a lost packet is not an
+// error (it is counted in Stats and flagged on the next packet); under
+// Stall the error says how long the writer waited.
 func (w *TraceWriter) WritePacket(p []byte) error {
 	if w.closed {
 		return ErrWriterClosed
