@@ -204,3 +204,10 @@ func TestNoPacketStartsInLast12Bytes(t *testing.T) {
 		t.Fatalf("padding byte %#x", b)
 	}
 }
+
+// TraceWriter must satisfy plugins.PacketWriter (matched by method set;
+// smb does not import plugins).
+var _ interface {
+	WritePacket([]byte) error
+	Flush() error
+} = (*TraceWriter)(nil)
