@@ -149,10 +149,15 @@ func drain(b *TraceBuffer) (packets, bytes int) {
 func BenchmarkTraceBuffer(b *testing.B) {
 	ts100 := benchTemplates(100)
 
-	b.Run("WR_SingleWriter", func(b *testing.B) {
+	singleWriter := func(b *testing.B, observe bool) {
 		buf, err := New(64<<20, RingBuffer)
 		if err != nil {
 			b.Fatal(err)
+		}
+		if observe {
+			// Every evicted packet is reconstructed, as for ProtoVM.
+			n := 0
+			buf.SetOverwriteObserver(func(_ SequenceProperties, p [][]byte) { n += len(p) })
 		}
 		chunkID, tpl := uint32(0), 0
 		iteration := func() {
@@ -174,7 +179,12 @@ func BenchmarkTraceBuffer(b *testing.B) {
 		for b.Loop() {
 			iteration()
 		}
-	})
+	}
+	b.Run("WR_SingleWriter", func(b *testing.B) { singleWriter(b, false) })
+	// Not one of Perfetto's workloads: the same with an overwrite observer,
+	// which disables the overwrite fast path (Perfetto's V2 always walks
+	// evicted packets).
+	b.Run("WR_SingleWriterObserved", func(b *testing.B) { singleWriter(b, true) })
 
 	b.Run("WR_MultipleWriters", func(b *testing.B) {
 		const writers = 1000
