@@ -1,0 +1,113 @@
+package protovm
+
+import "google.golang.org/protobuf/encoding/protowire"
+
+// Marshal encodes the program as VmProgram bytes: fields in field-number
+// order, optional fields written when their Has flag is set.
+func (p *Program) Marshal() []byte {
+	var b []byte
+	if p.HasVersion {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(p.Version))
+	}
+	for i := range p.Instructions {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, p.Instructions[i].marshal(nil))
+	}
+	return b
+}
+
+func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, v)
+}
+
+func appendBool(v bool) uint64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// enumVarint encodes an int32 enum like protobuf does (negative values are
+// sign-extended to 64 bits).
+func enumVarint(v int32) uint64 { return uint64(int64(v)) }
+
+func (ins *Instruction) marshal(b []byte) []byte {
+	if s := ins.Select; s != nil {
+		var sb []byte
+		if s.HasCursor {
+			sb = appendVarintField(sb, 1, enumVarint(s.Cursor))
+		}
+		for i := range s.Path {
+			sb = protowire.AppendTag(sb, 2, protowire.BytesType)
+			sb = protowire.AppendBytes(sb, s.Path[i].marshal())
+		}
+		if s.HasCreateIfNotExist {
+			sb = appendVarintField(sb, 3, appendBool(s.CreateIfNotExist))
+		}
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendBytes(b, sb)
+	}
+	if r := ins.RegLoad; r != nil {
+		var rb []byte
+		if r.HasCursor {
+			rb = appendVarintField(rb, 1, enumVarint(r.Cursor))
+		}
+		if r.HasDstRegister {
+			rb = appendVarintField(rb, 2, uint64(r.DstRegister))
+		}
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, rb)
+	}
+	if m := ins.Merge; m != nil {
+		var mb []byte
+		if m.HasSkipSubmessages {
+			mb = appendVarintField(mb, 1, appendBool(m.SkipSubmessages))
+		}
+		if m.HasDelIfSrcEmpty {
+			mb = appendVarintField(mb, 2, appendBool(m.DelIfSrcEmpty))
+		}
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		b = protowire.AppendBytes(b, mb)
+	}
+	if ins.Set {
+		b = protowire.AppendTag(b, 4, protowire.BytesType)
+		b = protowire.AppendBytes(b, nil)
+	}
+	if ins.Del {
+		b = protowire.AppendTag(b, 5, protowire.BytesType)
+		b = protowire.AppendBytes(b, nil)
+	}
+	if ins.HasAbortLevel {
+		b = appendVarintField(b, 6, enumVarint(ins.AbortLevel))
+	}
+	for i := range ins.Nested {
+		b = protowire.AppendTag(b, 7, protowire.BytesType)
+		b = protowire.AppendBytes(b, ins.Nested[i].marshal(nil))
+	}
+	return b
+}
+
+func (c *PathComponent) marshal() []byte {
+	var b []byte
+	if c.HasFieldID {
+		b = appendVarintField(b, 1, uint64(c.FieldID))
+	}
+	if c.HasArrayIndex {
+		b = appendVarintField(b, 2, uint64(c.ArrayIndex))
+	}
+	if c.HasMapKeyFieldID {
+		b = appendVarintField(b, 3, uint64(c.MapKeyFieldID))
+	}
+	if c.HasIsRepeated {
+		b = appendVarintField(b, 5, appendBool(c.IsRepeated))
+	}
+	if c.HasRegisterToMatch {
+		b = appendVarintField(b, 6, uint64(c.RegisterToMatch))
+	}
+	if c.HasStoreForeachIdx {
+		b = appendVarintField(b, 7, uint64(c.StoreForeachIdxInto))
+	}
+	return b
+}

@@ -1,0 +1,134 @@
+package protovm
+
+// This file holds the wire-level field reader shared by the patch cursor, the
+// state tree decoder and the merge operation. It reproduces the decoding
+// rules of Perfetto's protozero ProtoDecoder, because the golden states depend
+// on them: decoding silently stops at the first malformed field (truncated
+// varint or payload, wire types 3, 4, 6, 7, field id 0) and fields whose id
+// does not fit in 16 bits are skipped.
+
+// Wire types as they appear in a proto tag.
+const (
+	wireVarint  = 0
+	wireFixed64 = 1
+	wireLen     = 2
+	wireFixed32 = 5
+)
+
+// maxDecodedFieldID is the largest field id the decoder reports; larger ids
+// are skipped like protozero does (its Field keeps the id in 16 bits).
+const maxDecodedFieldID = 0xFFFF
+
+// field is one decoded proto field. For wireLen, data is the payload (a
+// sub-slice of the decoded buffer); otherwise val holds the raw value
+// (fixed32 zero-extended).
+type field struct {
+	id   uint32
+	wire uint8
+	val  uint64
+	data []byte
+}
+
+// parseVarint decodes a varint of at most 10 bytes starting at b[pos]. Bits
+// beyond 64 are dropped. ok is false when the varint is truncated or longer
+// than 10 bytes.
+func parseVarint(b []byte, pos int) (v uint64, next int, ok bool) {
+	var shift uint
+	for i := pos; i < len(b) && shift < 64; shift += 7 {
+		c := b[i]
+		i++
+		v |= uint64(c&0x7f) << shift
+		if c&0x80 == 0 {
+			return v, i, true
+		}
+	}
+	return 0, pos, false
+}
+
+// readField decodes the next field at or after pos, skipping fields with
+// oversized ids. ok is false at the end of b or at the first malformed
+// field; decoding must stop there.
+func readField(b []byte, pos int) (f field, next int, ok bool) {
+	for {
+		if pos >= len(b) {
+			return field{}, pos, false
+		}
+		var preamble uint64
+		p := pos
+		if b[p] < 0x80 {
+			preamble = uint64(b[p])
+			p++
+		} else {
+			var vok bool
+			preamble, p, vok = parseVarint(b, p)
+			if !vok {
+				return field{}, pos, false
+			}
+		}
+		id := uint32(preamble >> 3)
+		if id == 0 || p >= len(b) {
+			return field{}, pos, false
+		}
+		f = field{id: id, wire: uint8(preamble & 7)}
+		switch f.wire {
+		case wireVarint:
+			v, np, vok := parseVarint(b, p)
+			if !vok {
+				return field{}, pos, false
+			}
+			f.val, p = v, np
+		case wireLen:
+			n, np, vok := parseVarint(b, p)
+			if !vok || n > uint64(len(b)-np) {
+				return field{}, pos, false
+			}
+			f.data = b[np : np+int(n) : np+int(n)]
+			p = np + int(n)
+		case wireFixed64:
+			if len(b)-p < 8 {
+				return field{}, pos, false
+			}
+			f.val = uint64(b[p]) | uint64(b[p+1])<<8 | uint64(b[p+2])<<16 | uint64(b[p+3])<<24 |
+				uint64(b[p+4])<<32 | uint64(b[p+5])<<40 | uint64(b[p+6])<<48 | uint64(b[p+7])<<56
+			p += 8
+		case wireFixed32:
+			if len(b)-p < 4 {
+				return field{}, pos, false
+			}
+			f.val = uint64(b[p]) | uint64(b[p+1])<<8 | uint64(b[p+2])<<16 | uint64(b[p+3])<<24
+			p += 4
+		default:
+			return field{}, pos, false
+		}
+		if id > maxDecodedFieldID {
+			pos = p
+			continue
+		}
+		return f, p, true
+	}
+}
+
+// appendVarint appends v as a minimal varint.
+func appendVarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// varintLen is the size of v as a minimal varint.
+func varintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// appendTag appends a field tag. Like protozero, the tag is computed in 32
+// bits, so ids of 2^29 and above wrap.
+func appendTag(b []byte, id uint32, wire uint8) []byte {
+	return appendVarint(b, uint64(id<<3|uint32(wire)))
+}
