@@ -1,0 +1,114 @@
+package tracefile
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"text/tabwriter"
+)
+
+// WriteLossTable renders rows as an aligned text table (the body of
+// `tracepipe stats`): columns SCOPE, COUNTER, SEVERITY, VALUE. Rows with
+// actual loss are marked with "!" in the first column. A closing line
+// sums up the data loss.
+func WriteLossTable(w io.Writer, rows []LossRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\tSCOPE\tCOUNTER\tSEVERITY\tVALUE")
+	lost := 0
+	for _, r := range rows {
+		mark := ""
+		if r.Lost() {
+			mark = "!"
+			lost++
+		}
+		scope := "service"
+		if r.Index >= 0 {
+			scope = "buffer " + r.indexString()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", mark, scope, r.Name, r.Severity, r.Value)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var err error
+	if lost == 0 {
+		_, err = fmt.Fprintln(w, "no data loss recorded")
+	} else {
+		_, err = fmt.Fprintf(w, "DATA LOSS: %d counter(s) non-zero (marked !)\n", lost)
+	}
+	return err
+}
+
+// WriteText renders the summary as aligned text (the body of
+// `tracepipe inspect`): totals, a per-sequence table, packet kinds, the
+// loss table of the last TraceStats, and the first packets.
+func (s *Summary) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "compression:\t%s\n", s.Compression)
+	fmt.Fprintf(tw, "packets:\t%d\n", s.Packets)
+	fmt.Fprintf(tw, "packet bytes:\t%d\n", s.Bytes)
+	fmt.Fprintf(tw, "stream bytes:\t%d\n", s.StreamBytes)
+	if s.HasTimestamps {
+		fmt.Fprintf(tw, "timestamps:\t%d .. %d (span %d)\n", s.MinTimestamp, s.MaxTimestamp, s.MaxTimestamp-s.MinTimestamp)
+	} else {
+		fmt.Fprintf(tw, "timestamps:\tnone\n")
+	}
+	fmt.Fprintf(tw, "previous_packet_dropped:\t%d packets\n", s.PreviousPacketDropped)
+	fmt.Fprintf(tw, "trace_stats packets:\t%d\n", s.TraceStatsPackets)
+	if s.BadPackets > 0 {
+		fmt.Fprintf(tw, "malformed packets:\t%d\n", s.BadPackets)
+	}
+	if s.SkippedFields > 0 {
+		fmt.Fprintf(tw, "skipped top-level fields:\t%d\n", s.SkippedFields)
+	}
+	if s.Truncated {
+		fmt.Fprintf(tw, "TRUNCATED:\t%v\n", s.TruncatedErr)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\nsequences:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tPACKETS\tBYTES\tMIN_TS\tMAX_TS\tDROPPED\tLOSS_BITS")
+	for _, q := range s.Sequences {
+		lo, hi := "-", "-"
+		if q.HasTimestamps {
+			lo, hi = strconv.FormatUint(q.MinTimestamp, 10), strconv.FormatUint(q.MaxTimestamp, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%d\t%s\n", q.ID, q.Packets, q.Bytes, lo, hi, q.PreviousPacketDropped, LossReasonString(q.LossBits))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\nkinds:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	kinds := make([]string, 0, len(s.Kinds))
+	for k := range s.Kinds {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		name := k
+		if name == "" {
+			name = "(none)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\n", name, s.Kinds[k])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	if s.LastTraceStats != nil {
+		fmt.Fprintln(w, "\nlast trace_stats:")
+		if err := WriteLossTable(w, LossReport(*s.LastTraceStats)); err != nil {
+			return err
+		}
+	}
+	for i, p := range s.First {
+		fmt.Fprintf(w, "\npacket %d at offset %d:\n%s", i, p.Offset, p.Text)
+	}
+	return nil
+}
