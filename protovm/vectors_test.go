@@ -38,14 +38,14 @@ var (
       3a 14 0a 0e 08 02 12 02 08 01 12 04 18 01 30 00 18 01
             3a 02 22 00`)
 
-	patchInitialState   = hx("1a 04 08 00 10 0a 1a 04 08 01 10 0b")
-	patchDel            = hx("08 00")
-	patchMerge1         = hx("12 04 08 00 10 0a")
-	patchMerge2         = hx("12 04 08 00 10 64 12 04 08 01 10 65")
-	patchSet            = hx("1a 02 08 00 1a 04 08 01 10 65")
-	patchInconsistent   = hx("1a 15 0a 13 72 61 6e 64 6f 6d 20 69 6e 76 61 6c 69 64 20 64 61 74 61")
-	traceEntryTwoElems  = hx("0a 12 08 00 10 0a 1d 20 00 00 00 21 40 00 00 00 00 00 00 00 0a 04 08 01 10 0b")
-	tenMiB              = 10 << 20
+	patchInitialState  = hx("1a 04 08 00 10 0a 1a 04 08 01 10 0b")
+	patchDel           = hx("08 00")
+	patchMerge1        = hx("12 04 08 00 10 0a")
+	patchMerge2        = hx("12 04 08 00 10 64 12 04 08 01 10 65")
+	patchSet           = hx("1a 02 08 00 1a 04 08 01 10 65")
+	patchInconsistent  = hx("1a 15 0a 13 72 61 6e 64 6f 6d 20 69 6e 76 61 6c 69 64 20 64 61 74 61")
+	traceEntryTwoElems = hx("0a 12 08 00 10 0a 1d 20 00 00 00 21 40 00 00 00 00 00 00 00 0a 04 08 01 10 0b")
+	tenMiB             = 10 << 20
 )
 
 func newVM(t testing.TB, prog []byte, limit int) *VM {
