@@ -3,10 +3,11 @@ package protovm
 import "google.golang.org/protobuf/encoding/protowire"
 
 // Marshal encodes the program as VmProgram bytes: fields in field-number
-// order, optional fields written when their Has flag is set.
+// order; an optional field is written when its Has flag is set or its value
+// is not the zero value.
 func (p *Program) Marshal() []byte {
 	var b []byte
-	if p.HasVersion {
+	if p.HasVersion || p.Version != 0 {
 		b = protowire.AppendTag(b, 1, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(p.Version))
 	}
@@ -36,14 +37,14 @@ func enumVarint(v int32) uint64 { return uint64(int64(v)) }
 func (ins *Instruction) marshal(b []byte) []byte {
 	if s := ins.Select; s != nil {
 		var sb []byte
-		if s.HasCursor {
+		if s.HasCursor || s.Cursor != 0 {
 			sb = appendVarintField(sb, 1, enumVarint(s.Cursor))
 		}
 		for i := range s.Path {
 			sb = protowire.AppendTag(sb, 2, protowire.BytesType)
 			sb = protowire.AppendBytes(sb, s.Path[i].marshal())
 		}
-		if s.HasCreateIfNotExist {
+		if s.HasCreateIfNotExist || s.CreateIfNotExist {
 			sb = appendVarintField(sb, 3, appendBool(s.CreateIfNotExist))
 		}
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
@@ -51,10 +52,10 @@ func (ins *Instruction) marshal(b []byte) []byte {
 	}
 	if r := ins.RegLoad; r != nil {
 		var rb []byte
-		if r.HasCursor {
+		if r.HasCursor || r.Cursor != 0 {
 			rb = appendVarintField(rb, 1, enumVarint(r.Cursor))
 		}
-		if r.HasDstRegister {
+		if r.HasDstRegister || r.DstRegister != 0 {
 			rb = appendVarintField(rb, 2, uint64(r.DstRegister))
 		}
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
@@ -62,10 +63,10 @@ func (ins *Instruction) marshal(b []byte) []byte {
 	}
 	if m := ins.Merge; m != nil {
 		var mb []byte
-		if m.HasSkipSubmessages {
+		if m.HasSkipSubmessages || m.SkipSubmessages {
 			mb = appendVarintField(mb, 1, appendBool(m.SkipSubmessages))
 		}
-		if m.HasDelIfSrcEmpty {
+		if m.HasDelIfSrcEmpty || m.DelIfSrcEmpty {
 			mb = appendVarintField(mb, 2, appendBool(m.DelIfSrcEmpty))
 		}
 		b = protowire.AppendTag(b, 3, protowire.BytesType)
@@ -79,7 +80,7 @@ func (ins *Instruction) marshal(b []byte) []byte {
 		b = protowire.AppendTag(b, 5, protowire.BytesType)
 		b = protowire.AppendBytes(b, nil)
 	}
-	if ins.HasAbortLevel {
+	if ins.HasAbortLevel || ins.AbortLevel != 0 {
 		b = appendVarintField(b, 6, enumVarint(ins.AbortLevel))
 	}
 	for i := range ins.Nested {
@@ -91,22 +92,22 @@ func (ins *Instruction) marshal(b []byte) []byte {
 
 func (c *PathComponent) marshal() []byte {
 	var b []byte
-	if c.HasFieldID {
+	if c.HasFieldID || c.FieldID != 0 {
 		b = appendVarintField(b, 1, uint64(c.FieldID))
 	}
-	if c.HasArrayIndex {
+	if c.HasArrayIndex || c.ArrayIndex != 0 {
 		b = appendVarintField(b, 2, uint64(c.ArrayIndex))
 	}
-	if c.HasMapKeyFieldID {
+	if c.HasMapKeyFieldID || c.MapKeyFieldID != 0 {
 		b = appendVarintField(b, 3, uint64(c.MapKeyFieldID))
 	}
-	if c.HasIsRepeated {
+	if c.HasIsRepeated || c.IsRepeated {
 		b = appendVarintField(b, 5, appendBool(c.IsRepeated))
 	}
-	if c.HasRegisterToMatch {
+	if c.HasRegisterToMatch || c.RegisterToMatch != 0 {
 		b = appendVarintField(b, 6, uint64(c.RegisterToMatch))
 	}
-	if c.HasStoreForeachIdx {
+	if c.HasStoreForeachIdx || c.StoreForeachIdxInto != 0 {
 		b = appendVarintField(b, 7, uint64(c.StoreForeachIdxInto))
 	}
 	return b
