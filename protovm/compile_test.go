@@ -102,7 +102,7 @@ var (
 
 // TestCompileReferencePrograms reproduces the compiler goldens of Perfetto's
 // compiler_unittest.cc (protovm.md §8.2) from YAML with names.
-func TestCompileReferencePrograms(t *testing.T) {
+func TestProtoVMCompileReferencePrograms(t *testing.T) {
 	files := testFiles(t)
 	head := "root_message: perfetto.protos.TracePacket\ncommands:\n"
 	for _, tc := range []struct {
@@ -152,7 +152,7 @@ func TestCompileReferencePrograms(t *testing.T) {
 	}
 }
 
-func TestCompileErrors(t *testing.T) {
+func TestProtoVMCompileErrors(t *testing.T) {
 	files := testFiles(t)
 	for _, tc := range []struct{ yaml, want string }{
 		{"root_message: perfetto.protos.TracePacket\ncommands:\n  - set: {src: [for_testing, nope], dst: []}\n", "commands[0].set.src[1]: Failed to lookup field name: nope"},

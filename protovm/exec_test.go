@@ -7,7 +7,7 @@ import (
 
 // TestAbortLevels checks how an Error (a SRC path absent from the patch)
 // propagates under each abort level; the second instruction is a root set.
-func TestAbortLevels(t *testing.T) {
+func TestProtoVMAbortLevels(t *testing.T) {
 	for _, tc := range []struct {
 		level    int32
 		hasLevel bool
@@ -41,7 +41,7 @@ func TestAbortLevels(t *testing.T) {
 
 // TestNestedErrorBreaksOuter: an Error nested two levels deep stops the
 // enclosing lists (default level) and the program returns Error.
-func TestNestedErrorBreaksOuter(t *testing.T) {
+func TestProtoVMNestedErrorBreaksOuter(t *testing.T) {
 	prog := (&Program{Instructions: []Instruction{
 		src(path(1), src(path(9), opSet), opSet),
 		opSet,
@@ -57,7 +57,7 @@ func TestNestedErrorBreaksOuter(t *testing.T) {
 
 // TestStepBudget: nested iterations whose product exceeds the budget abort
 // instead of running unbounded.
-func TestStepBudget(t *testing.T) {
+func TestProtoVMStepBudget(t *testing.T) {
 	const n = 3000
 	var state, patch []byte
 	for i := 0; i < n; i++ {
@@ -83,7 +83,7 @@ func TestStepBudget(t *testing.T) {
 
 // TestDeleteRules covers del on the root, on a keyed element and the
 // aliasing and invalid-cursor aborts (Perfetto's vm_unittest programs).
-func TestDeleteRules(t *testing.T) {
+func TestProtoVMDeleteRules(t *testing.T) {
 	aliasedRoot := (&Program{Instructions: []Instruction{dst(false, nil, opDel)}}).Marshal()
 	v := newVM(t, aliasedRoot, tenMiB)
 	if st := v.ApplyPatch(patchInitialState); !st.IsOk() {
@@ -106,7 +106,7 @@ func TestDeleteRules(t *testing.T) {
 // TestMergeRepeatedSemantics: a repeated field is replaced wholesale; a
 // field id repeated within one src merge becomes a list; skip_submessages
 // keeps decoded messages; del_if_src_empty deletes.
-func TestMergeRepeatedSemantics(t *testing.T) {
+func TestProtoVMMergeRepeatedSemantics(t *testing.T) {
 	rootMerge := func(m *Merge) []byte {
 		return (&Program{Instructions: []Instruction{{Merge: m}}}).Marshal()
 	}

@@ -156,3 +156,6 @@ func replayGolden(t *testing.T, file string) int {
 	_ = lastCode
 	return n
 }
+
+// TestProtoVMGolden is TestGolden under the package's -run ProtoVM filter.
+func TestProtoVMGolden(t *testing.T) { TestGolden(t) }

@@ -155,7 +155,7 @@ func TestProtoVMMemoryLimitCounted(t *testing.T) {
 	}
 }
 
-func TestCompileVectors(t *testing.T) {
+func TestProtoVMCompileVectors(t *testing.T) {
 	for _, tc := range []struct {
 		file string
 		want []byte
@@ -177,7 +177,7 @@ func TestCompileVectors(t *testing.T) {
 	}
 }
 
-func TestParseProgramRoundTrip(t *testing.T) {
+func TestProtoVMParseProgramRoundTrip(t *testing.T) {
 	for _, prog := range [][]byte{serviceProgram, incrementalProgram} {
 		p, err := ParseProgram(prog)
 		if err != nil {
@@ -189,7 +189,7 @@ func TestParseProgramRoundTrip(t *testing.T) {
 	}
 }
 
-func TestParseProgramErrors(t *testing.T) {
+func TestProtoVMParseProgramErrors(t *testing.T) {
 	for _, tc := range []struct {
 		prog string
 		want string
