@@ -1,0 +1,320 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+var bg = context.Background()
+
+func newTestFile(t *testing.T, opts FileOptions, hooks fileHooks) *FileSink {
+	t.Helper()
+	if opts.Path == "" {
+		opts.Path = filepath.Join(t.TempDir(), "trace.pftrace")
+	}
+	if opts.FsyncPeriod == 0 && hooks.tick == nil {
+		opts.FsyncPeriod = -1
+	}
+	s, err := newFileSink(opts, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestFileSinkRoundTrip(t *testing.T) {
+	s := newTestFile(t, FileOptions{BufferSize: 256}, fileHooks{})
+	var all [][]byte
+	var bytesIn uint64
+	for i := 0; i < 50; i++ {
+		batch := [][]byte{mkPacket(2, uint64(i), tracefile.FieldTrackEvent, i*13%400), mkPacket(3, uint64(i), tracefile.FieldSysStats, 0)}
+		for _, p := range batch {
+			bytesIn += uint64(len(p))
+		}
+		all = append(all, batch...)
+		if err := s.Write(bg, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	samePackets(t, mustRead(t, s.opts.Path), all)
+	st := s.Stats()
+	if st.PacketsWritten != 100 || st.BytesWritten != bytesIn || st.PacketsDropped() != 0 || st.Errors != 0 || st.FileSyncs != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if err := s.Close(bg); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := s.Write(bg, all[:3]); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Write after Close: %v", err)
+	}
+	if st := s.Stats(); st.PacketsDroppedError != 3 {
+		t.Fatalf("write after close not counted: %+v", st)
+	}
+}
+
+// TestFileSinkValidAtEveryBoundary reads the file after every write (no
+// flush: what a kill -9 would leave) and after every Flush. Records bigger
+// than the buffer take the direct path.
+func TestFileSinkValidAtEveryBoundary(t *testing.T) {
+	s := newTestFile(t, FileOptions{BufferSize: 300}, fileHooks{})
+	defer s.Close(bg)
+	var all [][]byte
+	for i := 0; i < 40; i++ {
+		p := mkPacket(2, uint64(i), tracefile.FieldTrackEvent, (i*97)%700)
+		all = append(all, p)
+		if err := s.Write(bg, [][]byte{p}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readTrace(t, s.opts.Path)
+		if err != nil && !errors.Is(err, tracefile.ErrTruncated) {
+			t.Fatalf("after write %d: %v", i, err)
+		}
+		samePackets(t, got, all[:len(got)])
+		if i%3 == 0 {
+			if err := s.Flush(bg); err != nil {
+				t.Fatal(err)
+			}
+			samePackets(t, mustRead(t, s.opts.Path), all)
+		}
+	}
+}
+
+func TestFileSinkRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.pftrace")
+	const max = 1000
+	s := newTestFile(t, FileOptions{Path: path, MaxFileSize: max, BufferSize: 128}, fileHooks{})
+	var all [][]byte
+	for i := 0; i < 30; i++ {
+		n := 80
+		if i == 17 {
+			n = 1500 // larger than the cap: a file of its own
+		}
+		p := mkPacket(2, uint64(i), tracefile.FieldTrackEvent, n)
+		all = append(all, p)
+		if err := s.Write(bg, [][]byte{p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	files := s.Files()
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != len(files) {
+		t.Fatalf("%d files on disk, sink reports %v", len(entries), files)
+	}
+	var got [][]byte
+	for i, name := range files {
+		want := path
+		if i > 0 {
+			want = path + "." + strconv.Itoa(i)
+		}
+		if name != want {
+			t.Fatalf("file %d named %s, want %s", i, name, want)
+		}
+		pkts := mustRead(t, name)
+		st, _ := os.Stat(name)
+		if st.Size() >= max && len(pkts) != 1 {
+			t.Fatalf("%s is %d bytes (cap %d) with %d packets", name, st.Size(), max, len(pkts))
+		}
+		got = append(got, pkts...)
+	}
+	samePackets(t, got, all)
+	if st := s.Stats(); st.FilesRotated != uint64(len(files)-1) || st.PacketsWritten != 30 || len(files) < 4 {
+		t.Fatalf("%d files, stats %+v", len(files), st)
+	}
+}
+
+func TestFileSinkCompression(t *testing.T) {
+	for _, comp := range []string{CompressionGzip, CompressionZstd} {
+		t.Run(comp, func(t *testing.T) {
+			s := newTestFile(t, FileOptions{Compression: comp, MaxFileSize: 4000, BufferSize: 512}, fileHooks{})
+			var all [][]byte
+			for i := 0; i < 100; i++ {
+				p := mkPacket(uint32(2+i%3), uint64(i), tracefile.FieldTrackEvent, 100+i)
+				all = append(all, p)
+				if err := s.Write(bg, [][]byte{p}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Mid-stream: the open file holds every flushed packet and ends
+			// like a cut compressed stream.
+			if err := s.Flush(bg); err != nil {
+				t.Fatal(err)
+			}
+			files := s.Files()
+			var got [][]byte
+			for _, name := range files[:len(files)-1] {
+				got = append(got, mustRead(t, name)...)
+			}
+			last, err := readTrace(t, files[len(files)-1])
+			if !errors.Is(err, tracefile.ErrTruncated) {
+				t.Fatalf("open compressed file: %v, want ErrTruncated", err)
+			}
+			samePackets(t, append(got, last...), all)
+
+			if err := s.Close(bg); err != nil {
+				t.Fatal(err)
+			}
+			got = nil
+			for _, name := range s.Files() {
+				f, _ := os.Open(name)
+				rd, err := tracefile.NewReader(f)
+				if err != nil || rd.Compression().String() != comp {
+					t.Fatalf("%s: compression %v, %v", name, rd.Compression(), err)
+				}
+				rd.Close()
+				f.Close()
+				got = append(got, mustRead(t, name)...)
+			}
+			samePackets(t, got, all)
+			if len(s.Files()) < 2 {
+				t.Fatalf("expected rotation, got %v", s.Files())
+			}
+		})
+	}
+}
+
+func TestFileSinkNeverOverwrites(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t")
+	if err := os.WriteFile(path, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewFile(FileOptions{Path: path})
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("existing file: %v", err)
+	}
+	// Rotation onto an existing name fails, is counted, and drops.
+	path2 := filepath.Join(dir, "u")
+	os.WriteFile(path2+".1", []byte("keep"), 0o644)
+	s := newTestFile(t, FileOptions{Path: path2, MaxFileSize: 100}, fileHooks{})
+	p := mkPacket(2, 1, tracefile.FieldTrackEvent, 60)
+	if err := s.Write(bg, [][]byte{p, p, p}); err == nil {
+		t.Fatal("rotation onto an existing file did not fail")
+	}
+	st := s.Stats()
+	if st.PacketsWritten != 1 || st.PacketsDroppedError != 2 || st.Errors == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if b, _ := os.ReadFile(path2 + ".1"); string(b) != "keep" {
+		t.Fatal("existing file modified")
+	}
+	s.Close(bg)
+	samePackets(t, mustRead(t, path2), [][]byte{p})
+}
+
+// TestFileSinkFsyncTicker drives the periodic fsync with a fake ticker and
+// counts sync calls; no timing involved.
+func TestFileSinkFsyncTicker(t *testing.T) {
+	tick := make(chan time.Time)
+	synced := make(chan int64, 10)
+	hooks := fileHooks{tick: tick, sync: func(f *os.File) error {
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		synced <- st.Size()
+		return nil
+	}}
+	s := newTestFile(t, FileOptions{}, hooks)
+	p := mkPacket(2, 1, tracefile.FieldTrackEvent, 10)
+	rec := int64(tracefile.RecordSize(len(p)))
+	for round := int64(1); round <= 3; round++ {
+		if err := s.Write(bg, [][]byte{p}); err != nil {
+			t.Fatal(err)
+		}
+		tick <- time.Now()
+		// The sync sees the buffered record flushed to the file first.
+		if size := <-synced; size != round*rec {
+			t.Fatalf("round %d: synced file of %d bytes, want %d", round, size, round*rec)
+		}
+	}
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	if size := <-synced; size != 3*rec {
+		t.Fatalf("close sync saw %d bytes", size)
+	}
+	if st := s.Stats(); st.FileSyncs != 4 {
+		t.Fatalf("FileSyncs %d, want 4", st.FileSyncs)
+	}
+	select {
+	case <-synced:
+		t.Fatal("extra sync")
+	default:
+	}
+	// A failing sync is counted and reported at Close.
+	hooks.sync = func(*os.File) error { return errors.New("disk on fire") }
+	hooks.tick = nil
+	s = newTestFile(t, FileOptions{FsyncPeriod: -1}, hooks)
+	if err := s.Close(bg); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("close with failing sync: %v", err)
+	}
+	if st := s.Stats(); st.Errors != 1 || st.FileSyncs != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestFileSinkWriteErrorAccounting breaks the file under the sink and
+// checks that every packet is either written or dropped, never both.
+func TestFileSinkWriteErrorAccounting(t *testing.T) {
+	s := newTestFile(t, FileOptions{BufferSize: 1024}, fileHooks{})
+	p := mkPacket(2, 1, tracefile.FieldTrackEvent, 100)
+	if err := s.Write(bg, [][]byte{p, p}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(bg); err != nil {
+		t.Fatal(err)
+	}
+	s.f.Close() // the disk goes away
+	if err := s.Write(bg, [][]byte{p, p}); err != nil {
+		t.Fatalf("buffered write: %v", err)
+	}
+	if err := s.Flush(bg); err == nil {
+		t.Fatal("flush to a closed file succeeded")
+	}
+	if err := s.Write(bg, [][]byte{p}); err == nil {
+		t.Fatal("write after failure succeeded")
+	}
+	st := s.Stats()
+	if st.PacketsWritten != 2 || st.PacketsDroppedError != 3 || st.BytesDroppedError != 3*uint64(len(p)) || st.Errors == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	s2 := newTestFile(t, FileOptions{}, fileHooks{})
+	defer s2.Close(bg)
+	if err := s2.Write(ctx, [][]byte{p}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+	if st := s2.Stats(); st.PacketsDroppedError != 1 {
+		t.Fatalf("cancelled write not counted: %+v", st)
+	}
+}
+
+func TestFileSinkWriteAllocs(t *testing.T) {
+	for _, comp := range []string{CompressionNone, CompressionZstd, CompressionGzip} {
+		s := newTestFile(t, FileOptions{Compression: comp, BufferSize: 64 << 10}, fileHooks{})
+		batch := [][]byte{mkPacket(2, 1, tracefile.FieldTrackEvent, 1000), mkPacket(2, 2, tracefile.FieldTrackEvent, 100000)}
+		for i := 0; i < 200; i++ { // warm up the compressor's buffers
+			s.Write(bg, batch)
+		}
+		if n := testing.AllocsPerRun(200, func() { s.Write(bg, batch) }); n != 0 {
+			t.Errorf("%s: Write allocates %.1f times per call", comp, n)
+		}
+		s.Close(bg)
+	}
+}

@@ -1,0 +1,98 @@
+package sinks
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+func TestFilterCompileErrors(t *testing.T) {
+	cases := []struct{ expr, want string }{
+		{`packet.timestmp > 5`, "1:7"},                      // unknown field, with position
+		{`packet.kind > 3`, "found no matching overload"},   // type error
+		{`packet.size`, "result type is int, want bool"},    // not a predicate
+		{`packet.kind == "track_event" &&`, "Syntax error"}, // parse error
+		{`pkt.size > 1`, "undeclared reference to 'pkt'"},
+	}
+	for _, c := range cases {
+		_, err := NewFilter(c.expr)
+		if err == nil {
+			t.Errorf("%q compiled", c.expr)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.expr) {
+			t.Errorf("%q: error %q lacks %q or the expression", c.expr, err, c.want)
+		}
+	}
+}
+
+func TestFilterOnEncodedPackets(t *testing.T) {
+	te := mkPacket(2, 1000, tracefile.FieldTrackEvent, 5)
+	ss := mkPacket(3, 2000, tracefile.FieldSysStats, 5)
+	lost := tracefile.AppendTrusted(tracefile.AppendTimestamp(nil, 3000), tracefile.Trusted{UID: 7, SequenceID: 4, PreviousPacketDropped: 65})
+	first := tracefile.AppendFirstPacketOnSequence(append([]byte(nil), te...))
+	ts := tracefile.TraceStats{BufferStats: []tracefile.BufferStats{{ChunksOverwritten: 1}}}
+	stats := tracefile.AppendTraceStatsPacket(nil, &ts, 0, 5)
+	cases := []struct {
+		expr string
+		want []bool // te, ss, lost, first, stats
+	}{
+		{`packet.kind == "track_event"`, []bool{true, false, false, true, true}},
+		{`packet.kind == "sys_stats" || packet.timestamp >= 3000`, []bool{false, true, true, false, true}},
+		{`packet.sequence_id == 2 && packet.trusted_pid == 42 && packet.trusted_uid == 1000`, []bool{true, false, false, true, true}},
+		{`packet.previous_packet_dropped != 0`, []bool{false, false, true, false, true}},
+		{`packet.first_packet_on_sequence`, []bool{false, false, false, true, true}},
+		{`packet.size < 12`, []bool{false, false, true, false, true}},
+		{`packet.kind == ""`, []bool{false, false, true, false, true}},
+		{`false`, []bool{false, false, false, false, true}}, // trace_stats always pass
+	}
+	pkts := [][]byte{te, ss, lost, first, stats}
+	for _, c := range cases {
+		f, err := NewFilter(c.expr)
+		if err != nil {
+			t.Fatalf("%q: %v", c.expr, err)
+		}
+		for i, p := range pkts {
+			got, err := f.Match(p)
+			if err != nil {
+				t.Fatalf("%q packet %d: %v", c.expr, i, err)
+			}
+			if got != c.want[i] {
+				t.Errorf("%q packet %d (size %d): got %v want %v", c.expr, i, len(p), got, c.want[i])
+			}
+		}
+	}
+}
+
+func TestFilteredSinkCounts(t *testing.T) {
+	f, err := NewFilter(`packet.kind == "track_event"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := &memSink{}
+	s := Filtered(inner, f)
+	te := mkPacket(2, 1, tracefile.FieldTrackEvent, 3)
+	ss := mkPacket(2, 2, tracefile.FieldSysStats, 30)
+	bad := []byte{0x5a, 0x05} // malformed: kept, counted as a filter error
+	if err := s.Write(bg, [][]byte{te, ss, ss, bad, te}); err != nil {
+		t.Fatal(err)
+	}
+	samePackets(t, inner.packets(), [][]byte{te, bad, te})
+	st := s.Stats()
+	if st.PacketsFiltered != 2 || st.BytesFiltered != 2*uint64(len(ss)) || st.FilterErrors != 1 || st.PacketsWritten != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	if st.PacketsWritten+st.PacketsDropped() != 5 {
+		t.Fatalf("accounting: %+v", st)
+	}
+	if err := s.Write(bg, [][]byte{ss}); err != nil || len(inner.packets()) != 3 {
+		t.Fatalf("all-filtered batch: %v", err)
+	}
+	if err := s.Flush(bg); err != nil || inner.flushes != 1 {
+		t.Fatal("flush not forwarded")
+	}
+	if err := s.Close(bg); err != nil || !inner.closed {
+		t.Fatal("close not forwarded")
+	}
+}

@@ -1,0 +1,169 @@
+package tracefile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+// fuzzSeeds are the named seeds written to testdata/fuzz by
+// TestWriteFuzzCorpus (run with TRACEFILE_WRITE_CORPUS=1).
+func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
+	ts := fullTraceStats()
+	statsPkt := AppendTraceStatsPacket(nil, &ts, 0, 1)
+	minimal := unhex(t, minimalTrace)
+	withUnknown := append([]byte{0x10, 0x01, 0x1a, 0x01, 0x00, 0x25, 1, 2, 3, 4}, minimal...)
+	small := encodeTrace([][]byte{{0x40, 0x01}, {}, {0x5a, 0x00}})
+	var gz, zs []byte
+	if tt, ok := t.(*testing.T); ok {
+		gz = compress(tt, CompressionGzip, small)
+		zs = compress(tt, CompressionZstd, small)
+	}
+	stats := statsPkt[bytes.Index(statsPkt, []byte{0x9a, 0x02})+3:]
+	return map[string]map[string][]byte{
+		"FuzzReader": {
+			"minimal_trace":  minimal,
+			"unknown_fields": withUnknown,
+			"truncated":      minimal[:50],
+			"too_large":      {0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01},
+			"gzip":           gz,
+			"zstd":           zs,
+			"gzip_cut":       gz[:len(gz)/2],
+			"stats":          AppendRecord(nil, statsPkt),
+			"bad_wire_type":  {0x0b, 0x0c},
+		},
+		"FuzzDecodePacket": {
+			"track_event":  minimal[2+0x12+2 : 2+0x12+2+0x13],
+			"stats_packet": statsPkt,
+			"trusted":      AppendTrusted([]byte{0x40, 0x01}, Trusted{UID: -5, SequenceID: 3, PID: 9, HasPID: true, PreviousPacketDropped: 257}),
+			"cut_field":    {0x5a, 0x05, 0x01},
+		},
+		"FuzzDecodeTraceStats": {
+			"full":      stats,
+			"empty":     {},
+			"packed":    {0x88, 0x01, 0x08, 0x92, 0x01, 0x05, 0x08, 0x03, 0x12, 0x01, 0x02},
+			"bad_nest":  {0x0a, 0x03, 0x18, 0x80, 0x80},
+			"filter":    {0x5a, 0x04, 0xa2, 0x01, 0x01, 0x07},
+			"truncated": stats[:len(stats)/2],
+		},
+	}
+}
+
+// TestWriteFuzzCorpus regenerates the committed seed corpora.
+func TestWriteFuzzCorpus(t *testing.T) {
+	if os.Getenv("TRACEFILE_WRITE_CORPUS") == "" {
+		t.Log("set TRACEFILE_WRITE_CORPUS=1 to rewrite testdata/fuzz")
+		return
+	}
+	for target, seeds := range fuzzSeeds(t) {
+		dir := filepath.Join("testdata", "fuzz", target)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range seeds {
+			content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+const fuzzGuard = 1 << 20
+
+func FuzzReader(f *testing.F) {
+	f.Add(encodeTrace([][]byte{{0x40, 0x01}}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rd, err := NewReaderOptions(bytes.NewReader(data), ReaderOptions{MaxRecordSize: fuzzGuard, MaxZstdWindow: fuzzGuard})
+		if err != nil {
+			if !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("NewReader: unclassified %v", err)
+			}
+			return
+		}
+		defer rd.Close()
+		last := int64(-1)
+		var framed int
+		for {
+			rec, err := rd.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				if !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrRecordTooLarge) {
+					t.Fatalf("unclassified error %v", err)
+				}
+				break
+			}
+			if rec.Offset <= last || len(rec.Packet) > fuzzGuard {
+				t.Fatalf("record at %d after %d, %d bytes", rec.Offset, last, len(rec.Packet))
+			}
+			last = rec.Offset
+			framed += RecordSize(len(rec.Packet))
+		}
+		if rd.Compression() == CompressionNone && framed > len(data) {
+			t.Fatalf("%d framed bytes from %d input bytes", framed, len(data))
+		}
+		s, err := SummarizeOptions(bytes.NewReader(data), SummaryOptions{FirstN: 2, MaxRecordSize: fuzzGuard})
+		if err == nil && s.Packets < 0 {
+			t.Fatal("negative count")
+		}
+	})
+}
+
+func FuzzDecodePacket(f *testing.F) {
+	f.Add([]byte{0x40, 0x01, 0x5a, 0x00})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_ = DumpPacket(data)
+		info, err := DecodePacket(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadPacket) {
+				t.Fatalf("unclassified %v", err)
+			}
+			return
+		}
+		if info.Size != len(data) {
+			t.Fatalf("size %d of %d", info.Size, len(data))
+		}
+		// The service's appended trusted fields always win.
+		tr := Trusted{UID: 1234, SequenceID: 77, PID: -3, HasPID: true, PreviousPacketDropped: 65}
+		stamped := AppendTrusted(bytes.Clone(data), tr)
+		got, err := DecodePacket(stamped)
+		if err != nil {
+			t.Fatalf("stamping a valid packet broke it: %v", err)
+		}
+		if got.TrustedUID != tr.UID || got.SequenceID != tr.SequenceID || got.TrustedPID != tr.PID || got.PreviousPacketDropped != 65 {
+			t.Fatalf("stamped fields lost: %+v", got)
+		}
+		if got.PayloadField != info.PayloadField {
+			t.Fatalf("stamping changed the kind: %d → %d", info.PayloadField, got.PayloadField)
+		}
+	})
+}
+
+func FuzzDecodeTraceStats(f *testing.F) {
+	f.Add([]byte{0x0a, 0x02, 0x18, 0x05})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ts, err := DecodeTraceStats(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadTraceStats) {
+				t.Fatalf("unclassified %v", err)
+			}
+			return
+		}
+		_ = LossReport(ts)
+		enc := AppendTraceStats(nil, &ts)
+		again, ok, err := DecodeTraceStatsPacket(enc)
+		if err != nil || !ok {
+			t.Fatalf("re-decode: ok=%v %v", ok, err)
+		}
+		if !reflect.DeepEqual(again, ts) {
+			t.Fatalf("round trip unstable\n%+v\n%+v", ts, again)
+		}
+	})
+}
