@@ -50,8 +50,8 @@ const (
 var _ Sink = (*QueuedSink)(nil)
 
 // Queued wraps sink with a queue of at most capacity batches (one Write
-// call = one batch; capacity < 1 is treated as 1). When capacity batches
-// are waiting, Write drops the new batch, counts it and returns
+// call = one batch; capacity < 1 is treated as 1), counting the batch the
+// sink is currently writing. When capacity batches are held, Write drops the new batch, counts it and returns
 // ErrQueueFull: a slow sink never blocks the caller. Flush waits (bounded
 // by its ctx) until every batch queued before it was written, then flushes
 // the sink. Close drains the queue and closes the sink, waiting at most

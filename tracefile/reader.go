@@ -47,6 +47,7 @@ const (
 	CompressionZstd
 )
 
+// String returns "none", "gzip" or "zstd".
 func (c Compression) String() string {
 	switch c {
 	case CompressionGzip:
