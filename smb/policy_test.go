@@ -72,6 +72,9 @@ func TestDropPolicySentinelAndLossMarker(t *testing.T) {
 	if got.lost == 0 {
 		t.Error("the aborted packet was not seen as lost")
 	}
+	if ra.sentinelErr != nil {
+		t.Error(ra.sentinelErr)
+	}
 }
 
 func TestStallPolicyTimesOutWithError(t *testing.T) {

@@ -33,6 +33,11 @@ type ChunkView struct {
 	// Aborted says a fragment with the drop sentinel size ended the chunk:
 	// the writer abandoned that packet. Payload stops before it.
 	Aborted bool
+	// WithSentinel is, for an Aborted chunk, Payload followed by the
+	// sentinel's size varint: Fragments+1 fragments, the last one the
+	// writer's drop marker. A trace buffer given this form accounts the
+	// writer's loss itself (trace_writer_packet_loss). Nil otherwise.
+	WithSentinel []byte
 	// Payload holds exactly Fragments fragments (each a varint size and
 	// that many bytes), starting at payload offset 0, so patch offsets
 	// apply to it directly.
@@ -255,11 +260,14 @@ func (r *Reader) fill(h ChunkHeader, payload []byte, count int, complete bool) b
 	if !complete {
 		flags &^= FlagLastPacketContinuesOnNextChunk
 	}
+	var withSentinel []byte
 	if aborted {
 		r.stats.WriterAborts++
+		_, vl := protowire.ConsumeVarint(payload[end:]) // ParseFragments decoded it
+		withSentinel = payload[: end+vl : end+vl]
 	}
 	r.view = ChunkView{WriterID: h.WriterID, ChunkID: h.ChunkID, Fragments: uint16(n), Flags: flags,
-		Complete: complete, Aborted: aborted, Payload: payload[:end:end]}
+		Complete: complete, Aborted: aborted, Payload: payload[:end:end], WithSentinel: withSentinel}
 	return true
 }
 

@@ -1,9 +1,13 @@
 package smb
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // storedChunk is the reassembler's private copy of one chunk.
@@ -23,6 +27,8 @@ type reassembler struct {
 	badPatches  int
 	duplicates  int
 	patchGroups int
+	// sentinelErr collects ChunkView.WithSentinel inconsistencies.
+	sentinelErr error
 }
 
 func newReassembler() *reassembler {
@@ -41,6 +47,26 @@ func (ra *reassembler) addChunk(v *ChunkView) {
 		ra.duplicates++
 	}
 	m[v.ChunkID] = &storedChunk{payload: slices.Clone(v.Payload), fragments: int(v.Fragments), flags: v.Flags, aborted: v.Aborted}
+	ra.sentinelErr = errors.Join(ra.sentinelErr, checkWithSentinel(v))
+}
+
+// checkWithSentinel verifies ChunkView.WithSentinel: nil unless Aborted,
+// else Payload followed by exactly one size varint holding DropPacketSize.
+func checkWithSentinel(v *ChunkView) error {
+	if !v.Aborted {
+		if v.WithSentinel != nil {
+			return fmt.Errorf("chunk %d: WithSentinel set on a chunk that was not aborted", v.ChunkID)
+		}
+		return nil
+	}
+	if len(v.WithSentinel) <= len(v.Payload) || !bytes.Equal(v.WithSentinel[:len(v.Payload)], v.Payload) {
+		return fmt.Errorf("chunk %d: WithSentinel %x does not extend Payload %x", v.ChunkID, v.WithSentinel, v.Payload)
+	}
+	size, n := protowire.ConsumeVarint(v.WithSentinel[len(v.Payload):])
+	if n != len(v.WithSentinel)-len(v.Payload) || size != DropPacketSize {
+		return fmt.Errorf("chunk %d: WithSentinel tail %x is not one drop-sentinel varint", v.ChunkID, v.WithSentinel[len(v.Payload):])
+	}
+	return nil
 }
 
 func (ra *reassembler) applyPatch(p *ChunkToPatch) {
