@@ -55,6 +55,14 @@ func (r LossRow) Lost() bool { return r.Severity == SeverityDataLoss && r.Value 
 //	filter_errors                   filter   data_loss  packets the service-side filter failed on
 //	filter_* others,
 //	filter_bytes_discarded          filter   info       discarding is the filter's purpose
+//
+// tracepipe's own counters (TracepipeStats, when present) follow with
+// Index -1: producer_packets_dropped, smb_chunks_rejected,
+// commits_malformed, commits_after_stop, sink_packets_dropped and
+// sink_errors are data_loss; the rest (sink volume, filtered packets,
+// deferred reads, ProtoVM outcomes, data source errors) are info — a
+// filter drops by design, and a data source error shows up as loss in
+// the counters it causes.
 func LossReport(ts TraceStats) []LossRow {
 	var rows []LossRow
 	for _, f := range traceStatsFields {
@@ -76,6 +84,11 @@ func LossReport(ts TraceStats) []LossRow {
 		}
 		for i, v := range fs.BytesDiscardedPerBuffer {
 			rows = append(rows, LossRow{Name: "filter_bytes_discarded", Index: i, Severity: SeverityInfo, Value: v})
+		}
+	}
+	if tp := ts.Tracepipe; tp != nil {
+		for _, f := range tracepipeStatsFields {
+			rows = append(rows, LossRow{Name: f.name, Index: -1, Severity: severity(f.loss), Value: *f.ptr(tp)})
 		}
 	}
 	return rows

@@ -74,6 +74,29 @@ type TraceStats struct {
 	FlushesSucceeded         uint64        // 13
 	FlushesFailed            uint64        // 14
 	FinalFlushOutcome        uint64        // 15: FlushOutcome*
+	// Tracepipe holds tracepipe's own counters (field 1000, outside the
+	// range Perfetto uses; Perfetto's tools skip it). Nil when absent.
+	Tracepipe *TracepipeStats
+}
+
+// TracepipeStats are the counters tracepipe's service keeps beyond
+// Perfetto's TraceStats: losses that happen before a chunk reaches a
+// buffer or after a packet left it. Encoded as TraceStats field 1000.
+type TracepipeStats struct {
+	ProducerPacketsDropped uint64 // 1: packets producers dropped because their SMB was full
+	SMBChunksRejected      uint64 // 2: committed chunks the SMB reader refused as malformed
+	CommitsMalformed       uint64 // 3: CommitData messages that did not decode
+	CommitsAfterStop       uint64 // 4: commits that arrived after the session finished
+	SinkPacketsWritten     uint64 // 5: packets the sinks accepted (before this packet)
+	SinkBytesWritten       uint64 // 6
+	SinkPacketsFiltered    uint64 // 7: packets a sink's CEL filter rejected
+	SinkPacketsDropped     uint64 // 8: packets a sink lost (queue full, write error)
+	SinkErrors             uint64 // 9: failed sink operations
+	ReadbackDeferred       uint64 // 10: read passes put off because the sinks were behind
+	ProtoVMPatchesOK       uint64 // 11: overwritten packets folded into a ProtoVM state
+	ProtoVMPatchesFailed   uint64 // 12: overwritten packets every matching VM refused
+	ProtoVMPacketsUnrouted uint64 // 13: overwritten packets of producers without a VM
+	DataSourceErrors       uint64 // 14: data source start/flush/stop failures
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -141,6 +164,24 @@ var traceStatsFields = []counterField[TraceStats]{
 	{15, "final_flush_outcome", func(s *TraceStats) *uint64 { return &s.FinalFlushOutcome }, false},
 }
 
+// tracepipeStatsFields lists TracepipeStats' counters.
+var tracepipeStatsFields = []counterField[TracepipeStats]{
+	{1, "producer_packets_dropped", func(s *TracepipeStats) *uint64 { return &s.ProducerPacketsDropped }, true},
+	{2, "smb_chunks_rejected", func(s *TracepipeStats) *uint64 { return &s.SMBChunksRejected }, true},
+	{3, "commits_malformed", func(s *TracepipeStats) *uint64 { return &s.CommitsMalformed }, true},
+	{4, "commits_after_stop", func(s *TracepipeStats) *uint64 { return &s.CommitsAfterStop }, true},
+	{5, "sink_packets_written", func(s *TracepipeStats) *uint64 { return &s.SinkPacketsWritten }, false},
+	{6, "sink_bytes_written", func(s *TracepipeStats) *uint64 { return &s.SinkBytesWritten }, false},
+	{7, "sink_packets_filtered", func(s *TracepipeStats) *uint64 { return &s.SinkPacketsFiltered }, false},
+	{8, "sink_packets_dropped", func(s *TracepipeStats) *uint64 { return &s.SinkPacketsDropped }, true},
+	{9, "sink_errors", func(s *TracepipeStats) *uint64 { return &s.SinkErrors }, true},
+	{10, "readback_deferred", func(s *TracepipeStats) *uint64 { return &s.ReadbackDeferred }, false},
+	{11, "protovm_patches_ok", func(s *TracepipeStats) *uint64 { return &s.ProtoVMPatchesOK }, false},
+	{12, "protovm_patches_failed", func(s *TracepipeStats) *uint64 { return &s.ProtoVMPatchesFailed }, false},
+	{13, "protovm_packets_unrouted", func(s *TracepipeStats) *uint64 { return &s.ProtoVMPacketsUnrouted }, false},
+	{14, "data_source_errors", func(s *TracepipeStats) *uint64 { return &s.DataSourceErrors }, false},
+}
+
 // filterStatsFields lists FilterStats' scalar counters.
 var filterStatsFields = []counterField[FilterStats]{
 	{1, "filter_input_packets", func(s *FilterStats) *uint64 { return &s.InputPackets }, false},
@@ -156,6 +197,7 @@ const (
 	tsFilterStats  = 11
 	tsHistogramDef = 17
 	tsWriterStats  = 18
+	tsTracepipe    = 1000
 	fsPerBuffer    = 20
 	wsSequenceID   = 1
 	wsCounts       = 2
@@ -197,6 +239,11 @@ func appendTraceStatsBody(b []byte, ts *TraceStats) []byte {
 	}
 	for _, v := range ts.ChunkPayloadHistogramDef {
 		b = appendVarintField(b, tsHistogramDef, uint64(v))
+	}
+	if tp := ts.Tracepipe; tp != nil {
+		b = appendNested(b, tsTracepipe, func(b []byte) []byte {
+			return appendCounters(b, tracepipeStatsFields, tp)
+		})
 	}
 	for i := range ts.WriterStats {
 		w := &ts.WriterStats[i]
@@ -337,6 +384,10 @@ func DecodeTraceStats(b []byte) (TraceStats, error) {
 				return err
 			})
 			ts.FilterStats = fs
+		case num == tsTracepipe && typ == protowire.BytesType:
+			tp := &TracepipeStats{}
+			err = decodeCounters(payload, "TraceStats.tracepipe", tracepipeStatsFields, tp, nil)
+			ts.Tracepipe = tp
 		case num == tsHistogramDef:
 			var vals []uint64
 			vals, err = repeatedVarints(nil, typ, v, payload, "TraceStats", off)

@@ -202,3 +202,45 @@ func TestLossReport(t *testing.T) {
 		}
 	}
 }
+
+// TestTracepipeStatsExtension checks tracepipe's own counters: field 1000
+// on the wire, a lossless round trip, and their rows in the loss report.
+func TestTracepipeStatsExtension(t *testing.T) {
+	ts := TraceStats{Tracepipe: &TracepipeStats{ProducerPacketsDropped: 3, SinkPacketsWritten: 40, SinkPacketsDropped: 2, ReadbackDeferred: 5}}
+	b := AppendTraceStats(nil, &ts)
+	// trace_stats header (2 bytes tag + 1 byte length), then field 1000 LEN: tag varint 0xc2 0x3e.
+	if !bytes.Contains(b, []byte{0xc2, 0x3e}) {
+		t.Fatalf("field 1000 tag not found in % x", b)
+	}
+	info, err := DecodePacket(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeTraceStats(info.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Tracepipe, ts.Tracepipe) {
+		t.Fatalf("round trip %+v, want %+v", got.Tracepipe, ts.Tracepipe)
+	}
+	rows := LossReport(got)
+	if len(rows) != len(traceStatsFields)+len(tracepipeStatsFields) {
+		t.Fatalf("%d rows", len(rows))
+	}
+	bySev := map[string]string{}
+	for _, r := range rows {
+		bySev[r.Name] = r.Severity
+		if r.Name == "sink_packets_written" && r.Value != 40 {
+			t.Errorf("sink_packets_written = %d", r.Value)
+		}
+	}
+	for name, want := range map[string]string{"producer_packets_dropped": SeverityDataLoss, "sink_packets_dropped": SeverityDataLoss,
+		"readback_deferred": SeverityInfo, "sink_packets_written": SeverityInfo, "protovm_patches_failed": SeverityInfo} {
+		if bySev[name] != want {
+			t.Errorf("%s: severity %q, want %q", name, bySev[name], want)
+		}
+	}
+	if !HasDataLoss(rows) {
+		t.Error("producer drops not reported as loss")
+	}
+}
