@@ -215,7 +215,7 @@ func (a *Arbiter) returnChunk(w *TraceWriter) {
 	if _, ok := a.smb.transition(w.page, w.idx, ChunkBeingWritten, ChunkComplete); !ok {
 		// Only a misbehaving service can move a chunk we own; the commit
 		// below would then be rejected by the reader, which counts it.
-		w.stats.ReturnRaces++
+		w.stats.returnRaces.Add(1)
 	}
 	a.pending.ChunksToMove = append(a.pending.ChunksToMove, ChunkToMove{
 		Page: uint32(w.page), Chunk: w.idx, TargetBuffer: w.target,

@@ -86,7 +86,7 @@ type TraceWriter struct {
 	patchBase  int // absolute index of patchStore[0]
 
 	garbage []byte
-	stats   WriterStats
+	stats   writerCounters
 }
 
 func newTraceWriter(a *Arbiter, id uint16, target uint32, policy BufferExhaustedPolicy) *TraceWriter {
@@ -100,8 +100,22 @@ func (w *TraceWriter) ID() uint16 { return w.id }
 // TargetBuffer is the buffer id every chunk of this writer is committed to.
 func (w *TraceWriter) TargetBuffer() uint32 { return w.target }
 
-// Stats returns the writer's counters.
-func (w *TraceWriter) Stats() WriterStats { return w.stats }
+// Stats returns the writer's counters. Unlike the other methods it may be
+// called from any goroutine.
+func (w *TraceWriter) Stats() WriterStats {
+	return WriterStats{
+		PacketsDropped: w.stats.dropped.Load(),
+		ChunksAcquired: w.stats.acquired.Load(),
+		ReturnRaces:    w.stats.returnRaces.Load(),
+	}
+}
+
+// writerCounters back WriterStats. They are atomic so that the service
+// can read a writer's losses while the writer's goroutine writes; the
+// writer touches them once per chunk or per lost packet, not per packet.
+type writerCounters struct {
+	dropped, acquired, returnRaces atomic.Uint64
+}
 
 func (w *TraceWriter) publish() {
 	atomic.StoreUint32(w.word, HeaderWord(w.id, w.count, w.flags))
@@ -117,7 +131,7 @@ func (w *TraceWriter) install(page int, idx uint32, chunk []byte, count uint16, 
 	w.count, w.flags = count, flags
 	w.inflated, w.reachedMax = false, false
 	w.wp = ChunkHeaderSize
-	w.stats.ChunksAcquired++
+	w.stats.acquired.Add(1)
 }
 
 // returnChunk hands the current chunk back to the arbiter, first writing
@@ -355,7 +369,7 @@ func (w *TraceWriter) finishPacket() {
 	w.inPacket = false
 	if w.dropping {
 		w.lostPackets = true
-		w.stats.PacketsDropped++
+		w.stats.dropped.Add(1)
 		return
 	}
 	if !w.fragmented && w.pos <= 127 {
