@@ -61,6 +61,9 @@ func BenchmarkProtoVM(b *testing.B) {
 			}
 		}
 	})
+	// Instances.Observe as the buffer's overwrite observer calls it:
+	// fragmented small packets through the interned-names program.
+	b.Run("ObserveOverwrite", benchObserveOverwrite)
 	b.Run("Serialize", func(b *testing.B) {
 		v := newVM(b, incrementalProgram, tenMiB)
 		for _, p := range patches {
