@@ -79,3 +79,12 @@ func Names() []string {
 	sort.Strings(names)
 	return names
 }
+
+// Finite is implemented by data sources that can end on their own (a
+// synthetic source with max_packets, a replay of a file). Done is closed
+// once the instance has written everything it will ever write. A session
+// whose data sources are all Finite stops when all of them are done, even
+// before its duration.
+type Finite interface {
+	Done() <-chan struct{}
+}
