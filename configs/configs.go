@@ -5,9 +5,10 @@ package configs
 
 import "embed"
 
-// Files holds every YAML config shipped in this folder.
+// Files holds every YAML config shipped in this folder, and the ProtoVM
+// program descriptions under protovm/.
 //
-//go:embed *.yaml
+//go:embed *.yaml protovm/*.yaml
 var Files embed.FS
 
 // Default is the name of the config `tracepipe run` uses when no -c is given.

@@ -12,13 +12,13 @@ const SinkTypeFile = "file"
 // Config describes one sink. Field names in errors are the config keys
 // (snake_case) the pipeline's config file uses.
 type Config struct {
-	Type          string        // `type`: "file"
-	Path          string        // `path`: first output file (see FileOptions.Path)
-	Compression   string        // `compression`: "", "none", "gzip", "zstd"
-	MaxFileSize   int64         // `max_file_size`: bytes per file, 0 = unlimited
-	FsyncPeriod   time.Duration // `fsync_period`: 0 = 5 s, < 0 = off, else ≥ 100 ms
-	Filter        string        // `filter`: CEL expression over `packet`, "" = keep all
-	QueueCapacity int           // `queue_capacity`: batches; 0 = no queue
+	Type          string        `koanf:"type"`           // `type`: "file"
+	Path          string        `koanf:"path"`           // `path`: first output file (see FileOptions.Path)
+	Compression   string        `koanf:"compression"`    // `compression`: "", "none", "gzip", "zstd"
+	MaxFileSize   int64         `koanf:"max_file_size"`  // `max_file_size`: bytes per file, 0 = unlimited
+	FsyncPeriod   time.Duration `koanf:"fsync_period"`   // `fsync_period`: 0 = 5 s, < 0 = off, else ≥ 100 ms
+	Filter        string        `koanf:"filter"`         // `filter`: CEL expression over `packet`, "" = keep all
+	QueueCapacity int           `koanf:"queue_capacity"` // `queue_capacity`: batches; 0 = no queue
 }
 
 // Validate checks every field and returns all problems joined, each naming

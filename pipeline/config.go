@@ -1,0 +1,245 @@
+package pipeline
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/tracepipe/tracepipe/sinks"
+)
+
+// Config is one tracing session's configuration (names mirror Perfetto's TraceConfig).
+//
+// A Config comes from Load (a YAML, TOML or JSON file, then TRACEPIPE_*
+// environment overrides, then --set overrides), which applies the defaults
+// below and validates it. Defaults (SetDefaults), applied to zero values
+// before validation:
+//
+//	file_write_period              5s   (DefaultFileWritePeriod)
+//	flush_timeout                  5s   (DefaultFlushTimeout)
+//	stats_period                   10s  (DefaultStatsPeriod)
+//	buffers[i].fill_policy         ring_buffer
+//	data_sources[i].buffer_exhausted_policy  drop
+//	producers.smb_size_kb          256  (Perfetto's kDefaultShmSize)
+//	producers.smb_page_size_kb     4    (Perfetto's kDefaultShmPageSize)
+//	sinks[i].max_file_size         max_file_size, for file sinks that set none
+//
+// Durations are Go duration strings ("10s", "1m30s", "500ms"); a bare number
+// is an error. Sizes named *_kb are integers (KiB); max_file_size (top level
+// and per sink) is a byte count or a string with a unit, see ParseByteSize.
+type Config struct {
+	Duration         time.Duration          `koanf:"duration"`          // 0: until stopped (signal)
+	Buffers          []BufferConfig         `koanf:"buffers"`           // at least 1, at most 128
+	DataSources      []DataSourceConfig     `koanf:"data_sources"`      // at least 1
+	WriteIntoFile    bool                   `koanf:"write_into_file"`   // streaming: read back every file_write_period; else only at stop
+	FileWritePeriod  time.Duration          `koanf:"file_write_period"` // default 5s; < 100ms is an error
+	MaxFileSize      int64                  `koanf:"max_file_size"`     // bytes; default for file sinks that set none; 0 = unlimited
+	FlushPeriod      time.Duration          `koanf:"flush_period"`      // 0 = no periodic flush
+	FlushTimeout     time.Duration          `koanf:"flush_timeout"`     // default 5s
+	StatsPeriod      time.Duration          `koanf:"stats_period"`      // TraceStats packet period in streaming mode; default 10s
+	IncrementalState IncrementalStateConfig `koanf:"incremental_state"`
+	Producers        ProducersConfig        `koanf:"producers"`
+	Sinks            []sinks.Config         `koanf:"sinks"`
+
+	// baseDir is the directory relative paths (data_sources[i].plugin,
+	// data_sources[i].protovm.program) are resolved against: the config
+	// file's directory, or "" (the current directory).
+	baseDir string
+}
+
+// BufferConfig is one trace buffer (Perfetto's TraceConfig.BufferConfig).
+type BufferConfig struct {
+	Name       string `koanf:"name"`        // optional; unique; referenced by data_sources[i].target_buffer_name
+	SizeKB     uint32 `koanf:"size_kb"`     // a multiple of 4, > 0, < 4 GiB (≤ 4194303)
+	FillPolicy string `koanf:"fill_policy"` // "ring_buffer" (default when empty) | "discard"
+}
+
+// DataSourceConfig is one data source of the session (Perfetto's
+// TraceConfig.DataSource + DataSourceConfig).
+type DataSourceConfig struct {
+	Name                  string         `koanf:"name"`                    // registered data source (plugins.Lookup)
+	TargetBuffer          int            `koanf:"target_buffer"`           // index into buffers (default 0); Validate sets it from target_buffer_name
+	TargetBufferName      string         `koanf:"target_buffer_name"`      // or by buffers[].name (wins when set)
+	BufferExhaustedPolicy string         `koanf:"buffer_exhausted_policy"` // "drop" (default) | "stall"
+	Config                map[string]any `koanf:"config"`                  // per-source section, validated by the source's factory
+	Plugin                string         `koanf:"plugin"`                  // path of an out-of-process plugin binary (optional); Validate resolves it against the config file's directory
+	ProtoVM               *ProtoVMConfig `koanf:"protovm"`
+}
+
+// ProtoVMConfig attaches a ProtoVM program to a data source: packets of the
+// source overwritten in a ring buffer are folded into its incremental state.
+type ProtoVMConfig struct {
+	Program       string `koanf:"program"`         // .bin/.pb = compiled VmProgram bytes; .yaml/.yml = program description compiled with protovm.Compile(src, nil)
+	MemoryLimitKB uint32 `koanf:"memory_limit_kb"` // required, > 0
+	ProgramBytes  []byte `koanf:"-"`               // filled by Load/Validate: the compiled VmProgram
+}
+
+// IncrementalStateConfig is Perfetto's IncrementalStateConfig.
+type IncrementalStateConfig struct {
+	ClearPeriod time.Duration `koanf:"clear_period"` // 0 = never; else ≥ 100ms
+}
+
+// ProducersConfig sizes the shared memory buffer (SMB) of every producer,
+// following the service's rules (smb-abi.md §1.1, smb.EnsureValidShmSizes).
+type ProducersConfig struct {
+	SMBSizeKB     uint32 `koanf:"smb_size_kb"`      // default 256 (Perfetto's default SMB size); a multiple of the page size, ≤ 32768
+	SMBPageSizeKB uint32 `koanf:"smb_page_size_kb"` // default 4; 4, 8, 16 or 32
+}
+
+// LoadOptions says where Load takes a configuration from.
+type LoadOptions struct {
+	Path string   // config file; "" = the embedded default (configs.Files, configs.Default)
+	Sets []string // "key=value" overrides, e.g. "duration=30s", "buffers[1].size_kb=2048", "sinks[0].path=/tmp/x.pftrace"
+	Env  []string // environment in os.Environ() form; only TRACEPIPE_* entries are used (nil = none; the CLI passes os.Environ())
+}
+
+// Values of the enumerated string fields.
+const (
+	FillPolicyRingBuffer = "ring_buffer" // buffers[i].fill_policy: overwrite the oldest chunks
+	FillPolicyDiscard    = "discard"     // buffers[i].fill_policy: drop new chunks once full
+
+	BufferExhaustedDrop  = "drop"  // data_sources[i].buffer_exhausted_policy: drop packets when the SMB is full
+	BufferExhaustedStall = "stall" // data_sources[i].buffer_exhausted_policy: block the writer until chunks free up
+)
+
+// Defaults and limits (service.md §1, smb-abi.md §1.1).
+const (
+	DefaultFileWritePeriod = 5 * time.Second        // file_write_period
+	DefaultFlushTimeout    = 5 * time.Second        // flush_timeout
+	DefaultStatsPeriod     = 10 * time.Second       // stats_period
+	DefaultSMBSizeKB       = 256                    // producers.smb_size_kb
+	DefaultSMBPageSizeKB   = 4                      // producers.smb_page_size_kb
+	MinPeriod              = 100 * time.Millisecond // file_write_period, flush_period, clear_period
+	MinStatsPeriod         = time.Second            // stats_period
+	MaxFlushTimeout        = 5 * time.Minute        // flush_timeout
+	MaxDuration            = 7 * 24 * time.Hour     // duration
+	MaxBuffers             = 128                    // len(buffers)
+	MaxBufferSizeKB        = 4194303                // buffers[i].size_kb (< 4 GiB)
+	MaxSMBSizeKB           = 32768                  // producers.smb_size_kb (32 MiB, kMaxShmSize)
+	MaxSMBPageSizeKB       = 32                     // producers.smb_page_size_kb (largest page the service accepts)
+)
+
+// SetDefaults fills the zero fields that have a default (see Config). It is
+// idempotent; Load and Validate call it.
+func (c *Config) SetDefaults() {
+	if c.FileWritePeriod == 0 {
+		c.FileWritePeriod = DefaultFileWritePeriod
+	}
+	if c.FlushTimeout == 0 {
+		c.FlushTimeout = DefaultFlushTimeout
+	}
+	if c.StatsPeriod == 0 {
+		c.StatsPeriod = DefaultStatsPeriod
+	}
+	if c.Producers.SMBSizeKB == 0 {
+		c.Producers.SMBSizeKB = DefaultSMBSizeKB
+	}
+	if c.Producers.SMBPageSizeKB == 0 {
+		c.Producers.SMBPageSizeKB = DefaultSMBPageSizeKB
+	}
+	for i := range c.Buffers {
+		b := &c.Buffers[i]
+		b.FillPolicy = strings.ToLower(b.FillPolicy)
+		if b.FillPolicy == "" {
+			b.FillPolicy = FillPolicyRingBuffer
+		}
+	}
+	for i := range c.DataSources {
+		d := &c.DataSources[i]
+		d.BufferExhaustedPolicy = strings.ToLower(d.BufferExhaustedPolicy)
+		if d.BufferExhaustedPolicy == "" {
+			d.BufferExhaustedPolicy = BufferExhaustedDrop
+		}
+	}
+	for i := range c.Sinks {
+		s := &c.Sinks[i]
+		if s.Type == sinks.SinkTypeFile && s.MaxFileSize == 0 && c.MaxFileSize > 0 {
+			s.MaxFileSize = c.MaxFileSize
+		}
+	}
+}
+
+// Dump renders the configuration as YAML, every key present (the effective
+// configuration after defaults), in the order of the struct fields. Loading
+// the output again yields the same Config.
+func (c *Config) Dump() ([]byte, error) {
+	n, err := yamlNode(reflect.ValueOf(c).Elem())
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(n); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// String is Dump as a string (or the error Dump met).
+func (c *Config) String() string {
+	b, err := c.Dump()
+	if err != nil {
+		return fmt.Sprintf("pipeline: cannot render config: %v", err)
+	}
+	return string(b)
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// yamlNode builds the YAML node of v, following koanf tags.
+func yamlNode(v reflect.Value) (*yaml.Node, error) {
+	switch {
+	case v.Type() == durationType:
+		return scalarNode(time.Duration(v.Int()).String())
+	case v.Kind() == reflect.Struct:
+		n := &yaml.Node{Kind: yaml.MappingNode}
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			key := f.Tag.Get("koanf")
+			if key == "" || key == "-" || !f.IsExported() {
+				continue
+			}
+			fv := v.Field(i)
+			if (fv.Kind() == reflect.Pointer || fv.Kind() == reflect.Map) && fv.IsNil() {
+				continue
+			}
+			vn, err := yamlNode(fv)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, vn)
+		}
+		return n, nil
+	case v.Kind() == reflect.Pointer:
+		return yamlNode(v.Elem())
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:
+		n := &yaml.Node{Kind: yaml.SequenceNode}
+		for i := range v.Len() {
+			en, err := yamlNode(v.Index(i))
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, en)
+		}
+		return n, nil
+	default:
+		return scalarNode(v.Interface())
+	}
+}
+
+func scalarNode(v any) (*yaml.Node, error) {
+	n := &yaml.Node{}
+	if err := n.Encode(v); err != nil {
+		return nil, err
+	}
+	return n, nil
+}

@@ -1,0 +1,425 @@
+package pipeline
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// decoder turns the nested map koanf produced (values as the YAML, TOML or
+// JSON parser typed them) into a Config, following the koanf struct tags.
+// It collects one Problem per unknown key or mistyped value and goes on.
+type decoder struct {
+	problems []Problem
+}
+
+func (d *decoder) bad(path, format string, args ...any) {
+	d.problems = append(d.problems, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// field is one koanf-tagged field of a struct type.
+type field struct {
+	key   string
+	index int
+}
+
+func fieldsOf(t reflect.Type) []field {
+	var out []field
+	for i := range t.NumField() {
+		f := t.Field(i)
+		key := f.Tag.Get("koanf")
+		if key == "" || key == "-" || !f.IsExported() {
+			continue
+		}
+		out = append(out, field{key, i})
+	}
+	return out
+}
+
+// joinPath appends a map key to a path: "buffers[0]" + "size_kb". A key
+// that is empty or holds characters other than letters, digits, '_' and
+// '-' is quoted, so that a literal "a.b" key is not mistaken for a path.
+func joinPath(path, key string) string {
+	if key == "" || strings.IndexFunc(key, func(r rune) bool {
+		return !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) >= 0 {
+		key = strconv.Quote(key)
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func (d *decoder) decodeStruct(path string, raw any, v reflect.Value) {
+	m, ok := asMap(raw)
+	if !ok {
+		d.bad(path, "want a map of settings, got %s", describe(raw))
+		return
+	}
+	fields := fieldsOf(v.Type())
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		p := joinPath(path, k)
+		i := -1
+		for _, f := range fields {
+			if f.key == k {
+				i = f.index
+				break
+			}
+		}
+		if i < 0 {
+			d.bad(p, "unknown key%s", suggest(k, fields))
+			continue
+		}
+		d.decodeValue(p, k, m[k], v.Field(i))
+	}
+}
+
+// decodeValue stores raw into v. A nil raw (a key without a value) leaves
+// the zero value.
+func (d *decoder) decodeValue(path, key string, raw any, v reflect.Value) {
+	if raw == nil {
+		return
+	}
+	if v.Type() == durationType {
+		s, ok := raw.(string)
+		dur, err := time.ParseDuration(s)
+		if !ok || err != nil {
+			d.bad(path, "want a duration like \"10s\", got %s", describe(raw))
+			return
+		}
+		v.SetInt(int64(dur))
+		return
+	}
+	if key == "max_file_size" && v.Kind() == reflect.Int64 {
+		n, ok := toInt(raw)
+		if !ok {
+			s, isStr := raw.(string)
+			var err error
+			if n, err = ParseByteSize(s); !isStr || err != nil {
+				d.bad(path, "want a byte count or a size like \"64MiB\", got %s", describe(raw))
+				return
+			}
+		}
+		v.SetInt(n)
+		return
+	}
+	switch v.Kind() {
+	case reflect.Bool:
+		b, ok := raw.(bool)
+		if !ok {
+			d.bad(path, "want true or false, got %s", describe(raw))
+			return
+		}
+		v.SetBool(b)
+	case reflect.String:
+		s, ok := raw.(string)
+		if !ok {
+			d.bad(path, "want a string, got %s", describe(raw))
+			return
+		}
+		v.SetString(s)
+	case reflect.Uint32:
+		n, ok := toInt(raw)
+		if !ok || n < 0 {
+			d.bad(path, "want a non-negative integer, got %s", describe(raw))
+			return
+		}
+		if n > math.MaxUint32 {
+			d.bad(path, "want an integer <= %d, got %s", uint64(math.MaxUint32), describe(raw))
+			return
+		}
+		v.SetUint(uint64(n))
+	case reflect.Int, reflect.Int64:
+		n, ok := toInt(raw)
+		if !ok || v.OverflowInt(n) {
+			d.bad(path, "want an integer, got %s", describe(raw))
+			return
+		}
+		v.SetInt(n)
+	case reflect.Map:
+		m, ok := asMap(raw)
+		if !ok {
+			d.bad(path, "want a map, got %s", describe(raw))
+			return
+		}
+		v.Set(reflect.ValueOf(normalizeFree(m)))
+	case reflect.Pointer:
+		e := reflect.New(v.Type().Elem())
+		d.decodeValue(path, key, raw, e.Elem())
+		v.Set(e)
+	case reflect.Struct:
+		d.decodeStruct(path, raw, v)
+	case reflect.Slice:
+		list, ok := asList(raw)
+		if !ok {
+			d.bad(path, "want a list, got %s", describe(raw))
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(list), len(list))
+		for i, e := range list {
+			ep := fmt.Sprintf("%s[%d]", path, i)
+			if e == nil && s.Index(i).Kind() == reflect.Struct {
+				continue // "- " with nothing: an element with every field unset
+			}
+			d.decodeValue(ep, key, e, s.Index(i))
+		}
+		v.Set(s)
+	default:
+		d.bad(path, "cannot decode into %s", v.Type())
+	}
+}
+
+// normalizeFree normalises a free-form section (data_sources[i].config) so
+// that it is the same whatever the file format: every integral number is an
+// int (YAML gives int, TOML int64, JSON float64; an integral float such as
+// 2.0 becomes 2), or an int64/uint64 beyond int's range; maps are
+// map[string]any and lists []any, recursively. Other values are kept.
+func normalizeFree(v any) any {
+	if m, ok := asMap(v); ok {
+		out := make(map[string]any, len(m))
+		for k, e := range m {
+			out[k] = normalizeFree(e)
+		}
+		return out
+	}
+	if l, ok := v.([]any); ok {
+		out := make([]any, len(l))
+		for i, e := range l {
+			out[i] = normalizeFree(e)
+		}
+		return out
+	}
+	switch n := v.(type) {
+	case float64:
+		if n == math.Trunc(n) && math.Abs(n) <= 1<<53 {
+			return int(n)
+		}
+		return n
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		if i, ok := toInt(n); ok && int64(int(i)) == i {
+			return int(i)
+		}
+	}
+	return v
+}
+
+// asMap accepts the map shapes the parsers produce.
+func asMap(raw any) (map[string]any, bool) {
+	switch m := raw.(type) {
+	case map[string]any:
+		return m, true
+	case map[any]any:
+		out := make(map[string]any, len(m))
+		for k, v := range m {
+			out[fmt.Sprint(k)] = v
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+// asList accepts any slice ([]any from every parser; typed slices in case a
+// parser ever produces them).
+func asList(raw any) ([]any, bool) {
+	if l, ok := raw.([]any); ok {
+		return l, true
+	}
+	rv := reflect.ValueOf(raw)
+	if rv.Kind() != reflect.Slice || rv.Type().Elem().Kind() == reflect.Uint8 {
+		return nil, false
+	}
+	out := make([]any, rv.Len())
+	for i := range out {
+		out[i] = rv.Index(i).Interface()
+	}
+	return out, true
+}
+
+// toInt accepts the integer types the parsers produce (YAML int/uint64,
+// TOML int64) and integral floats (JSON numbers are float64).
+func toInt(raw any) (int64, bool) {
+	switch n := raw.(type) {
+	case int:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint:
+		return int64(n), uint64(n) <= math.MaxInt64
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case uint64:
+		return int64(n), n <= math.MaxInt64
+	case float32:
+		return toInt(float64(n))
+	case float64:
+		if n != math.Trunc(n) || n < -(1<<63) || n >= 1<<63 {
+			return 0, false
+		}
+		return int64(n), true
+	}
+	return 0, false
+}
+
+// describe renders a raw value for "got ..." in messages.
+func describe(raw any) string {
+	switch v := raw.(type) {
+	case nil:
+		return "null"
+	case string:
+		return strconv.Quote(v)
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	case float32:
+		return strconv.FormatFloat(float64(v), 'g', -1, 32)
+	case bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		return fmt.Sprint(v)
+	case time.Time:
+		return "a date/time " + v.Format(time.RFC3339Nano)
+	}
+	if _, ok := asMap(raw); ok {
+		return "a map"
+	}
+	if _, ok := asList(raw); ok {
+		return "a list"
+	}
+	return fmt.Sprintf("%v (%T)", raw, raw)
+}
+
+// Perfetto's TraceConfig names that differ from ours by more than a typo.
+var keyAliases = map[string]string{
+	"incremental_state_config": "incremental_state",
+	"max_file_size_bytes":      "max_file_size",
+	"shm_size_kb":              "smb_size_kb",
+	"page_size_kb":             "smb_page_size_kb",
+	"protovm_config":           "protovm",
+}
+
+// suggest returns " (did you mean X?)" for an unknown key close to a known
+// one (edit distance ≤ 2, or a Perfetto name), else "".
+func suggest(key string, fields []field) string {
+	known := func(k string) bool {
+		for _, f := range fields {
+			if f.key == k {
+				return true
+			}
+		}
+		return false
+	}
+	lk := strings.ToLower(key)
+	if first, rest, ok := strings.Cut(key, "."); ok && known(first) {
+		return fmt.Sprintf(" (keys are not split at dots: nest %s under %s)", rest, first)
+	}
+	if a, ok := keyAliases[lk]; ok && known(a) {
+		return fmt.Sprintf(" (did you mean %s?)", a)
+	}
+	if base, ok := strings.CutSuffix(lk, "_ms"); ok && known(base) {
+		return fmt.Sprintf(" (did you mean %s? it takes a duration like \"10s\")", base)
+	}
+	best, bestD := "", 3
+	for _, f := range fields {
+		if d := editDistance(lk, f.key, bestD); d < bestD {
+			best, bestD = f.key, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
+}
+
+// editDistance is the Levenshtein distance of a and b, or limit when it is
+// at least limit (long keys cost nothing beyond that).
+func editDistance(a, b string, limit int) int {
+	ra, rb := []rune(a), []rune(b)
+	if d := len(ra) - len(rb); d >= limit || -d >= limit {
+		return limit
+	}
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		rowMin := cur[0]
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			rowMin = min(rowMin, cur[j])
+		}
+		if rowMin >= limit {
+			return limit
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(rb)], limit)
+}
+
+// ParseByteSize parses a byte count for max_file_size: a non-negative
+// integer, optionally followed (spaces allowed) by a unit, case-insensitive:
+// B; KB, MB, GB, TB (powers of 1000); KiB, MiB, GiB, TiB (powers of 1024).
+// E.g. "1048576", "500KiB", "64MiB", "1GB", "2 GiB".
+func ParseByteSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, fmt.Errorf("size %q: want an integer and a unit like \"64MiB\"", s)
+	}
+	n, err := strconv.ParseInt(t[:i], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: too large", s)
+	}
+	var mult int64
+	switch strings.ToLower(strings.TrimSpace(t[i:])) {
+	case "", "b":
+		mult = 1
+	case "kb":
+		mult = 1000
+	case "mb":
+		mult = 1000 * 1000
+	case "gb":
+		mult = 1000 * 1000 * 1000
+	case "tb":
+		mult = 1000 * 1000 * 1000 * 1000
+	case "kib":
+		mult = 1 << 10
+	case "mib":
+		mult = 1 << 20
+	case "gib":
+		mult = 1 << 30
+	case "tib":
+		mult = 1 << 40
+	default:
+		return 0, fmt.Errorf("size %q: unknown unit %q (want B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", s, strings.TrimSpace(t[i:]))
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("size %q: too large", s)
+	}
+	return n * mult, nil
+}

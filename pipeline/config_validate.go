@@ -1,0 +1,355 @@
+package pipeline
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/protovm"
+	"github.com/tracepipe/tracepipe/sinks"
+)
+
+// Problem is one thing wrong with a config: the key path
+// ("buffers[1].size_kb", "sinks") and what is wrong.
+type Problem struct {
+	Path    string
+	Message string
+}
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Message
+	}
+	return p.Path + ": " + p.Message
+}
+
+// ValidationError holds every problem found in a config, in the order of
+// the keys (unknown keys and mistyped values first, then rule violations).
+type ValidationError struct {
+	Problems []Problem
+}
+
+// Error lists the problems one per line, "path: message".
+func (e *ValidationError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Validate applies the defaults (SetDefaults) and checks every rule,
+// returning all problems at once as a *ValidationError (nil when valid).
+// As side effects it resolves data_sources[i].plugin and
+// data_sources[i].protovm.program against the config file's directory (the
+// current directory for a Config not made by Load), compiles each ProtoVM
+// program into ProgramBytes and sets data_sources[i].target_buffer from
+// target_buffer_name. Factories of registered data sources are called with
+// their config section to validate it (they are pure: no goroutines, no I/O).
+func (c *Config) Validate() error {
+	c.SetDefaults()
+	if ps := c.check(nil); len(ps) > 0 {
+		return &ValidationError{Problems: ps}
+	}
+	return nil
+}
+
+// checker collects rule violations, except under paths that already have a
+// decoding problem (a mistyped value must not also be reported as, say,
+// "must be > 0" for the zero value it left behind).
+type checker struct {
+	skip     []Problem
+	problems []Problem
+}
+
+func (k *checker) bad(path, format string, args ...any) {
+	for _, s := range k.skip {
+		if path == s.Path || strings.HasPrefix(path, s.Path+".") || strings.HasPrefix(path, s.Path+"[") {
+			return
+		}
+	}
+	k.problems = append(k.problems, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// check returns the rule violations; defaults must already be applied.
+func (c *Config) check(skip []Problem) []Problem {
+	k := &checker{skip: skip}
+
+	if c.Duration < 0 || c.Duration > MaxDuration {
+		k.bad("duration", "must be >= 0 and <= 7 days (168h), got %v", c.Duration)
+	}
+	if c.WriteIntoFile && c.FileWritePeriod < MinPeriod {
+		k.bad("file_write_period", "must be >= 100ms when write_into_file is true, got %v", c.FileWritePeriod)
+	}
+	if c.MaxFileSize < 0 {
+		k.bad("max_file_size", "must be >= 0 (0 = unlimited), got %d", c.MaxFileSize)
+	}
+	if c.FlushPeriod != 0 && c.FlushPeriod < MinPeriod {
+		k.bad("flush_period", "must be 0 (no periodic flush) or >= 100ms, got %v", c.FlushPeriod)
+	}
+	if c.FlushTimeout <= 0 || c.FlushTimeout > MaxFlushTimeout {
+		k.bad("flush_timeout", "must be > 0 and <= 5m, got %v", c.FlushTimeout)
+	}
+	if c.StatsPeriod < MinStatsPeriod {
+		k.bad("stats_period", "must be >= 1s, got %v", c.StatsPeriod)
+	}
+	if p := c.IncrementalState.ClearPeriod; p != 0 && p < MinPeriod {
+		k.bad("incremental_state.clear_period", "must be 0 (never) or >= 100ms, got %v", p)
+	}
+	c.checkProducers(k)
+	c.checkBuffers(k)
+	for i := range c.DataSources {
+		c.checkDataSource(k, i)
+	}
+	if len(c.DataSources) == 0 {
+		k.bad("data_sources", "at least one data source is required")
+	}
+	c.checkSinks(k)
+	return k.problems
+}
+
+func (c *Config) checkProducers(k *checker) {
+	page, size := c.Producers.SMBPageSizeKB, c.Producers.SMBSizeKB
+	pageOK := page >= 4 && page <= MaxSMBPageSizeKB && page%4 == 0 && (page/4)&(page/4-1) == 0
+	if !pageOK {
+		k.bad("producers.smb_page_size_kb", "must be 4, 8, 16 or 32 (a power-of-two multiple of 4 KiB, at most the service's 32 KiB page; smb-abi §1.1), got %d", page)
+	}
+	switch {
+	case size > MaxSMBSizeKB:
+		k.bad("producers.smb_size_kb", "must be <= 32768 (32 MiB, the largest SMB the service creates; smb-abi §1.1), got %d", size)
+	case pageOK && size%page != 0:
+		k.bad("producers.smb_size_kb", "must be a multiple of smb_page_size_kb (%d) (smb-abi §1.1), got %d", page, size)
+	}
+}
+
+func (c *Config) checkBuffers(k *checker) {
+	switch n := len(c.Buffers); {
+	case n == 0:
+		k.bad("buffers", "at least one buffer is required")
+	case n > MaxBuffers:
+		k.bad("buffers", "at most 128 buffers are allowed, got %d", n)
+	}
+	names := map[string]int{}
+	for i, b := range c.Buffers {
+		p := fmt.Sprintf("buffers[%d]", i)
+		switch {
+		case b.SizeKB == 0 || b.SizeKB%4 != 0:
+			k.bad(p+".size_kb", "must be a multiple of 4 and > 0")
+		case b.SizeKB > MaxBufferSizeKB:
+			k.bad(p+".size_kb", "must be < 4194304 (4 GiB), got %d", b.SizeKB)
+		}
+		switch b.FillPolicy {
+		case FillPolicyRingBuffer, FillPolicyDiscard:
+		default:
+			k.bad(p+".fill_policy", "must be ring_buffer or discard, got %q", b.FillPolicy)
+		}
+		if b.Name != "" {
+			if j, dup := names[b.Name]; dup {
+				k.bad(p+".name", "%q is already the name of buffers[%d]", b.Name, j)
+			} else {
+				names[b.Name] = i
+			}
+		}
+	}
+}
+
+func (c *Config) checkDataSource(k *checker, i int) {
+	ds := &c.DataSources[i]
+	p := fmt.Sprintf("data_sources[%d]", i)
+
+	var factory plugins.Factory
+	if ds.Name == "" {
+		k.bad(p+".name", "required")
+	}
+	if ds.Plugin != "" {
+		// The name is whatever the plugin registers; it is checked when
+		// the plugin is launched.
+		ds.Plugin = c.resolve(ds.Plugin)
+		checkExecutable(k, p+".plugin", ds.Plugin)
+	} else if ds.Name != "" {
+		f, ok := plugins.Lookup(ds.Name)
+		if !ok {
+			reg := strings.Join(plugins.Names(), ", ")
+			if reg == "" {
+				reg = "none"
+			}
+			k.bad(p+".name", "unknown data source %q (registered: %s)", ds.Name, reg)
+		}
+		factory = f
+	}
+
+	if ds.TargetBufferName != "" {
+		found := false
+		for j, b := range c.Buffers {
+			if b.Name == ds.TargetBufferName {
+				ds.TargetBuffer, found = j, true
+				break
+			}
+		}
+		if !found {
+			var names []string
+			for _, b := range c.Buffers {
+				if b.Name != "" {
+					names = append(names, b.Name)
+				}
+			}
+			have := "no buffer has a name"
+			if len(names) > 0 {
+				have = "buffers: " + strings.Join(names, ", ")
+			}
+			k.bad(p+".target_buffer_name", "no buffer is named %q (%s)", ds.TargetBufferName, have)
+		}
+	} else if n := len(c.Buffers); n > 0 && (ds.TargetBuffer < 0 || ds.TargetBuffer >= n) {
+		k.bad(p+".target_buffer", "must be in 0..%d (there are %d buffers), got %d", n-1, n, ds.TargetBuffer)
+	}
+
+	switch ds.BufferExhaustedPolicy {
+	case BufferExhaustedDrop, BufferExhaustedStall:
+	default:
+		k.bad(p+".buffer_exhausted_policy", "must be drop or stall, got %q", ds.BufferExhaustedPolicy)
+	}
+
+	if factory != nil {
+		if err := callFactory(factory, ds.Config); err != nil {
+			for _, q := range splitProblems(err.Error(), factoryLine) {
+				if q.Path == "" {
+					k.bad(p+".config", "%s", q.Message)
+				} else {
+					k.bad(p+".config."+q.Path, "%s", q.Message)
+				}
+			}
+		}
+	}
+
+	if vm := ds.ProtoVM; vm != nil {
+		c.checkProtoVM(k, p+".protovm", vm)
+	}
+}
+
+// callFactory runs a data source's factory to validate its config section.
+// The instance is discarded (factories are pure); a panic is a problem.
+func callFactory(f plugins.Factory, cfg map[string]any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the data source's factory panicked: %v", r)
+		}
+	}()
+	_, err = f(cfg)
+	return err
+}
+
+func (c *Config) checkProtoVM(k *checker, p string, vm *ProtoVMConfig) {
+	if vm.MemoryLimitKB == 0 {
+		k.bad(p+".memory_limit_kb", "required, must be > 0")
+	}
+	if vm.Program == "" {
+		k.bad(p+".program", "required")
+		return
+	}
+	vm.Program = c.resolve(vm.Program)
+	ext := strings.ToLower(filepath.Ext(vm.Program))
+	switch ext {
+	case ".bin", ".pb", ".yaml", ".yml":
+	default:
+		k.bad(p+".program", "%q: want a compiled VmProgram (.bin, .pb) or a program description (.yaml, .yml)", vm.Program)
+		return
+	}
+	b, err := readFileLimited(vm.Program)
+	if err != nil {
+		if os.IsNotExist(err) {
+			k.bad(p+".program", "%q does not exist", vm.Program)
+		} else {
+			k.bad(p+".program", "%v", err)
+		}
+		return
+	}
+	if ext == ".bin" || ext == ".pb" {
+		if _, err := protovm.ParseProgram(b); err != nil {
+			k.bad(p+".program", "%q: %v", vm.Program, err)
+			return
+		}
+	} else if b, err = protovm.Compile(b, nil); err != nil {
+		k.bad(p+".program", "%q: %v", vm.Program, err)
+		return
+	}
+	vm.ProgramBytes = b
+}
+
+// resolve makes a relative path relative to the config file's directory.
+func (c *Config) resolve(path string) string {
+	if path == "" || filepath.IsAbs(path) || c.baseDir == "" {
+		return path
+	}
+	return filepath.Join(c.baseDir, path)
+}
+
+func checkExecutable(k *checker, p, path string) {
+	fi, err := os.Stat(path)
+	switch {
+	case os.IsNotExist(err):
+		k.bad(p, "%q does not exist", path)
+	case err != nil:
+		k.bad(p, "%v", err)
+	case fi.IsDir():
+		k.bad(p, "%q is a directory, not an executable", path)
+	case !fi.Mode().IsRegular():
+		k.bad(p, "%q is not a regular file", path)
+	case fi.Mode().Perm()&0o111 == 0:
+		k.bad(p, "%q is not executable (mode %v)", path, fi.Mode().Perm())
+	}
+}
+
+// Lines of a sinks.Config.Validate error ("sinks: `path`: message") and of
+// a factory's joined errors ("rate: must be >= 0").
+var (
+	sinkLine    = regexp.MustCompile("^sinks: `([A-Za-z0-9_]+)`: (.*)$")
+	factoryLine = regexp.MustCompile(`^([A-Za-z0-9_.\[\]]+): (.*)$`)
+)
+
+// splitProblems splits a multi-line error into problems: a line matching
+// re starts one (submatch 1 = path, 2 = message), any other line continues
+// the previous message (multi-line messages, such as a CEL compile error
+// with its caret line) or, first, starts one without a path.
+func splitProblems(msg string, re *regexp.Regexp) []Problem {
+	var out []Problem
+	for line := range strings.SplitSeq(msg, "\n") {
+		if m := re.FindStringSubmatch(line); m != nil {
+			out = append(out, Problem{Path: m[1], Message: m[2]})
+		} else if len(out) > 0 {
+			out[len(out)-1].Message += "\n" + line
+		} else if line != "" {
+			out = append(out, Problem{Message: line})
+		}
+	}
+	return out
+}
+
+func (c *Config) checkSinks(k *checker) {
+	if len(c.Sinks) == 0 && !c.WriteIntoFile {
+		k.bad("sinks", "at least one sink is required")
+	}
+	paths := map[string]int{}
+	for i, s := range c.Sinks {
+		p := fmt.Sprintf("sinks[%d]", i)
+		if err := s.Validate(); err != nil {
+			for _, q := range splitProblems(err.Error(), sinkLine) {
+				if q.Path == "" {
+					k.bad(p, "%s", strings.TrimPrefix(q.Message, "sinks: "))
+				} else {
+					k.bad(p+"."+q.Path, "%s", q.Message)
+				}
+			}
+		}
+		if s.Type == sinks.SinkTypeFile && s.Path != "" {
+			clean := filepath.Clean(s.Path)
+			if j, dup := paths[clean]; dup {
+				k.bad(p+".path", "%q is already the path of sinks[%d]", s.Path, j)
+			} else {
+				paths[clean] = i
+			}
+		}
+	}
+}
