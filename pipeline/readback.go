@@ -1,0 +1,219 @@
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// batch is a run of stamped packets on its way to the sinks. Batches are
+// recycled between the service goroutine and the output goroutine, so a
+// steady-state read pass allocates nothing.
+type batch struct {
+	data    []byte   // packets back to back
+	ends    []int    // end offset of each packet in data
+	packets [][]byte // built by the output goroutine
+	// endOfPass asks the output goroutine to flush the sinks after
+	// writing the batch; final marks the session's last batch.
+	endOfPass, final bool
+}
+
+func (b *batch) reset() {
+	b.data, b.ends, b.packets = b.data[:0], b.ends[:0], b.packets[:0]
+	b.endOfPass, b.final = false, false
+}
+
+// full reports whether the batch reached its target size.
+func (b *batch) full() bool { return len(b.data) >= readBatchTarget }
+
+// batchFor returns the batch to append packets to, taking a free one if
+// needed. wait says whether to wait for the output goroutine to free one
+// (the final pass must write everything); otherwise nil means the sinks
+// are behind and the pass should back off.
+func (s *Service) batchFor(wait bool) *batch {
+	if s.cur != nil && !s.cur.full() {
+		return s.cur
+	}
+	if s.cur != nil {
+		s.out <- s.cur
+		s.cur = nil
+	}
+	if wait {
+		s.cur = <-s.free
+		return s.cur
+	}
+	select {
+	case s.cur = <-s.free:
+		return s.cur
+	default:
+		return nil
+	}
+}
+
+// submit hands the current batch (possibly empty, never nil) to the
+// output stage with the end-of-pass marker.
+func (s *Service) submit(final bool) {
+	b := s.cur
+	s.cur = nil
+	b.endOfPass, b.final = true, final
+	s.out <- b
+}
+
+// appendPacket adds a packet the service made itself.
+func (b *batch) appendPacket(pkt []byte) {
+	b.data = append(b.data, pkt...)
+	b.ends = append(b.ends, len(b.data))
+}
+
+// readPass reads every buffer (buffer by buffer, in config order) into
+// output batches: service packets first, then buffer packets, validated
+// and stamped with their trusted fields, then the stats packet when due.
+//
+// A non-final pass backs off when the output stage has no free batch (the
+// sinks are behind): the data stays in the buffers, which is what makes a
+// ring buffer wrap and count the loss instead of producers blocking. early
+// marks a pass triggered by a filling buffer rather than by the timer.
+func (s *Service) readPass(final, early bool) {
+	if !final && len(s.free) == 0 && s.cur == nil {
+		if !early {
+			s.counters.readbackDeferred++
+		}
+		return
+	}
+	b := s.batchFor(final)
+	s.appendPreamble(b)
+	for _, bs := range s.buffers {
+		complete := true
+		bs.buf.BeginRead()
+		for {
+			if b = s.batchFor(final); b == nil {
+				complete = false
+				break
+			}
+			if !bs.buf.ReadNextTracePacket(&s.pkt) {
+				break
+			}
+			s.appendBufferPacket(b, bs, &s.pkt)
+		}
+		if complete {
+			bs.unread = 0
+		} else {
+			if !early {
+				s.counters.readbackDeferred++
+			}
+			return
+		}
+	}
+	// The trailer goes into the current batch even when it is full
+	// (batch sizes are a target, not a limit).
+	if s.cur == nil {
+		if final {
+			s.cur = <-s.free
+		} else {
+			select {
+			case s.cur = <-s.free:
+			default:
+				return // the next pass ends this one's output
+			}
+		}
+	}
+	b = s.cur
+	now := time.Now()
+	if final {
+		s.event(tracefile.EventReadTracingBuffersCompleted)
+		s.appendEvents(b)
+	}
+	if final || now.Sub(s.lastStats) >= s.cfg.StatsPeriod {
+		s.lastStats = now
+		ts := s.traceStats()
+		b.appendPacket(tracefile.AppendTraceStatsPacket(s.scratch[:0], &ts, s.uid, bootNanos()))
+	}
+	s.submit(final)
+}
+
+// appendBufferPacket validates one packet read from a buffer and appends
+// it with the trusted fields the service stamps (trace-format.md §3).
+func (s *Service) appendBufferPacket(b *batch, bs *bufferState, p *buffer.Packet) {
+	start := len(b.data)
+	b.data = p.AppendTo(b.data)
+	if tracefile.ValidateProducerPacket(b.data[start:]) != nil {
+		b.data = b.data[:start]
+		s.counters.invalidPackets++
+		return
+	}
+	b.data = tracefile.AppendTrusted(b.data, tracefile.Trusted{
+		UID:                   p.Seq.Client.UID,
+		SequenceID:            s.sequenceID(bs, p.Seq.ProducerID, p.Seq.WriterID),
+		PID:                   p.Seq.Client.PID,
+		HasPID:                true,
+		PreviousPacketDropped: p.PreviousPacketDropped,
+	})
+	b.ends = append(b.ends, len(b.data))
+}
+
+// sequenceID returns the trusted_packet_sequence_id of (producer, writer),
+// assigning the next one (2, 3, ...) on first use and recording it in the
+// buffer's provenance.
+func (s *Service) sequenceID(bs *bufferState, producer, writer uint16) uint32 {
+	key := uint32(producer)<<16 | uint32(writer)
+	id, ok := s.seqIDs[key]
+	if !ok {
+		id = s.nextSeqID
+		s.nextSeqID++
+		s.seqIDs[key] = id
+	}
+	if !bs.seqSeen[key] {
+		bs.seqSeen[key] = true
+		bs.provenance = append(bs.provenance, tracefile.ProvenanceSequence{ID: id, ProducerID: int32(producer)})
+	}
+	return id
+}
+
+// output is the output goroutine: it writes batches to every sink in
+// order and, at the end of each pass, flushes them so the pass is in the
+// OS's hands.
+func (s *Service) output() {
+	defer close(s.outDone)
+	ctx := context.Background()
+	var passes, packets, bytes uint64
+	for b := range s.out {
+		if len(b.ends) > 0 {
+			start := 0
+			for _, e := range b.ends {
+				b.packets = append(b.packets, b.data[start:e])
+				start = e
+			}
+			for _, sk := range s.sinks {
+				// Sinks never block indefinitely; their losses are in
+				// their own stats.
+				_ = sk.Write(ctx, b.packets)
+			}
+			packets += uint64(len(b.ends))
+			bytes += uint64(len(b.data))
+		}
+		if b.endOfPass {
+			for _, sk := range s.sinks {
+				_ = sk.Flush(ctx)
+			}
+			passes++
+			info := PassInfo{Passes: passes, Packets: packets, Bytes: bytes, Final: b.final}
+			s.outMu.Lock()
+			s.outStat = info
+			s.outMu.Unlock()
+			if s.opts.OnPassWritten != nil {
+				s.opts.OnPassWritten(info)
+			}
+		}
+		b.reset()
+		s.free <- b
+	}
+}
+
+// outputTotals returns what the output stage has written so far.
+func (s *Service) outputTotals() PassInfo {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	return s.outStat
+}

@@ -1,0 +1,471 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/protovm"
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/smb"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// Options tune a Service beyond its Config.
+type Options struct {
+	// Sinks, when non-nil, replace the sinks built from Config.Sinks
+	// (for embedding and tests). The service closes them when it stops.
+	Sinks []sinks.Sink
+	// OnPassWritten, if set, is called on the output goroutine each time
+	// a read pass has been written to every sink and the sinks flushed
+	// (so the packets are in the OS's hands: a kill -9 of this process no
+	// longer loses them).
+	OnPassWritten func(PassInfo)
+	// Logf receives warnings (a data source that failed to stop, a sink
+	// error). Nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// PassInfo describes the output after a read pass was written.
+type PassInfo struct {
+	Passes  uint64 // read passes written so far
+	Packets uint64 // packets handed to the sinks so far (all sinks see the same packets)
+	Bytes   uint64
+	Final   bool // the last pass of the session
+}
+
+// Stop and timing defaults that the config does not expose.
+const (
+	startTimeout    = 10 * time.Second
+	stopTimeout     = 5 * time.Second // Perfetto's data_source_stop_timeout_ms default
+	sinkCloseTime   = 30 * time.Second
+	commitQueueLen  = 256
+	readBatchTarget = 1 << 20 // bytes of packets per output batch (Perfetto reads ~1 MiB per pass step)
+	outputBatches   = 4
+	// commitFlushTick is how often producers' batched commits are pushed
+	// to the service, so a slow data source's chunks do not wait for the
+	// next flush.
+	commitFlushTick = 50 * time.Millisecond
+)
+
+// Service runs one tracing session: it owns the trace buffers (on the
+// goroutine that calls Run), the producers of every data source instance,
+// and the output stage that feeds the sinks.
+//
+// Lifecycle (reference/service.md §3): New builds everything and checks
+// the config; Run starts the data sources, serves commits, flushes,
+// clears incremental state and reads back on its timers, and at the end
+// (duration, ctx cancelled) performs a final flush, stops the data
+// sources, scrapes their SMBs, does a final read pass with a TraceStats
+// packet and closes the sinks.
+type Service struct {
+	cfg  *Config
+	opts Options
+	uid  int32
+	pid  int32
+
+	buffers   []*bufferState
+	producers []*producer
+	sinks     []sinks.Sink
+
+	commits  chan commitMsg
+	finished chan struct{} // closed when Run stops accepting commits
+
+	// Service-goroutine state.
+	seqIDs     map[uint32]uint32 // producer<<16|writer → trusted_packet_sequence_id
+	nextSeqID  uint32
+	flush      *pendingFlush
+	flushID    uint64
+	counters   counters
+	events     []serviceEvent // lifecycle events not yet written
+	firstPass  bool           // the first read pass has been written
+	traceUUID  [2]int64
+	startClock []tracefile.Clock
+	lastStats  time.Time
+	pkt        buffer.Packet
+	readSoon   bool
+	scratch    []byte // service packets are built here
+	start      time.Time
+	running    []*producer // producers whose data source started
+
+	// Output stage.
+	free    chan *batch
+	out     chan *batch
+	cur     *batch
+	outDone chan struct{}
+	outMu   sync.Mutex
+	outStat PassInfo
+
+	status statusCell
+	ran    bool
+}
+
+// bufferState is one configured buffer and what the service tracks of it.
+type bufferState struct {
+	index  int
+	name   string
+	buf    *buffer.TraceBuffer
+	unread int // chunk payload bytes copied since the last complete read of this buffer
+	// seqSeen marks (producer, writer) keys already listed in provenance.
+	seqSeen    map[uint32]bool
+	provenance []tracefile.ProvenanceSequence
+	vms        *protovm.Instances // nil without ProtoVM programs
+	vmGen      uint64             // vms.Generation() when its states were last written
+}
+
+// New builds a session from a validated config: buffers, sinks and one
+// producer (SMB, arbiter, data source instance) per data_sources entry.
+// Nothing runs until Run.
+func New(cfg *Config, opts Options) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{
+		cfg: cfg, opts: opts,
+		uid: int32(os.Getuid()), pid: int32(os.Getpid()),
+		commits:   make(chan commitMsg, commitQueueLen),
+		finished:  make(chan struct{}),
+		seqIDs:    map[uint32]uint32{},
+		nextSeqID: 2, // 1 is the service's own sequence
+		free:      make(chan *batch, outputBatches),
+		out:       make(chan *batch, outputBatches),
+		outDone:   make(chan struct{}),
+	}
+	for i := 0; i < outputBatches; i++ {
+		s.free <- &batch{}
+	}
+	for i, bc := range cfg.Buffers {
+		policy := buffer.RingBuffer
+		if bc.FillPolicy == "discard" {
+			policy = buffer.Discard
+		}
+		b, err := buffer.New(int(bc.SizeKB)*1024, policy)
+		if err != nil {
+			return nil, fmt.Errorf("buffers[%d]: %w", i, err)
+		}
+		s.buffers = append(s.buffers, &bufferState{index: i, name: bc.Name, buf: b, seqSeen: map[uint32]bool{}})
+	}
+	if err := s.buildProducers(); err != nil {
+		return nil, err
+	}
+	if err := s.buildProtoVMs(); err != nil {
+		return nil, err
+	}
+	if opts.Sinks != nil {
+		s.sinks = opts.Sinks
+	} else if err := s.buildSinks(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// targetBuffer resolves a data source's buffer index.
+func (s *Service) targetBuffer(dc *DataSourceConfig) int {
+	if dc.TargetBufferName != "" {
+		for i, b := range s.cfg.Buffers {
+			if b.Name == dc.TargetBufferName {
+				return i
+			}
+		}
+	}
+	return dc.TargetBuffer
+}
+
+func (s *Service) buildProducers() error {
+	pageSize := int(s.cfg.Producers.SMBPageSizeKB) * 1024
+	smbSize := int(s.cfg.Producers.SMBSizeKB) * 1024
+	client := buffer.ClientIdentity{UID: s.uid, PID: s.pid}
+	for i := range s.cfg.DataSources {
+		dc := &s.cfg.DataSources[i]
+		if dc.Plugin != "" {
+			return fmt.Errorf("data_sources[%d].plugin: out-of-process plugins are not supported by this build yet; remove `plugin` to use a built-in data source", i)
+		}
+		factory, ok := plugins.Lookup(dc.Name)
+		if !ok {
+			return fmt.Errorf("data_sources[%d].name: unknown data source %q", i, dc.Name)
+		}
+		ds, err := factory(dc.Config)
+		if err != nil {
+			return fmt.Errorf("data_sources[%d].config: %w", i, err)
+		}
+		policy := smb.Drop
+		if dc.BufferExhaustedPolicy == "stall" {
+			policy = smb.Stall
+		}
+		p, err := newProducer(uint16(i+1), i, dc.Name, s.targetBuffer(dc), ds, smbSize, pageSize, policy, client, s.commits, s.finished)
+		if err != nil {
+			return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
+		}
+		p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
+		p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
+		s.producers = append(s.producers, p)
+	}
+	return nil
+}
+
+// expandPath replaces {timestamp} and {pid} in a sink path.
+func expandPath(path string, now time.Time) string {
+	r := strings.NewReplacer("{timestamp}", now.Format("20060102-150405"), "{pid}", strconv.Itoa(os.Getpid()))
+	return r.Replace(path)
+}
+
+func (s *Service) buildSinks() error {
+	now := time.Now()
+	for i, sc := range s.cfg.Sinks {
+		sc.Path = expandPath(sc.Path, now)
+		if sc.MaxFileSize == 0 {
+			sc.MaxFileSize = s.cfg.MaxFileSize
+		}
+		if sc.Type == sinks.SinkTypeFile {
+			if dir := filepath.Dir(sc.Path); dir != "" {
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					s.closeSinks()
+					return fmt.Errorf("sinks[%d].path: %w", i, err)
+				}
+			}
+		}
+		sk, err := sinks.New(sc)
+		if err != nil {
+			s.closeSinks()
+			return fmt.Errorf("sinks[%d]: %w", i, err)
+		}
+		s.sinks = append(s.sinks, sk)
+	}
+	return nil
+}
+
+func (s *Service) closeSinks() {
+	ctx, cancel := context.WithTimeout(context.Background(), sinkCloseTime)
+	defer cancel()
+	for _, sk := range s.sinks {
+		if err := sk.Close(ctx); err != nil {
+			s.logf("closing a sink: %v", err)
+		}
+	}
+}
+
+// Files lists the files the service's file sinks have written so far.
+func (s *Service) Files() []string {
+	var files []string
+	for _, sk := range s.sinks {
+		if f, ok := sk.(interface{ Files() []string }); ok {
+			files = append(files, f.Files()...)
+		}
+	}
+	return files
+}
+
+func (s *Service) logf(format string, args ...any) {
+	if s.opts.Logf != nil {
+		s.opts.Logf(format, args...)
+	}
+}
+
+// Result is what a finished session reports.
+type Result struct {
+	// Stats is the content of the final TraceStats packet.
+	Stats tracefile.TraceStats
+	// Packets and Bytes were handed to the sinks (per sink, before filters).
+	Packets, Bytes uint64
+	// Files written by file sinks.
+	Files []string
+}
+
+// ErrAlreadyRun is returned by a second call to Run.
+var ErrAlreadyRun = errors.New("pipeline: a Service runs once")
+
+// Run runs the session until its duration elapses or ctx is cancelled,
+// then stops it gracefully. The returned error reports what prevented the
+// session from running or finishing (a data source that failed to start,
+// a sink that failed to close); losses are not errors: they are counted
+// in Result.Stats.
+func (s *Service) Run(ctx context.Context) (*Result, error) {
+	if s.ran {
+		return nil, ErrAlreadyRun
+	}
+	s.ran = true
+	go s.output()
+	s.begin()
+
+	var startErr error
+	for _, p := range s.producers {
+		if err := p.start(startTimeout); err != nil {
+			startErr = err
+			break
+		}
+		s.running = append(s.running, p)
+	}
+	if startErr == nil {
+		s.event(tracefile.EventAllDataSourcesStarted)
+		s.serve(ctx)
+	}
+	res, err := s.finish()
+	return res, errors.Join(startErr, err)
+}
+
+// serve is the session's main loop; it returns when the session should
+// stop.
+func (s *Service) serve(ctx context.Context) {
+	var durationC <-chan time.Time
+	if s.cfg.Duration > 0 {
+		t := time.NewTimer(s.cfg.Duration)
+		defer t.Stop()
+		durationC = t.C
+	}
+	readC := tickerC(s.cfg.WriteIntoFile, s.cfg.FileWritePeriod)
+	flushC := tickerC(s.cfg.FlushPeriod > 0, s.cfg.FlushPeriod)
+	clearC := tickerC(s.cfg.IncrementalState.ClearPeriod > 0, s.cfg.IncrementalState.ClearPeriod)
+	statusTick := time.NewTicker(250 * time.Millisecond)
+	defer statusTick.Stop()
+	allDone := s.allFiniteDone()
+
+	for {
+		var flushTimeout <-chan time.Time
+		if s.flush != nil {
+			flushTimeout = s.flush.timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-durationC:
+			return
+		case <-allDone:
+			return
+		case m := <-s.commits:
+			s.handleCommit(m)
+			// Drain what is already queued before looking at timers.
+		drain:
+			for n := 0; n < commitQueueLen; n++ {
+				select {
+				case m := <-s.commits:
+					s.handleCommit(m)
+				default:
+					break drain
+				}
+			}
+			if s.readSoon {
+				s.readSoon = false
+				s.readPass(false, true)
+			}
+		case <-readC:
+			s.readPass(false, false)
+		case <-flushC:
+			s.startFlush(nil)
+		case <-flushTimeout:
+			s.completeFlush(false)
+		case <-clearC:
+			for _, p := range s.running {
+				p.request(ctrlMsg{kind: ctrlClear})
+			}
+		case <-statusTick.C:
+			s.publishStatus()
+		}
+	}
+}
+
+// tickerC returns a ticker channel, or nil (never fires) when !on.
+func tickerC(on bool, period time.Duration) <-chan time.Time {
+	if !on || period <= 0 {
+		return nil
+	}
+	return time.NewTicker(period).C
+}
+
+// buildProtoVMs gives every data source with a `protovm` section a VM in
+// its target buffer's set (one VM per data source name and program, as
+// Perfetto does) and feeds the set the packets the ring buffer overwrites.
+func (s *Service) buildProtoVMs() error {
+	for _, p := range s.producers {
+		pc := s.cfg.DataSources[p.index].ProtoVM
+		if pc == nil {
+			continue
+		}
+		bs := s.buffers[p.target]
+		if bs.buf.Policy() != buffer.RingBuffer {
+			s.logf("data_sources[%d].protovm: buffer %d discards when full and never overwrites; the program will see no packets", p.index, p.target)
+		}
+		if bs.vms == nil {
+			bs.vms = &protovm.Instances{}
+			vms := bs.vms
+			bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
+				vms.Observe(int32(seq.ProducerID), packet)
+			})
+		}
+		if _, err := bs.vms.Add(p.name, pc.ProgramBytes, pc.MemoryLimitKB, int32(p.id)); err != nil {
+			return fmt.Errorf("data_sources[%d].protovm.program: %w", p.index, err)
+		}
+	}
+	return nil
+}
+
+// finish ends the session (reference/service.md §3 FlushAndDisableTracing
+// then DisableTracing): final flush, stop the data sources, scrape the
+// SMBs, final read pass with the TraceStats packet, close the sinks.
+func (s *Service) finish() (*Result, error) {
+	if s.finalFlush() {
+		s.counters.finalFlush = tracefile.FlushOutcomeSucceeded
+	} else {
+		s.counters.finalFlush = tracefile.FlushOutcomeFailed
+	}
+	s.stopProducers()
+	s.drainCommits()
+	close(s.finished) // late commits are now counted instead of sent
+	s.drainCommits()
+	s.scrape()
+	s.event(tracefile.EventTracingDisabled)
+	s.readPass(true, false)
+	final := s.traceStats()
+	close(s.out)
+	<-s.outDone
+	ctx, cancel := context.WithTimeout(context.Background(), sinkCloseTime)
+	defer cancel()
+	var errs []error
+	for i, sk := range s.sinks {
+		if err := sk.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("sinks[%d]: close: %w", i, err))
+		}
+	}
+	for _, p := range s.producers {
+		_ = p.smb.Close()
+	}
+	out := s.outputTotals()
+	s.publishStatus()
+	return &Result{Stats: final, Packets: out.Packets, Bytes: out.Bytes, Files: s.Files()}, errors.Join(errs...)
+}
+
+// allFiniteDone returns a channel closed when every data source has
+// ended on its own (all implement plugins.Finite), or nil if some never
+// end.
+func (s *Service) allFiniteDone() <-chan struct{} {
+	var dones []<-chan struct{}
+	for _, p := range s.producers {
+		f, ok := p.ds.(plugins.Finite)
+		if !ok {
+			return nil
+		}
+		dones = append(dones, f.Done())
+	}
+	if len(dones) == 0 {
+		return nil
+	}
+	all := make(chan struct{})
+	go func() {
+		for _, d := range dones {
+			select {
+			case <-d:
+			case <-s.finished:
+				return
+			}
+		}
+		close(all)
+	}()
+	return all
+}

@@ -1,0 +1,203 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// tracePacket is one packet of an output trace, decoded.
+type tracePacket struct {
+	raw  []byte
+	info tracefile.PacketInfo
+}
+
+// readTrace reads every packet of a trace file.
+func readTrace(t *testing.T, path string) []tracePacket {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	raw, err := tracefile.ReadAll(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var out []tracePacket
+	for i, p := range raw {
+		info, err := tracefile.DecodePacket(p)
+		if err != nil {
+			t.Fatalf("packet %d: %v", i, err)
+		}
+		out = append(out, tracePacket{raw: p, info: info})
+	}
+	return out
+}
+
+// scriptedID extracts (writer, index) from a scripted packet, if it is one.
+func scriptedID(p []byte) (w, i int, body []byte, ok bool) {
+	for len(p) > 0 {
+		num, typ, n := protowire.ConsumeTag(p)
+		if n < 0 {
+			return
+		}
+		p = p[n:]
+		if num == tracefile.FieldForTesting && typ == protowire.BytesType {
+			b, n := protowire.ConsumeBytes(p)
+			if n < 0 || len(b) < 8 {
+				return
+			}
+			return int(binary.LittleEndian.Uint32(b)), int(binary.LittleEndian.Uint32(b[4:])), b, true
+		}
+		n = protowire.ConsumeFieldValue(num, typ, p)
+		if n < 0 {
+			return
+		}
+		p = p[n:]
+	}
+	return
+}
+
+// lastStats returns the last TraceStats in the trace.
+func lastStats(t *testing.T, pkts []tracePacket) tracefile.TraceStats {
+	t.Helper()
+	for i := len(pkts) - 1; i >= 0; i-- {
+		ts, ok, err := tracefile.DecodeTraceStatsPacket(pkts[i].raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return ts
+		}
+	}
+	t.Fatal("no TraceStats packet")
+	return tracefile.TraceStats{}
+}
+
+func runSession(t *testing.T, cfg *Config) *Result {
+	t.Helper()
+	s, err := New(cfg, Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := s.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Files) == 0 {
+		t.Fatal("no file written")
+	}
+	return res
+}
+
+func TestServiceStreamsExactPacketsWithTrustedFields(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "trace.pftrace")
+	cfg := loadYAML(t, fmt.Sprintf(`
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 4096}]
+data_sources:
+  - name: test.scripted
+    buffer_exhausted_policy: stall # exactness test: back-pressure instead of SMB drops
+    config: {writers: 3, packets: 400, sizes: [10, 300, 5000, 70, 9000, 1]}
+  - name: test.scripted
+    buffer_exhausted_policy: stall
+    config: {writers: 1, packets: 50, sizes: [40], spoof_every: 10}
+sinks: [{type: file, path: %q}]
+`, out))
+	res := runSession(t, cfg)
+	pkts := readTrace(t, out)
+
+	got := map[uint32][]int{}       // sequence id → packet indices, in file order
+	writerOf := map[uint32][2]int{} // sequence id → (first packet's size, writer)
+	uid, pid := int32(os.Getuid()), int32(os.Getpid())
+	var serviceSeq int
+	for _, p := range pkts {
+		if p.info.SequenceID == 1 {
+			serviceSeq++
+			continue
+		}
+		if p.info.SequenceID < 2 {
+			t.Fatalf("packet without a trusted sequence id: %+v", p.info)
+		}
+		if !p.info.HasTrustedUID || p.info.TrustedUID != uid || !p.info.HasTrustedPID || p.info.TrustedPID != pid {
+			t.Fatalf("trusted fields %+v, want uid %d pid %d", p.info, uid, pid)
+		}
+		w, i, body, ok := scriptedID(p.raw)
+		if !ok {
+			t.Fatalf("unexpected producer packet %s", tracefile.DumpPacket(p.raw))
+		}
+		if _, seen := writerOf[p.info.SequenceID]; !seen {
+			writerOf[p.info.SequenceID] = [2]int{len(body), w}
+		} else if writerOf[p.info.SequenceID][1] != w {
+			t.Fatalf("sequence %d mixes writers %d and %d", p.info.SequenceID, writerOf[p.info.SequenceID][1], w)
+		}
+		want := scriptedPacket(w, i, len(body), false)
+		raw := p.raw
+		if i == 0 {
+			// The TraceWriter marks a writer's first packet
+			// (first_packet_on_sequence = true, field 87).
+			raw = bytes.TrimPrefix(raw, []byte{0xb8, 0x05, 0x01})
+		}
+		if !bytes.HasPrefix(raw, want) {
+			t.Fatalf("sequence %d packet %d differs from what the writer wrote:\n got %x\nwant %x", p.info.SequenceID, i, p.raw, want)
+		}
+		// The buffer flags the first packet of a sequence (nothing before
+		// it can be vouched for); any later flag is a loss.
+		if i > 0 && p.info.PreviousPacketDropped != 0 {
+			t.Fatalf("sequence %d packet %d flagged dropped (%s)", p.info.SequenceID, i, tracefile.LossReasonString(p.info.PreviousPacketDropped))
+		}
+		got[p.info.SequenceID] = append(got[p.info.SequenceID], i)
+	}
+	if len(got) != 4 {
+		t.Fatalf("%d producer sequences, want 4", len(got))
+	}
+	for seq, idx := range got {
+		var want []int
+		if writerOf[seq][0] == 40 { // the spoofing source: every 10th packet rejected
+			for i := 0; i < 50; i++ {
+				if i%10 != 9 {
+					want = append(want, i)
+				}
+			}
+		} else {
+			for i := 0; i < 400; i++ {
+				want = append(want, i)
+			}
+		}
+		if fmt.Sprint(idx) != fmt.Sprint(want) {
+			t.Errorf("sequence %d holds packets %v\nwant %v", seq, idx, want)
+		}
+	}
+	ts := lastStats(t, pkts)
+	if ts.InvalidPackets != 5 {
+		t.Errorf("invalid_packets = %d, want 5 (the spoofing packets)", ts.InvalidPackets)
+	}
+	if len(ts.BufferStats) != 1 || ts.BufferStats[0].ChunksOverwritten != 0 || ts.BufferStats[0].ChunksDiscarded != 0 {
+		t.Errorf("buffer stats %+v", ts.BufferStats)
+	}
+	if ts.FinalFlushOutcome != tracefile.FlushOutcomeSucceeded {
+		t.Errorf("final_flush_outcome = %d", ts.FinalFlushOutcome)
+	}
+	if ts.Tracepipe == nil || ts.Tracepipe.ProducerPacketsDropped != 0 {
+		t.Errorf("tracepipe stats %+v", ts.Tracepipe)
+	}
+	if serviceSeq < 5 {
+		t.Errorf("%d service packets", serviceSeq)
+	}
+	if res.Packets != uint64(len(pkts)) {
+		t.Errorf("result says %d packets written, file holds %d", res.Packets, len(pkts))
+	}
+}

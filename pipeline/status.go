@@ -1,0 +1,65 @@
+package pipeline
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// Status is a snapshot of a running session, for progress displays. It
+// is refreshed a few times a second by the service goroutine.
+type Status struct {
+	Elapsed  time.Duration
+	Duration time.Duration // configured duration, 0 = until stopped
+	BytesIn  uint64        // chunk bytes copied from producers into buffers
+	BytesOut uint64        // packet bytes handed to the sinks
+	Packets  uint64        // packets handed to the sinks
+	// Losses sums every data_loss counter of the session's stats.
+	Losses  uint64
+	Buffers []BufferStatus
+}
+
+// BufferStatus is one buffer's fill.
+type BufferStatus struct {
+	Name   string
+	Size   int
+	Unread int // bytes written since the last complete read of the buffer
+}
+
+// Fill is the unread fraction of the buffer, capped at 1.
+func (b BufferStatus) Fill() float64 {
+	if b.Size == 0 {
+		return 0
+	}
+	return min(float64(b.Unread)/float64(b.Size), 1)
+}
+
+type statusCell struct{ p atomic.Pointer[Status] }
+
+// Status returns the latest snapshot (the zero Status before Run).
+func (s *Service) Status() Status {
+	if st := s.status.p.Load(); st != nil {
+		return *st
+	}
+	return Status{Duration: s.cfg.Duration}
+}
+
+// publishStatus refreshes the snapshot (service goroutine).
+func (s *Service) publishStatus() {
+	out := s.outputTotals()
+	st := &Status{
+		Elapsed: time.Since(s.start), Duration: s.cfg.Duration,
+		BytesIn: s.counters.bytesIn, BytesOut: out.Bytes, Packets: out.Packets,
+	}
+	ts := s.traceStats()
+	for _, r := range tracefile.LossReport(ts) {
+		if r.Lost() && r.Name != "final_flush_outcome" && r.Name != "bytes_overwritten" {
+			st.Losses += r.Value
+		}
+	}
+	for _, bs := range s.buffers {
+		st.Buffers = append(st.Buffers, BufferStatus{Name: bs.name, Size: bs.buf.Size(), Unread: bs.unread})
+	}
+	s.status.p.Store(st)
+}
