@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+const inspectLong = `Summarise a trace file (plain, gzip or zstd): totals, the time range of the
+packets' timestamps, one row per trusted_packet_sequence_id (packets, bytes,
+time range, packets flagged previous_packet_dropped and their loss reasons),
+packet kinds (the payload field), the loss table of the last TraceStats
+packet, and the first packets rendered as text.
+
+Timestamps are shown as written, whatever their clock. A truncated trace is
+summarised up to its last complete packet and reported on stderr (exit 0).`
+
+// newInspectCmd builds `tracepipe inspect`.
+func newInspectCmd() *cobra.Command {
+	var first int
+	c := &cobra.Command{
+		Use:   "inspect TRACE",
+		Short: "Summarise a trace: sequences, sizes, time range, kinds, first packets",
+		Long:  inspectLong,
+		Example: `  tracepipe inspect trace.pftrace
+  tracepipe inspect --packets 0 trace.pftrace.gz`,
+		Args: oneTraceArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if first < 0 {
+				return usageError{fmt.Errorf("--packets must be >= 0, got %d", first)}
+			}
+			return runInspect(args[0], first, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	c.Flags().IntVarP(&first, "packets", "n", tracefile.DefaultSummaryPackets, "how many leading packets to print as text (0: none)")
+	return c
+}
+
+func runInspect(path string, first int, stdout, stderr io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	opts := tracefile.SummaryOptions{FirstN: first}
+	if first == 0 {
+		opts.FirstN = -1 // SummaryOptions: 0 means the default, < 0 none
+	}
+	var size int64 = -1
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	s, readErr := tracefile.SummarizeOptions(f, opts)
+	if s == nil {
+		return fmt.Errorf("%s: %w", path, readErr)
+	}
+	if s.Truncated {
+		fmt.Fprintf(stderr, "tracepipe: warning: %s is truncated (%v); summarising the %d complete packet(s) before it\n", path, s.TruncatedErr, s.Packets)
+	}
+	if s.BadPackets > 0 {
+		fmt.Fprintf(stderr, "tracepipe: warning: %s: %d packet(s) could not be decoded\n", path, s.BadPackets)
+	}
+	fmt.Fprintf(stdout, "trace %s", path)
+	if size >= 0 {
+		fmt.Fprintf(stdout, " (%d bytes on disk)", size)
+	}
+	fmt.Fprintln(stdout)
+	if err := s.WriteText(stdout); err != nil {
+		return err
+	}
+	if readErr != nil {
+		return fmt.Errorf("%s: %w (the summary above covers the packets before it)", path, readErr)
+	}
+	return nil
+}

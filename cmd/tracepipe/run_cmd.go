@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+const runLong = `Record a trace: start the configured data sources, collect their packets
+through shared memory buffers into the trace buffers, and stream them to the
+configured sinks (a Perfetto trace file by default).
+
+The config is the file given with -c (YAML, TOML or JSON), or the embedded
+default (configs/default.yaml: 10 s, process tree, system counters and a
+synthetic load, streamed to out/trace-<timestamp>.pftrace). TRACEPIPE_*
+environment variables and --set flags override it, in that order.
+
+On a terminal a status line shows elapsed time, bytes in and out, packets,
+losses and buffer fill; otherwise run is quiet until the summary. SIGINT or
+SIGTERM stops the session gracefully: a final flush, a final read and a
+complete file. A second signal exits at once.
+
+Every loss is counted in the trace's TraceStats packet: inspect it with
+'tracepipe stats FILE'.`
+
+// newRunCmd builds `tracepipe run`.
+func newRunCmd() *cobra.Command {
+	var (
+		path, output string
+		duration     time.Duration
+		sets         []string
+	)
+	c := &cobra.Command{
+		Use:   "run [-c FILE] [-o OUTPUT] [--duration D] [--set key=value]...",
+		Short: "Record a trace with a config (the embedded default when -c is omitted)",
+		Long:  runLong,
+		Example: `  tracepipe run
+  tracepipe run -c configs/long_streaming.yaml -o /tmp/long.pftrace
+  tracepipe run --duration 1m --set data_sources[2].config.rate=50000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, s := range sets {
+				if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
+					return usageError{fmt.Errorf("--set %q: want key=value", s)}
+				}
+			}
+			if cmd.Flags().Changed("duration") {
+				sets = append(sets, "duration="+duration.String())
+			}
+			cfg, err := loadRunConfig(path, output, sets)
+			if err != nil {
+				return err
+			}
+			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr())
+		},
+	}
+	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
+	c.Flags().StringVarP(&output, "output", "o", "", "trace file path: replaces the first file sink's path (or adds a file sink)")
+	c.Flags().DurationVar(&duration, "duration", 0, "session duration, e.g. 30s (overrides the config's duration; 0 = until SIGINT)")
+	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
+	return c
+}
+
+// loadRunConfig loads the config and points its first file sink at
+// output (adding one if there is none).
+func loadRunConfig(path, output string, sets []string) (*pipeline.Config, error) {
+	opts := pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ()}
+	cfg, err := pipeline.Load(opts)
+	if err != nil || output == "" {
+		return cfg, err
+	}
+	idx := len(cfg.Sinks)
+	for i, sc := range cfg.Sinks {
+		if sc.Type == sinks.SinkTypeFile {
+			idx = i
+			break
+		}
+	}
+	extra := []string{fmt.Sprintf("sinks[%d].path=%s", idx, output)}
+	if idx == len(cfg.Sinks) {
+		extra = append([]string{fmt.Sprintf("sinks[%d].type=file", idx)}, extra...)
+	}
+	opts.Sets = append(append([]string(nil), sets...), extra...)
+	return pipeline.Load(opts)
+}
+
+// runSession runs one session with a status line on a terminal.
+func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	svc, err := pipeline.New(cfg, pipeline.Options{Logf: func(format string, args ...any) {
+		fmt.Fprintf(stderr, "tracepipe: warning: "+format+"\n", args...)
+	}})
+	if err != nil {
+		return err
+	}
+	tty := isTerminal(stderr)
+	done := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal gets the default action: exit now
+	}()
+	if tty {
+		go func() {
+			t := time.NewTicker(250 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					fmt.Fprintf(stderr, "\r\x1b[K%s", statusLine(svc.Status()))
+				}
+			}
+		}()
+	}
+	res, err := svc.Run(ctx)
+	close(done)
+	if tty {
+		fmt.Fprint(stderr, "\r\x1b[K")
+	}
+	if res != nil {
+		printSummary(stderr, res)
+	}
+	return err
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// statusLine renders the live status.
+func statusLine(st pipeline.Status) string {
+	var b strings.Builder
+	elapsed := st.Elapsed.Truncate(100 * time.Millisecond)
+	if st.Duration > 0 {
+		fmt.Fprintf(&b, "%v/%v", elapsed, st.Duration)
+	} else {
+		fmt.Fprintf(&b, "%v (until SIGINT)", elapsed)
+	}
+	fmt.Fprintf(&b, "  in %s  out %s  %d packets  losses %d", byteSize(st.BytesIn), byteSize(st.BytesOut), st.Packets, st.Losses)
+	for i, bs := range st.Buffers {
+		name := bs.Name
+		if name == "" {
+			name = fmt.Sprintf("buffer %d", i)
+		}
+		fmt.Fprintf(&b, "  %s %.0f%%", name, 100*bs.Fill())
+	}
+	return b.String()
+}
+
+// byteSize renders n bytes with a binary unit.
+func byteSize(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// printSummary tells where the trace went and whether anything was lost.
+func printSummary(w io.Writer, res *pipeline.Result) {
+	files := strings.Join(res.Files, ", ")
+	if files == "" {
+		files = "(no file sink)"
+	}
+	fmt.Fprintf(w, "tracepipe: wrote %d packets (%s) to %s\n", res.Packets, byteSize(res.Bytes), files)
+	var lost []string
+	for _, r := range tracefile.LossReport(res.Stats) {
+		if r.Lost() {
+			name := r.Name
+			if r.Index >= 0 {
+				name = fmt.Sprintf("%s[buffer %d]", r.Name, r.Index)
+			}
+			lost = append(lost, fmt.Sprintf("%s=%d", name, r.Value))
+		}
+	}
+	if len(lost) > 0 {
+		fmt.Fprintf(w, "tracepipe: data loss: %s (details: tracepipe stats %s)\n", strings.Join(lost, " "), firstOr(res.Files, "TRACE"))
+	} else {
+		fmt.Fprintln(w, "tracepipe: no data loss")
+	}
+}
+
+func firstOr(s []string, def string) string {
+	if len(s) > 0 {
+		return s[0]
+	}
+	return def
+}
