@@ -42,6 +42,12 @@ type ChunkView struct {
 	// that many bytes), starting at payload offset 0, so patch offsets
 	// apply to it directly.
 	Payload []byte
+	// PayloadCapacity is the size of the chunk's payload area (chunk size
+	// minus header). A chunk scraped incomplete can grow up to it when
+	// its real commit arrives, so a trace buffer should reserve that much
+	// for it (Perfetto copies the whole chunk); the bytes past Payload are
+	// not handed out because the writer may be changing them.
+	PayloadCapacity int
 }
 
 // RejectReason says why the reader refused a chunk or patch.
@@ -267,7 +273,8 @@ func (r *Reader) fill(h ChunkHeader, payload []byte, count int, complete bool) b
 		withSentinel = payload[: end+vl : end+vl]
 	}
 	r.view = ChunkView{WriterID: h.WriterID, ChunkID: h.ChunkID, Fragments: uint16(n), Flags: flags,
-		Complete: complete, Aborted: aborted, Payload: payload[:end:end], WithSentinel: withSentinel}
+		Complete: complete, Aborted: aborted, Payload: payload[:end:end], WithSentinel: withSentinel,
+		PayloadCapacity: len(payload)}
 	return true
 }
 

@@ -53,6 +53,9 @@ func (ra *reassembler) addChunk(v *ChunkView) {
 // checkWithSentinel verifies ChunkView.WithSentinel: nil unless Aborted,
 // else Payload followed by exactly one size varint holding DropPacketSize.
 func checkWithSentinel(v *ChunkView) error {
+	if v.PayloadCapacity < len(v.Payload) || v.PayloadCapacity < len(v.WithSentinel) {
+		return fmt.Errorf("chunk %d: PayloadCapacity %d below the payload's %d bytes", v.ChunkID, v.PayloadCapacity, len(v.Payload))
+	}
 	if !v.Aborted {
 		if v.WithSentinel != nil {
 			return fmt.Errorf("chunk %d: WithSentinel set on a chunk that was not aborted", v.ChunkID)
