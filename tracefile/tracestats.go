@@ -94,8 +94,8 @@ type TracepipeStats struct {
 	SinkErrors             uint64 // 9: failed sink operations
 	ReadbackDeferred       uint64 // 10: read passes put off because the sinks were behind
 	ProtoVMPatchesOK       uint64 // 11: overwritten packets folded into a ProtoVM state
-	ProtoVMPatchesFailed   uint64 // 12: overwritten packets every matching VM refused
-	ProtoVMPacketsUnrouted uint64 // 13: overwritten packets of producers without a VM
+	ProtoVMPatchesFailed   uint64 // 12: patches a VM aborted (program bug, memory limit): state lost
+	ProtoVMPacketsUnrouted uint64 // 13: overwritten packets of producers without a VM (their content is gone)
 	DataSourceErrors       uint64 // 14: data source start/flush/stop failures
 }
 
