@@ -44,8 +44,9 @@ func benchDir(b *testing.B, disk bool) string {
 // benchmark fails: a rate is "sustained" only if nothing is lost at it.
 // MB/s counts packet bytes written to the file; packets/s and CPU seconds
 // per GB of packets are reported too. rate=max runs the producers
-// unthrottled and reports what gets through, losses allowed (the sinks
-// cannot keep up with a producer that only copies memory).
+// unthrottled and reports what gets through and what was lost (a sink
+// slower than the producers makes the ring buffer wrap, by design: the
+// "disk" case shows this machine's disk as that sink).
 func BenchmarkEndToEnd(b *testing.B) {
 	cases := []struct {
 		name     string
@@ -56,8 +57,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}{
 		{"1KiB/rate=1GBps/tmpfs", 2, 500_000, false, true},
 		{"1KiB/rate=1.5GBps/tmpfs", 2, 750_000, false, true},
-		{"1KiB/rate=500MBps/disk", 2, 250_000, true, true},
 		{"1KiB/rate=max/tmpfs", 2, 0, false, false},
+		{"1KiB/rate=max/disk", 2, 0, true, false},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -98,8 +99,12 @@ sinks: [{type: file, path: %q}]
 			bs := res.Stats.BufferStats[0]
 			tp := res.Stats.Tracepipe
 			lost := bs.ChunksOverwritten + bs.ChunksDiscarded + tp.ProducerPacketsDropped + tp.SinkPacketsDropped
+			b.Logf("elapsed %v lost %d overwritten %d deferred %d file %d", elapsed, lost, bs.BytesOverwritten, tp.ReadbackDeferred, tp.SinkBytesWritten)
 			if c.lossless && lost != 0 {
 				b.Fatalf("lossy at this rate: buffer %+v tracepipe %+v", bs, tp)
+			}
+			if !c.lossless {
+				b.ReportMetric(float64(lost), "lost-chunks+packets")
 			}
 			b.ReportMetric(float64(tp.SinkPacketsWritten)/elapsed.Seconds(), "packets/s")
 			b.ReportMetric(float64(tp.SinkBytesWritten)/elapsed.Seconds()/1e6, "fileMB/s")

@@ -68,7 +68,7 @@ func (s *Service) copyChunk(p *producer, v *smb.ChunkView) {
 	b.buf.CopyChunkUntrusted(p.id, p.client, v.WriterID, v.ChunkID, n, v.Flags, v.Complete, payload)
 	s.counters.bytesIn += uint64(len(payload))
 	b.unread += len(payload)
-	if s.cfg.WriteIntoFile && b.unread >= b.buf.Size()/4 {
+	if s.cfg.WriteIntoFile && b.unread >= min(b.buf.Size()/8, earlyReadBytes) {
 		// Read before the ring wraps over unread data, instead of
 		// waiting for the next file_write_period.
 		s.readSoon = true

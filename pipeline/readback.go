@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -206,9 +207,26 @@ func (s *Service) output() {
 				s.opts.OnPassWritten(info)
 			}
 		}
+		// Snapshot the sinks' counters here, on the goroutine that may
+		// wait on them: a sink holds its lock while it writes to a slow
+		// disk, and the service goroutine must never wait for that.
+		var st sinks.SinkStats
+		for _, sk := range s.sinks {
+			st = st.Add(sk.Stats())
+		}
+		s.outMu.Lock()
+		s.sinkStats = st
+		s.outMu.Unlock()
 		b.reset()
 		s.free <- b
 	}
+}
+
+// sinkTotals returns the sinks' counters as of the last batch written.
+func (s *Service) sinkTotals() sinks.SinkStats {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	return s.sinkStats
 }
 
 // outputTotals returns what the output stage has written so far.

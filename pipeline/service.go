@@ -49,7 +49,11 @@ const (
 	sinkCloseTime   = 30 * time.Second
 	commitQueueLen  = 256
 	readBatchTarget = 1 << 20 // bytes of packets per output batch (Perfetto reads ~1 MiB per pass step)
-	outputBatches   = 4
+	outputBatches   = 8
+	// earlyReadBytes: in streaming mode a buffer holding this much unread
+	// data (or an eighth of its size, if less) is read at once instead of
+	// at the next file_write_period, so that bursts find room in the ring.
+	earlyReadBytes = 8 << 20
 	// commitFlushTick is how often producers' batched commits are pushed
 	// to the service, so a slow data source's chunks do not wait for the
 	// next flush.
@@ -97,12 +101,13 @@ type Service struct {
 	running    []*producer // producers whose data source started
 
 	// Output stage.
-	free    chan *batch
-	out     chan *batch
-	cur     *batch
-	outDone chan struct{}
-	outMu   sync.Mutex
-	outStat PassInfo
+	free      chan *batch
+	out       chan *batch
+	cur       *batch
+	outDone   chan struct{}
+	outMu     sync.Mutex // guards outStat and sinkStats
+	outStat   PassInfo
+	sinkStats sinks.SinkStats
 
 	status statusCell
 	ran    bool

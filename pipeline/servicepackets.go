@@ -208,14 +208,12 @@ func (s *Service) traceStats() tracefile.TraceStats {
 		tp.CommitsAfterStop += p.commitsLate.Load()
 		tp.DataSourceErrors += p.dataSourceErrs.Load()
 	}
-	for _, sk := range s.sinks {
-		st := sk.Stats()
-		tp.SinkPacketsWritten += st.PacketsWritten
-		tp.SinkBytesWritten += st.BytesWritten
-		tp.SinkPacketsFiltered += st.PacketsFiltered
-		tp.SinkPacketsDropped += st.PacketsDroppedQueue + st.PacketsDroppedError
-		tp.SinkErrors += st.Errors
-	}
+	st := s.sinkTotals()
+	tp.SinkPacketsWritten = st.PacketsWritten
+	tp.SinkBytesWritten = st.BytesWritten
+	tp.SinkPacketsFiltered = st.PacketsFiltered
+	tp.SinkPacketsDropped = st.PacketsDroppedQueue + st.PacketsDroppedError
+	tp.SinkErrors = st.Errors
 	for _, bs := range s.buffers {
 		if bs.vms != nil {
 			st := bs.vms.Stats()

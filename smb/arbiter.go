@@ -174,8 +174,10 @@ func (a *Arbiter) tryAcquire(h ChunkHeader) (page int, idx uint32, chunk []byte,
 }
 
 // acquire gets a chunk under the writer's policy. For Stall it retries
-// with back-off (8 µs growing ×9 up to 100 ms, every other retry flushing
-// pending commits instead of sleeping) until the stall timeout.
+// with back-off (8 µs doubling up to 1 ms, every other retry flushing
+// pending commits instead of sleeping) until the stall timeout. The cap
+// is low because a service that frees chunks does so within a commit's
+// round trip: a writer sleeping longer than that only loses throughput.
 func (a *Arbiter) acquire(h ChunkHeader, policy BufferExhaustedPolicy) (int, uint32, []byte, error) {
 	if p, c, chunk, ok := a.tryAcquire(h); ok {
 		return p, c, chunk, nil
@@ -190,7 +192,7 @@ func (a *Arbiter) acquire(h ChunkHeader, policy BufferExhaustedPolicy) (int, uin
 			a.FlushPendingCommits()
 		} else {
 			time.Sleep(backoff)
-			backoff = min(backoff*9, 100*time.Millisecond)
+			backoff = min(backoff*2, time.Millisecond)
 		}
 		if p, c, chunk, ok := a.tryAcquire(h); ok {
 			return p, c, chunk, nil
