@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/plugins/builtin"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -199,5 +200,89 @@ sinks: [{type: file, path: %q}]
 	}
 	if res.Packets != uint64(len(pkts)) {
 		t.Errorf("result says %d packets written, file holds %d", res.Packets, len(pkts))
+	}
+}
+
+// The synthetic source's stream arrives byte for byte: each sequence holds
+// exactly the packets its writer's generator produces, in order, followed
+// by the trusted fields the service stamps.
+func TestServiceSyntheticStreamExact(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "synthetic.pftrace")
+	srcCfg := map[string]any{"writers": 3, "rate": 0, "packet_size": 300, "max_packets": 700,
+		"names": 50, "counter_every": 5, "deterministic_timestamps": true}
+	cfg := loadYAML(t, fmt.Sprintf(`
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 8192}]
+data_sources:
+  - name: tracepipe.synthetic
+    buffer_exhausted_policy: stall
+    config: {writers: 3, rate: 0, packet_size: 300, max_packets: 700, names: 50, counter_every: 5, deterministic_timestamps: true}
+sinks: [{type: file, path: %q}]
+`, out))
+	runSession(t, cfg)
+	sc, err := builtin.ParseSyntheticConfig(srcCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Expected stream of each writer: the generator's packets up to and
+	// including the 700th TrackEvent.
+	var expected [][][]byte
+	for w := 0; w < 3; w++ {
+		g := builtin.NewSyntheticGenerator(sc, w)
+		var pkts [][]byte
+		for !g.Done() {
+			pkts = append(pkts, g.Next(nil))
+		}
+		expected = append(expected, pkts)
+	}
+	got := map[uint32][][]byte{}
+	var order []uint32
+	uid, pid := int32(os.Getuid()), int32(os.Getpid())
+	for _, p := range readTrace(t, out) {
+		if p.info.SequenceID < 2 {
+			continue
+		}
+		if p.info.TrustedUID != uid || p.info.TrustedPID != pid {
+			t.Fatalf("trusted fields %+v", p.info)
+		}
+		if _, ok := got[p.info.SequenceID]; !ok {
+			order = append(order, p.info.SequenceID)
+		}
+		got[p.info.SequenceID] = append(got[p.info.SequenceID], p.raw)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d sequences, want 3", len(got))
+	}
+	matched := map[int]bool{}
+	for _, seq := range order {
+		pkts := got[seq]
+		w := -1
+		for cand := range expected {
+			first := append([]byte{0xb8, 0x05, 0x01}, expected[cand][0]...) // the TraceWriter's first_packet_on_sequence
+			if bytes.HasPrefix(pkts[0], first) {
+				w = cand
+			}
+		}
+		if w < 0 || matched[w] {
+			t.Fatalf("sequence %d: first packet matches no writer", seq)
+		}
+		matched[w] = true
+		if len(pkts) != len(expected[w]) {
+			t.Fatalf("sequence %d (writer %d): %d packets, want %d", seq, w, len(pkts), len(expected[w]))
+		}
+		for i, p := range pkts {
+			want := expected[w][i]
+			if i == 0 {
+				want = append([]byte{0xb8, 0x05, 0x01}, want...)
+			}
+			if !bytes.HasPrefix(p, want) {
+				t.Fatalf("sequence %d packet %d differs", seq, i)
+			}
+			info, _ := tracefile.DecodePacket(p[len(want):])
+			if info.SequenceID != seq || (i > 0 && info.PreviousPacketDropped != 0) {
+				t.Fatalf("sequence %d packet %d: stamped suffix %+v", seq, i, info)
+			}
+		}
 	}
 }

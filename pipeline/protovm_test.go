@@ -1,0 +1,277 @@
+package pipeline
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// fields calls fn for every field of a message (bytes fields get their
+// payload, varints their value). Malformed input fails the test.
+func fields(t *testing.T, b []byte, fn func(num protowire.Number, v uint64, payload []byte)) {
+	t.Helper()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			t.Fatalf("bad tag in %x", b)
+		}
+		b = b[n:]
+		switch typ {
+		case protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				t.Fatal("bad varint")
+			}
+			fn(num, v, nil)
+			b = b[n:]
+		case protowire.BytesType:
+			p, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				t.Fatal("bad bytes")
+			}
+			fn(num, 0, p)
+			b = b[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				t.Fatal("bad field")
+			}
+			b = b[n:]
+		}
+	}
+}
+
+// internedNames returns the event-name iids a TracePacket (or a ProtoVM
+// state, which is a TracePacket) defines in interned_data.event_names.
+func internedNames(t *testing.T, pkt []byte) []uint64 {
+	var iids []uint64
+	fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
+		if num != tracefile.FieldInternedData {
+			return
+		}
+		fields(t, p, func(num protowire.Number, _ uint64, p []byte) {
+			if num != 2 { // InternedData.event_names
+				return
+			}
+			fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
+				if num == 1 { // EventName.iid
+					iids = append(iids, v)
+				}
+			})
+		})
+	})
+	return iids
+}
+
+// referencedName returns TrackEvent.name_iid (10) if the packet has one.
+func referencedName(t *testing.T, pkt []byte) (iid uint64, ok bool) {
+	fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
+		if num != tracefile.FieldTrackEvent {
+			return
+		}
+		fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
+			if num == 10 {
+				iid, ok = v, true
+			}
+		})
+	})
+	return
+}
+
+// protoVMStates returns the states of the instances of a protovms packet.
+func protoVMStates(t *testing.T, pkt []byte) (states [][]byte, producers []int64) {
+	fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
+		if num != tracefile.FieldProtoVMs {
+			return
+		}
+		fields(t, p, func(num protowire.Number, _ uint64, inst []byte) {
+			if num != 1 {
+				return
+			}
+			fields(t, inst, func(num protowire.Number, v uint64, p []byte) {
+				switch num {
+				case 2:
+					states = append(states, p)
+				case 4:
+					producers = append(producers, int64(v))
+				}
+			})
+		})
+	})
+	return
+}
+
+const protoVMSession = `
+buffers: [{size_kb: 64, fill_policy: ring_buffer}]
+data_sources:
+  - name: tracepipe.synthetic
+    buffer_exhausted_policy: stall
+    config: {writers: 1, rate: 0, packet_size: 200, max_packets: 4000, names: 400, counter_every: 0, deterministic_timestamps: true}
+%s
+sinks: [{type: file, path: %q}]
+`
+
+// The ProtoVM end-to-end test of the issue: a tiny ring buffer and a data
+// source that interns event names incrementally. Without ProtoVM the
+// trace references names whose definitions were overwritten; with the
+// interned-names program the emitted state plus the surviving packets
+// define every name still referenced.
+func TestProtoVMKeepsOverwrittenInternedNames(t *testing.T) {
+	program, err := filepath.Abs("../configs/protovm/interned_names.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, withVM := range []bool{false, true} {
+		t.Run(fmt.Sprintf("protovm=%v", withVM), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "trace.pftrace")
+			vm := ""
+			if withVM {
+				vm = fmt.Sprintf("    protovm: {program: %q, memory_limit_kb: 1024}", program)
+			}
+			res := runSession(t, loadYAML(t, fmt.Sprintf(protoVMSession, vm, out)))
+			if res.Stats.BufferStats[0].ChunksOverwritten == 0 {
+				t.Fatal("the ring buffer did not wrap; the test proves nothing")
+			}
+			pkts := readTrace(t, out)
+			defined := map[uint64]bool{}
+			var stateIIDs, referenced []uint64
+			provenanceAt, protoVMsAt, firstData := -1, -1, -1
+			for i, p := range pkts {
+				switch {
+				case p.info.PayloadField == tracefile.FieldTraceProvenance:
+					provenanceAt = i
+				case p.info.PayloadField == tracefile.FieldProtoVMs:
+					protoVMsAt = i
+					states, producers := protoVMStates(t, p.raw)
+					if len(states) != 1 || len(producers) != 1 {
+						t.Fatalf("protovms packet: %d states, producers %v", len(states), producers)
+					}
+					stateIIDs = internedNames(t, states[0])
+				case p.info.SequenceID >= 2:
+					if firstData < 0 {
+						firstData = i
+					}
+					for _, iid := range internedNames(t, p.raw) {
+						defined[iid] = true
+					}
+					if iid, ok := referencedName(t, p.raw); ok {
+						referenced = append(referenced, iid)
+					}
+				}
+			}
+			if len(referenced) == 0 {
+				t.Fatal("no TrackEvent survived")
+			}
+			var missing []uint64
+			for _, iid := range referenced {
+				if !defined[iid] {
+					missing = append(missing, iid)
+				}
+			}
+			if !withVM {
+				if protoVMsAt >= 0 {
+					t.Fatal("protovms packet without a program")
+				}
+				if len(missing) == 0 {
+					t.Fatal("every referenced name is still defined: the overwrite lost nothing, the test proves nothing")
+				}
+				t.Logf("%d of %d references point at overwritten definitions", len(missing), len(referenced))
+				return
+			}
+			if protoVMsAt < 0 || provenanceAt < 0 || !(provenanceAt < protoVMsAt && protoVMsAt < firstData) {
+				t.Fatalf("order: provenance at %d, protovms at %d, first data at %d (want provenance < protovms < data)", provenanceAt, protoVMsAt, firstData)
+			}
+			inState := map[uint64]bool{}
+			for _, iid := range stateIIDs {
+				inState[iid] = true
+			}
+			for _, iid := range missing {
+				if !inState[iid] {
+					t.Fatalf("name %d is referenced, was overwritten, and is not in the ProtoVM state (%d entries)", iid, len(stateIIDs))
+				}
+			}
+			if tp := res.Stats.Tracepipe; tp.ProtoVMPatchesOK == 0 || tp.ProtoVMPatchesFailed != 0 {
+				t.Fatalf("ProtoVM counters %+v", tp)
+			}
+			t.Logf("%d overwritten definitions recovered from a state of %d entries", len(missing), len(stateIIDs))
+		})
+	}
+}
+
+// In streaming mode a read pass that follows overwrites which changed a
+// state emits provenance and the states again; one that follows none
+// does not.
+func TestProtoVMStatesReemittedAfterOverwrites(t *testing.T) {
+	program, err := filepath.Abs("../configs/protovm/interned_names.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "trace.pftrace")
+	cfg := loadYAML(t, fmt.Sprintf(`
+write_into_file: true
+buffers: [{size_kb: 64}]
+data_sources:
+  - name: test.scripted
+    config: {writers: 1, packets: 1}
+    protovm: {program: %q, memory_limit_kb: 64}
+sinks: [{type: file, path: %q}]
+`, program, out))
+	s, err := New(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.closeSinks()
+	vms := s.buffers[0].vms
+	if vms == nil || vms.Len() != 1 {
+		t.Fatal("no VM set up for the data source")
+	}
+	// pass drains the output queue and counts protovms packets.
+	pass := func() (protovms, provenance int) {
+		s.readPass(false, false)
+		for {
+			select {
+			case b := <-s.out:
+				start := 0
+				for _, e := range b.ends {
+					info, err := tracefile.DecodePacket(b.data[start:e])
+					if err != nil {
+						t.Fatal(err)
+					}
+					switch info.PayloadField {
+					case tracefile.FieldProtoVMs:
+						protovms++
+					case tracefile.FieldTraceProvenance:
+						provenance++
+					}
+					start = e
+				}
+				b.reset()
+				s.free <- b
+			default:
+				return
+			}
+		}
+	}
+	s.begin()
+	if n, p := pass(); n != 1 || p != 1 {
+		t.Fatalf("first pass: %d protovms, %d provenance packets; want 1 and 1", n, p)
+	}
+	if n, _ := pass(); n != 0 {
+		t.Fatalf("pass without overwrites emitted %d protovms packets", n)
+	}
+	// An overwritten packet of producer 1 defining a name changes the state.
+	var pkt []byte
+	pkt = protowire.AppendTag(pkt, tracefile.FieldInternedData, protowire.BytesType)
+	pkt = protowire.AppendBytes(pkt, []byte{0x12, 0x04, 0x08, 0x07, 0x12, 0x00}) // event_names {iid 7, name ""}
+	vms.Observe(1, [][]byte{pkt})
+	if n, p := pass(); n != 1 || p != 1 {
+		t.Fatalf("pass after a state change: %d protovms, %d provenance packets; want 1 and 1", n, p)
+	}
+	if n, _ := pass(); n != 0 {
+		t.Fatalf("state emitted again without a change (%d)", n)
+	}
+}
