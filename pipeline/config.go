@@ -95,6 +95,10 @@ type LoadOptions struct {
 	Path string   // config file; "" = the embedded default (configs.Files, configs.Default)
 	Sets []string // "key=value" overrides, e.g. "duration=30s", "buffers[1].size_kb=2048", "sinks[0].path=/tmp/x.pftrace"
 	Env  []string // environment in os.Environ() form; only TRACEPIPE_* entries are used (nil = none; the CLI passes os.Environ())
+	// Output, if set, is the trace file path: it replaces the path of the
+	// first file sink, or adds a file sink when there is none (the CLI's
+	// -o). Applied after every override, before validation.
+	Output string
 }
 
 // Values of the enumerated string fields.

@@ -84,12 +84,12 @@ func TestBadConfigs(t *testing.T) {
 		{name: "size_kb beyond uint32", content: okYAML, sets: []string{"buffers[0].size_kb=4294967296"},
 			want: `buffers[0].size_kb: want an integer <= 4294967295, got 4294967296`, valErr: true},
 		{name: "fractional JSON number", file: "c.json",
-			content: `{"buffers": [{"size_kb": 1.5}], "data_sources": [{"name": "test.any"}], "write_into_file": true}`,
+			content: `{"buffers": [{"size_kb": 1.5}], "data_sources": [{"name": "test.any"}], "sinks": [{"type": "file", "path": "t.pftrace"}]}`,
 			want:    `buffers[0].size_kb: want a non-negative integer, got 1.5`, valErr: true},
 		{name: "bare number for a duration", content: okYAML + "duration: 10\n",
 			want: `duration: want a duration like "10s", got 10`, valErr: true},
 		{name: "bare number for a duration (JSON)", file: "c.json",
-			content: `{"duration": 10, "buffers": [{"size_kb": 4}], "data_sources": [{"name": "test.any"}], "write_into_file": true}`,
+			content: `{"duration": 10, "buffers": [{"size_kb": 4}], "data_sources": [{"name": "test.any"}], "sinks": [{"type": "file", "path": "t.pftrace"}]}`,
 			want:    `duration: want a duration like "10s", got 10`, valErr: true},
 		{name: "duration in words", content: okYAML + "flush_timeout: ten seconds\n",
 			want: `flush_timeout: want a duration like "10s", got "ten seconds"`, valErr: true},
@@ -97,7 +97,7 @@ func TestBadConfigs(t *testing.T) {
 			want: `sinks[0].fsync_period: want a duration like "10s", got 10`, valErr: true},
 		{name: "bool as yes", content: okYAML + "write_into_file: yes\n",
 			want: `write_into_file: want true or false, got "yes"`, valErr: true},
-		{name: "list as map", content: "buffers: {size_kb: 4}\ndata_sources: [{name: test.any}]\nwrite_into_file: true\n",
+		{name: "list as map", content: "buffers: {size_kb: 4}\ndata_sources: [{name: test.any}]\nsinks: [{type: file, path: t.pftrace}]\n",
 			want: "buffers: want a list, got a map", valErr: true},
 		{name: "config as scalar", content: okYAML, sets: []string{"data_sources[0].config=3"},
 			want: "data_sources[0].config: want a map, got 3", valErr: true},
@@ -115,7 +115,7 @@ func TestBadConfigs(t *testing.T) {
 			want: `sinks[0].max_file_size: want a byte count or a size like "64MiB", got true`, valErr: true},
 
 		// Buffers.
-		{name: "no buffers", content: "buffers: []\ndata_sources: [{name: test.any}]\nwrite_into_file: true\n",
+		{name: "no buffers", content: "buffers: []\ndata_sources: [{name: test.any}]\nsinks: [{type: file, path: t.pftrace}]\n",
 			want: "buffers: at least one buffer is required", valErr: true},
 		{name: "129 buffers", content: buffersYAML(129),
 			want: "buffers: at most 128 buffers are allowed, got 129", valErr: true},
@@ -131,7 +131,7 @@ func TestBadConfigs(t *testing.T) {
 			want: "buffers[1].name: \"main\" is already the name of buffers[0]\nbuffers[2].name: \"main\" is already the name of buffers[0]", valErr: true},
 
 		// Data sources.
-		{name: "no data sources", content: "buffers: [{size_kb: 4}]\nwrite_into_file: true\n",
+		{name: "no data sources", content: "buffers: [{size_kb: 4}]\nsinks: [{type: file, path: t.pftrace}]\n",
 			want: "data_sources: at least one data source is required", valErr: true},
 		{name: "name missing", content: okYAML, sets: []string{"data_sources[1].target_buffer=0"},
 			want: "data_sources[1].name: required", valErr: true},
@@ -217,7 +217,7 @@ func TestBadConfigs(t *testing.T) {
 
 		// Sinks.
 		{name: "ring buffer without sinks", content: "buffers: [{size_kb: 4}]\ndata_sources: [{name: test.any}]\n",
-			want: "sinks: at least one sink is required", valErr: true},
+			want: "sinks: at least one sink is required (or pass -o FILE to tracepipe run)", valErr: true},
 		{name: "sink problems re-prefixed", content: okYAML,
 			sets: []string{"sinks[1].type=nats", "sinks[2].type=file", "sinks[2].compression=lz4", "sinks[2].queue_capacity=-1"},
 			want: "sinks[1].type: \"nats\" is not a sink type; want \"file\" (relay and nats sinks are not built yet)\n" +
@@ -245,7 +245,7 @@ flush_period: 1ms
 				"buffers[0].fill_policy: must be ring_buffer or discard, got \"fifo\"\n" +
 				"data_sources[0].target_buffer: must be in 0..0 (there are 1 buffers), got 3\n" +
 				"data_sources[0].config.rate: must be >= 0, got -5\n" +
-				"sinks: at least one sink is required",
+				"sinks: at least one sink is required (or pass -o FILE to tracepipe run)",
 			valErr: true},
 
 		// Files that do not parse.

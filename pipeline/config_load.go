@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"github.com/tracepipe/tracepipe/sinks"
 	"io"
 	"os"
 	"path/filepath"
@@ -64,7 +65,11 @@ func Load(opts LoadOptions) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return loadBytes(name, data, baseDir, opts.Env, opts.Sets)
+	c, err := loadBytes(name, data, baseDir, opts.Env, opts.Sets, opts.Output)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // readConfigSource returns the display name, bytes and base directory of
@@ -181,7 +186,7 @@ func tooDeep(v any, depth int) bool {
 
 // loadBytes is Load after the file was read: name chooses the parser (by
 // extension) and names the source in errors.
-func loadBytes(name string, data []byte, baseDir string, environ, sets []string) (*Config, error) {
+func loadBytes(name string, data []byte, baseDir string, environ, sets []string, output string) (*Config, error) {
 	parser, err := parserFor(strings.TrimSuffix(name, " (embedded)"))
 	if err != nil {
 		return nil, err
@@ -235,6 +240,9 @@ func loadBytes(name string, data []byte, baseDir string, environ, sets []string)
 	c := &Config{}
 	d.decodeStruct("", k.Raw(), reflect.ValueOf(c).Elem())
 	c.baseDir = baseDir
+	if output != "" {
+		c.setOutput(output)
+	}
 	c.SetDefaults()
 	problems := d.problems
 	problems = append(problems, c.check(problems)...)
@@ -439,4 +447,15 @@ func setPath(cur any, path []pathSeg, val any, where string) (any, error) {
 	}
 	m[s.key] = nv
 	return m, nil
+}
+
+// setOutput points the first file sink at path, adding one if needed.
+func (c *Config) setOutput(path string) {
+	for i := range c.Sinks {
+		if c.Sinks[i].Type == sinks.SinkTypeFile {
+			c.Sinks[i].Path = path
+			return
+		}
+	}
+	c.Sinks = append(c.Sinks, sinks.Config{Type: sinks.SinkTypeFile, Path: path})
 }

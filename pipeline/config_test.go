@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -504,6 +505,7 @@ func TestValidateInCode(t *testing.T) {
 		WriteIntoFile: true,
 		Buffers:       []BufferConfig{{Name: "a", SizeKB: 4}, {Name: "b", SizeKB: 8, FillPolicy: "DISCARD"}},
 		DataSources:   []DataSourceConfig{{Name: "test.fake", TargetBufferName: "b", Config: map[string]any{"rate": 5}}},
+		Sinks:         []sinks.Config{{Type: "file", Path: "t.pftrace"}},
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
@@ -684,5 +686,32 @@ func TestProducersMatchSMBRules(t *testing.T) {
 				t.Errorf("size %d KiB page %d KiB: service keeps it %v, config problems %v", size, page, abi, k.problems)
 			}
 		}
+	}
+}
+
+// LoadOptions.Output (tracepipe run -o) points the first file sink at the
+// given path, or adds a file sink to a config that has none.
+func TestLoadOutput(t *testing.T) {
+	dir := t.TempDir()
+	noSinks := filepath.Join(dir, "nosinks.yaml")
+	if err := os.WriteFile(noSinks, []byte("write_into_file: true\nbuffers: [{size_kb: 4}]\ndata_sources: [{name: test.any}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(LoadOptions{Path: noSinks}); err == nil || !strings.Contains(err.Error(), "sinks: at least one sink is required") {
+		t.Fatalf("no sinks and no output: %v", err)
+	}
+	c, err := Load(LoadOptions{Path: noSinks, Output: "/tmp/x.pftrace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Sinks) != 1 || c.Sinks[0].Type != "file" || c.Sinks[0].Path != "/tmp/x.pftrace" {
+		t.Fatalf("sinks %+v", c.Sinks)
+	}
+	c, err = Load(LoadOptions{Sets: []string{"sinks[0].path=a.pftrace", "sinks[1].type=file", "sinks[1].path=b.pftrace"}, Output: "o.pftrace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Sinks) != 2 || c.Sinks[0].Path != "o.pftrace" || c.Sinks[1].Path != "b.pftrace" {
+		t.Fatalf("sinks %+v", c.Sinks)
 	}
 }

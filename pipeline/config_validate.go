@@ -328,8 +328,9 @@ func splitProblems(msg string, re *regexp.Regexp) []Problem {
 }
 
 func (c *Config) checkSinks(k *checker) {
-	if len(c.Sinks) == 0 && !c.WriteIntoFile {
-		k.bad("sinks", "at least one sink is required")
+	if len(c.Sinks) == 0 {
+		// Streaming or not, a session without a sink records nothing.
+		k.bad("sinks", "at least one sink is required (or pass -o FILE to tracepipe run)")
 	}
 	paths := map[string]int{}
 	for i, s := range c.Sinks {

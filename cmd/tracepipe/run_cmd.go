@@ -14,7 +14,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/tracepipe/tracepipe/pipeline"
-	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -73,27 +72,10 @@ func newRunCmd() *cobra.Command {
 	return c
 }
 
-// loadRunConfig loads the config and points its first file sink at
-// output (adding one if there is none).
+// loadRunConfig loads the config; output, if set, replaces the first
+// file sink's path (or adds a file sink).
 func loadRunConfig(path, output string, sets []string) (*pipeline.Config, error) {
-	opts := pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ()}
-	cfg, err := pipeline.Load(opts)
-	if err != nil || output == "" {
-		return cfg, err
-	}
-	idx := len(cfg.Sinks)
-	for i, sc := range cfg.Sinks {
-		if sc.Type == sinks.SinkTypeFile {
-			idx = i
-			break
-		}
-	}
-	extra := []string{fmt.Sprintf("sinks[%d].path=%s", idx, output)}
-	if idx == len(cfg.Sinks) {
-		extra = append([]string{fmt.Sprintf("sinks[%d].type=file", idx)}, extra...)
-	}
-	opts.Sets = append(append([]string(nil), sets...), extra...)
-	return pipeline.Load(opts)
+	return pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Output: output})
 }
 
 // runSession runs one session with a status line on a terminal.
