@@ -1,10 +1,23 @@
 // Package pipeline owns a tracing session: its configuration (koanf: YAML,
 // TOML, JSON, TRACEPIPE_ environment overrides and --set flags, validated
-// with messages that name the field), the service that accepts CommitData
+// with messages that name the field), the Service that accepts CommitData
 // from producers, copies chunks into the trace buffers, runs the readback
 // loop, stamps trusted fields and feeds sinks, and the timers for flush,
 // incremental-state clearing and duration.
 //
+// Goroutines of a running Service:
+//   - the service goroutine (the caller of Run) owns every TraceBuffer and
+//     ProtoVM instance: commits, patches, scrapes and read passes all run
+//     there, one at a time;
+//   - one control goroutine per producer makes the DataSource calls
+//     (Start, Flush, ClearIncrementalState, Stop) and pushes batched
+//     commits; the data source's own goroutines write its packets;
+//   - the output goroutine hands read batches to the sinks and flushes them
+//     at the end of each pass.
+//
 // It is the only package that wires the others together; it must not
-// re-implement what they own (chunk validation, buffering, encoding).
+// re-implement what they own (chunk validation, buffering, encoding), and
+// the service goroutine must never wait on a sink or a data source: a
+// slow sink makes reads back off (the ring buffer wraps and counts the
+// loss), a stuck data source makes its flush time out (counted).
 package pipeline

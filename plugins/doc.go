@@ -1,8 +1,16 @@
-// Package plugins owns the producer side that is not the SMB itself: the
-// data-source interface shared by in-process data sources and out-of-process
-// plugins, and the host side that launches plugins.
+// Package plugins owns the contract between the service and every data
+// source: the DataSource, Host and PacketWriter interfaces, the optional
+// Finite interface of sources that end on their own, and the registry that
+// maps data source names (data_sources[i].name) to factories. The built-in
+// sources live in plugins/builtin.
 //
-// Plugins are untrusted: nothing a plugin sends is believed without
-// validation by the service. This package must not touch trace buffers or
-// sinks.
+// A data source writes through PacketWriter, which in the service is an
+// smb.TraceWriter: in-process sources take the same SMB and CommitData
+// path as an out-of-process producer, so the service validates their bytes
+// exactly as it would a stranger's. Out-of-process plugins (go-plugin, the
+// SMB memfd handed to a child process) are not built yet; their host side
+// will live here.
+//
+// This package must not touch trace buffers or sinks, and nothing a data
+// source writes is trusted by the service.
 package plugins
