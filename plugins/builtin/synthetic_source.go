@@ -206,10 +206,18 @@ func (sw *synthWriter) poke() {
 // run is a writer goroutine. Rate limiting is by batch: when the packets
 // written so far catch up with the number due since the start, the
 // goroutine sleeps until the next one is due, then writes everything that
-// became due without looking at the clock again.
+// became due without looking at the clock again. A writer that fell
+// behind (descheduled, or stalled on a full SMB) catches up by at most
+// maxCatchUp worth of packets: the schedule slips instead, so the rate
+// stays a sustained rate and never turns into a burst of the backlog at
+// memory speed (which would overrun a ring buffer sized for the rate).
 //
 // finished is called once, after the writer has written MaxPackets
 // TrackEvent packets and flushed.
+// maxCatchUp bounds how far behind schedule a rate-limited writer
+// catches up at once (see run).
+const maxCatchUp = 10 * time.Millisecond
+
 func (sw *synthWriter) run(rate int64, finished func()) {
 	buf := make([]byte, 0, sw.gen.cfg.PacketSize+256)
 	var (
@@ -239,6 +247,12 @@ func (sw *synthWriter) run(rate int64, finished func()) {
 		if rate > 0 && n >= due {
 			elapsed := time.Since(start)
 			due = uint64(float64(elapsed)*float64(rate)/1e9) + 1
+			if burst := max(uint64(float64(rate)*maxCatchUp.Seconds()), 1); due > n+burst {
+				slip := time.Duration(float64(due-n-burst) * 1e9 / float64(rate))
+				start = start.Add(slip)
+				elapsed -= slip
+				due = n + burst
+			}
 			if n >= due {
 				next := time.Duration(float64(n) * 1e9 / float64(rate))
 				timer.Reset(next - elapsed)
