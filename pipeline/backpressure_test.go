@@ -1,0 +1,104 @@
+package pipeline
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/sinks"
+)
+
+// stuckSink stands for a sink on a disk that stopped answering: its
+// Write blocks until the test releases it. (A real sink must not block
+// indefinitely; this one does on purpose, to show the service does not
+// pass the wait on to producers.)
+type stuckSink struct {
+	release chan struct{}
+	entered atomic.Bool // a Write is (or was) blocked
+	mu      sync.Mutex
+	stats   sinks.SinkStats
+}
+
+func (s *stuckSink) Write(_ context.Context, packets [][]byte) error {
+	s.entered.Store(true)
+	<-s.release
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range packets {
+		s.stats.PacketsWritten++
+		s.stats.BytesWritten += uint64(len(p))
+	}
+	return nil
+}
+func (s *stuckSink) Flush(context.Context) error { <-s.release; return nil }
+func (s *stuckSink) Close(context.Context) error { return nil }
+func (s *stuckSink) Stats() sinks.SinkStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// A sink that falls behind never blocks producers: while the only sink is
+// stuck, the data source still writes all its packets, reads back off, the
+// ring buffer wraps over what could not be read, and the loss is counted
+// as overwrites. The writer uses the stall policy, so had the stuck sink
+// reached it through a stuck service, it would have waited out the 5 s
+// stall timeout and dropped packets.
+func TestServiceStuckSinkNeverBlocksProducers(t *testing.T) {
+	cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 256}]
+producers: {smb_size_kb: 1024}
+data_sources:
+  - name: test.scripted
+    buffer_exhausted_policy: stall
+    config: {writers: 1, packets: 8000, sizes: [1000]}
+sinks: [{type: file, path: unused.pftrace}]
+`)
+	sink := &stuckSink{release: make(chan struct{})}
+	s, err := New(cfg, Options{Sinks: []sinks.Sink{sink}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type result struct {
+		res *Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := s.Run(ctx)
+		done <- result{res, err}
+	}()
+	// The producer finishes its 8 MB while the sink is stuck.
+	src := s.producers[0].ds.(*scripted)
+	deadline := time.After(30 * time.Second)
+	select {
+	case <-src.done:
+	case <-deadline:
+		close(sink.release)
+		t.Fatal("the data source was blocked by a stuck sink")
+	}
+	if !sink.entered.Load() {
+		t.Log("the sink had not been called yet when the producer finished")
+	}
+	close(sink.release)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	st := r.res.Stats
+	if st.BufferStats[0].ChunksOverwritten == 0 {
+		t.Errorf("8 MB through a 256 KiB ring with a stuck sink overwrote nothing: %+v", st.BufferStats[0])
+	}
+	if st.Tracepipe.ProducerPacketsDropped != 0 {
+		t.Errorf("producer dropped %d packets: the stuck sink reached the producer", st.Tracepipe.ProducerPacketsDropped)
+	}
+	if sink.Stats().PacketsWritten == 0 {
+		t.Error("nothing reached the sink once it was released")
+	}
+}
