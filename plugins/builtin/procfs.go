@@ -93,12 +93,8 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // first number of its "Uid:" line).
 func parseStatusUID(b []byte) (int64, error) {
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = nextLine(b)
 		if v, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
 			f, _, ok := nextField(v)
 			if !ok {
@@ -143,12 +139,8 @@ type counterValue struct {
 // Lines that do not parse are skipped and counted in bad.
 func parseMeminfo(dst []counterValue, b []byte) (out []counterValue, bad int) {
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = nextLine(b)
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
@@ -182,12 +174,8 @@ func parseMeminfo(dst []counterValue, b []byte) (out []counterValue, bad int) {
 // entries whose name has a VmstatCounters enum to dst in file order.
 func parseVmstat(dst []counterValue, b []byte) (out []counterValue, bad int) {
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = nextLine(b)
 		name, rest, ok := nextField(line)
 		if !ok {
 			continue
@@ -246,12 +234,8 @@ const (
 func parseProcStatFile(cpus []cpuTimes, b []byte) (out procStatFile, bad int) {
 	out.CPUs = cpus[:0]
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = nextLine(b)
 		name, rest, ok := nextField(line)
 		if !ok {
 			continue
@@ -338,4 +322,13 @@ func readFileInto(buf []byte, path string) ([]byte, error) {
 			return buf, err
 		}
 	}
+}
+
+// nextLine splits b at its first newline: the line (without the newline)
+// and what follows it (nil after the last line).
+func nextLine(b []byte) (line, rest []byte) {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		return b[:i], b[i+1:]
+	}
+	return b, nil
 }
