@@ -4,7 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/tracefile"
 )
 
 // `tracepipe run` on the embedded default config (shortened) records a
@@ -67,5 +71,60 @@ func TestRunErrors(t *testing.T) {
 	_, _, code = runCLI(t, "run", "--set", "novalue")
 	if code != exitUsage {
 		t.Errorf("--set without '=': exit %d, want %d", code, exitUsage)
+	}
+}
+
+// SIGINT stops a running session gracefully: run returns 0 and the file
+// is complete, ending with the final TraceStats packet.
+func TestRunStopsGracefullyOnSIGINT(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "interrupted.pftrace")
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		stdout, stderr, code := runCLI(t, "run", "--duration", "10m", "-o", out)
+		done <- result{code, stdout, stderr}
+	}()
+	// The output file exists once the session is set up, which is after
+	// run installed its signal handler.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(out); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session never created its output file")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // let some data flow
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop within 30 s of SIGINT")
+	}
+	if r.code != exitOK {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pkts, err := tracefile.ReadAll(f)
+	if err != nil {
+		t.Fatalf("interrupted trace does not parse cleanly: %v", err)
+	}
+	if len(pkts) < 10 {
+		t.Fatalf("only %d packets", len(pkts))
+	}
+	if _, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1]); !ok || err != nil {
+		t.Fatalf("last packet is not the final TraceStats (ok=%v, err=%v)", ok, err)
 	}
 }
