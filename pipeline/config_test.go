@@ -269,7 +269,7 @@ func TestLoadRelativeToConfigDir(t *testing.T) {
 	wd, _ := os.Getwd()
 	rel, err := filepath.Rel(wd, p)
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	c, err := Load(LoadOptions{Path: rel})
 	if err != nil {
