@@ -75,7 +75,7 @@ sinks: [{type: file, path: unused.pftrace}]
 		done <- result{res, err}
 	}()
 	// The producer finishes its 8 MB while the sink is stuck.
-	src := s.producers[0].ds.(*scripted)
+	src := s.producers[0].side.(*inProcess).ds.(*scripted)
 	deadline := time.After(30 * time.Second)
 	select {
 	case <-src.done:

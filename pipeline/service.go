@@ -205,7 +205,7 @@ func (s *Service) buildProducers() error {
 		if dc.BufferExhaustedPolicy == "stall" {
 			policy = smb.Stall
 		}
-		p, err := newProducer(uint16(i+1), i, dc.Name, s.targetBuffer(dc), ds, smbSize, pageSize, policy, client, s.commits, s.finished)
+		p, err := newInProcess(uint16(i+1), i, dc.Name, s.targetBuffer(dc), ds, smbSize, pageSize, policy, client, s.commits, s.finished)
 		if err != nil {
 			return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
 		}
@@ -452,11 +452,11 @@ func (s *Service) finish() (*Result, error) {
 func (s *Service) allFiniteDone() <-chan struct{} {
 	var dones []<-chan struct{}
 	for _, p := range s.producers {
-		f, ok := p.ds.(plugins.Finite)
-		if !ok {
+		d := p.side.done()
+		if d == nil {
 			return nil
 		}
-		dones = append(dones, f.Done())
+		dones = append(dones, d)
 	}
 	if len(dones) == 0 {
 		return nil

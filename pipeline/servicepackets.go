@@ -203,7 +203,7 @@ func (s *Service) traceStats() tracefile.TraceStats {
 	}
 	tp := &tracefile.TracepipeStats{CommitsMalformed: c.commitsMalformed, ReadbackDeferred: c.readbackDeferred}
 	for _, p := range s.producers {
-		tp.ProducerPacketsDropped += p.packetsDropped()
+		tp.ProducerPacketsDropped += p.side.packetsDropped()
 		tp.SMBChunksRejected += p.reader.Stats().TotalRejected()
 		tp.CommitsAfterStop += p.commitsLate.Load()
 		tp.DataSourceErrors += p.dataSourceErrs.Load()
