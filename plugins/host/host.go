@@ -1,0 +1,409 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	plugin "github.com/hashicorp/go-plugin"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tracepipe/tracepipe/plugins/internal/wire"
+	"github.com/tracepipe/tracepipe/smb"
+)
+
+// DefaultStartTimeout bounds the handshake and Setup when
+// Config.StartTimeout is zero.
+const DefaultStartTimeout = 10 * time.Second
+
+// Bounds of the calls after Launch (variables for tests).
+var (
+	// rpcTimeout bounds every control RPC.
+	rpcTimeout = 10 * time.Second
+	// stopDrainTimeout bounds Stop's wait for the commit stream to end.
+	stopDrainTimeout = 5 * time.Second
+	// gracefulExitTimeout bounds go-plugin's graceful shutdown before the
+	// child is killed.
+	gracefulExitTimeout = 3 * time.Second
+)
+
+// Config says which plugin to launch and how to connect it.
+type Config struct {
+	// Path is the plugin executable.
+	Path string
+	// Name is the data source name (data_sources[i].name) the plugin must
+	// serve.
+	Name string
+	// DataSourceConfig is the per-source config section, sent to the plugin
+	// JSON-encoded (numbers arrive as float64).
+	DataSourceConfig map[string]any
+	// SMB is the memfd-backed SMB (smb.NewMemfdSMB) the plugin writes into;
+	// its Fd is passed to the child as fd 3. The caller keeps ownership and
+	// must not close it before Stop returned or Done is closed.
+	SMB *smb.SMB
+	// TargetBuffer is the buffer id the plugin's writers must use.
+	TargetBuffer uint32
+	// Policy is the writers' buffer-exhausted policy.
+	Policy smb.BufferExhaustedPolicy
+	// OnCommit receives each encoded CommitData the plugin sends, in order,
+	// from one goroutine. It may block (backpressure reaches the plugin's
+	// writers). data is owned by the callee. Untrusted: decode and validate.
+	OnCommit func(data []byte)
+	// Stderr receives the plugin's stderr and log output (nil: discarded).
+	Stderr io.Writer
+	// StartTimeout bounds the handshake plus Setup (default 10s).
+	StartTimeout time.Duration
+}
+
+// Plugin is one running plugin child serving one data source instance.
+// Its methods are safe for concurrent use; the child serialises the data
+// source calls.
+type Plugin struct {
+	path string
+	cmd  *exec.Cmd
+	cli  *plugin.Client
+	conn *grpc.ClientConn
+	pid  int
+
+	// ctx is cancelled by Kill and at the end of Stop; it bounds every RPC
+	// and the commit stream.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	onCommit func([]byte)
+	done     chan struct{} // closed when the commit stream goroutine returned
+	errMu    sync.Mutex
+	err      error // why the commit stream ended (nil: cleanly after Stop)
+
+	endOnce sync.Once
+	ended   chan struct{} // closed once the child is gone
+}
+
+// Launch starts the plugin child, performs the go-plugin handshake, sets the
+// data source up (name, config, SMB geometry, target buffer, policy) and
+// opens the commit stream. Errors name the plugin path and the problem. ctx
+// bounds the launch only; the plugin outlives it.
+func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("plugin: no executable path")
+	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("plugin %s: "+format, append([]any{cfg.Path}, args...)...)
+	}
+	switch {
+	case cfg.Name == "":
+		return nil, fail("no data source name")
+	case cfg.SMB == nil || cfg.SMB.Fd() < 0:
+		return nil, fail("needs a memfd-backed SMB (smb.NewMemfdSMB)")
+	case cfg.OnCommit == nil:
+		return nil, fail("no OnCommit callback")
+	case cfg.Policy != smb.Drop && cfg.Policy != smb.Stall:
+		return nil, fail("unknown buffer exhausted policy %d", cfg.Policy)
+	}
+	configJSON, err := json.Marshal(cfg.DataSourceConfig)
+	if err != nil {
+		return nil, fail("data source %q: config cannot be sent as JSON: %v", cfg.Name, err)
+	}
+	setup, err := json.Marshal(wire.SetupRequest{
+		Name:         cfg.Name,
+		Config:       configJSON,
+		PageSize:     uint32(cfg.SMB.PageSize()),
+		SMBSize:      uint32(cfg.SMB.Size()),
+		TargetBuffer: cfg.TargetBuffer,
+		Policy:       int(cfg.Policy),
+	})
+	if err != nil {
+		return nil, fail("encoding setup: %v", err)
+	}
+	timeout := cfg.StartTimeout
+	if timeout <= 0 {
+		timeout = DefaultStartTimeout
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	startCtx, cancelStart := context.WithTimeout(ctx, timeout)
+	defer cancelStart()
+
+	// A close-on-exec duplicate of the memfd: exec dup2s it to fd 3 of the
+	// child only, and closing it afterwards leaves the caller's fd alone.
+	dupFd, err := unix.FcntlInt(uintptr(cfg.SMB.Fd()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fail("duplicating the SMB fd: %v", err)
+	}
+	smbFile := os.NewFile(uintptr(dupFd), "tracepipe-smb")
+
+	stderr := cfg.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	stderr = &lockedWriter{w: stderr}
+	cmd := exec.Command(cfg.Path)
+	cmd.ExtraFiles = []*os.File{smbFile} // fd 3 == wire.SMBFd
+	// Its own process group, so that ending it also ends whatever it
+	// spawned (and a terminal's Ctrl-C reaches only the host, which stops
+	// its plugins in order); SIGKILL if the host dies first (Linux
+	// delivers it when the forking OS thread exits, which for a Go program
+	// means the process, unless that thread was locked and released).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cli := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  wire.Handshake,
+		Plugins:          plugin.PluginSet{wire.PluginName: &wire.Plugin{}},
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		StartTimeout:     timeout,
+		Stderr:           stderr, // the child's real stderr, line by line
+		SyncStderr:       stderr, // os.Stderr of the child after sdk.Serve
+		SyncStdout:       stderr,
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name:   "plugin-host",
+			Output: stderr,
+			Level:  hclog.Error,
+		}),
+	})
+
+	type dialed struct {
+		rpc plugin.ClientProtocol
+		err error
+	}
+	ch := make(chan dialed, 1)
+	go func() {
+		rpc, err := cli.Client()
+		// The child has its copy (or never started): close ours. Only this
+		// goroutine may, since exec reads it until the child started.
+		_ = smbFile.Close()
+		ch <- dialed{rpc, err}
+	}()
+	var d dialed
+	select {
+	case d = <-ch:
+	case <-startCtx.Done():
+		go func() { <-ch; killGroup(cmd, cli); cli.Kill() }()
+		if ctx.Err() != nil {
+			return nil, fail("handshake: %v", ctx.Err())
+		}
+		return nil, fail("handshake: no answer within %v", timeout)
+	}
+	if d.err != nil {
+		killGroup(cmd, cli)
+		cli.Kill()
+		return nil, fail("handshake failed (not a tracepipe plugin built with plugins/sdk, or it crashed on start): %v", d.err)
+	}
+	raw, err := d.rpc.Dispense(wire.PluginName)
+	if err != nil {
+		killGroup(cmd, cli)
+		cli.Kill()
+		return nil, fail("dispensing %q: %v", wire.PluginName, err)
+	}
+	conn, ok := raw.(*grpc.ClientConn)
+	if !ok {
+		killGroup(cmd, cli)
+		cli.Kill()
+		return nil, fail("dispensing %q: unexpected client %T", wire.PluginName, raw)
+	}
+
+	p := &Plugin{
+		path:     cfg.Path,
+		cmd:      cmd,
+		cli:      cli,
+		conn:     conn,
+		onCommit: cfg.OnCommit,
+		done:     make(chan struct{}),
+		ended:    make(chan struct{}),
+	}
+	if cmd.Process != nil {
+		p.pid = cmd.Process.Pid
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+
+	if err := conn.Invoke(startCtx, wire.MethodSetup, &wrapperspb.BytesValue{Value: setup}, new(emptypb.Empty)); err != nil {
+		p.Kill()
+		return nil, fail("setup: %s", describe(err))
+	}
+	stream, err := conn.NewStream(p.ctx, &wire.CommitsStream, wire.MethodCommits)
+	if err == nil {
+		err = stream.SendMsg(new(emptypb.Empty))
+	}
+	if err == nil {
+		err = stream.CloseSend()
+	}
+	if err != nil {
+		p.Kill()
+		return nil, fail("opening the commit stream: %s", describe(err))
+	}
+	go p.readCommits(stream)
+	return p, nil
+}
+
+// readCommits relays the commit stream to OnCommit until it ends.
+func (p *Plugin) readCommits(stream grpc.ClientStream) {
+	defer close(p.done)
+	for {
+		m := new(wrapperspb.BytesValue)
+		err := stream.RecvMsg(m)
+		if err == nil && p.ctx.Err() != nil {
+			err = p.ctx.Err() // killed: deliver nothing more
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			} else {
+				err = fmt.Errorf("plugin %s: commit stream: %s", p.path, describe(err))
+			}
+			p.errMu.Lock()
+			p.err = err
+			p.errMu.Unlock()
+			return
+		}
+		p.onCommit(m.Value)
+	}
+}
+
+// describe renders a gRPC error by its status message.
+func describe(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return fmt.Sprintf("%s (%s)", s.Message(), s.Code())
+	}
+	return err.Error()
+}
+
+// call performs one control RPC, bounded by rpcTimeout (10 s).
+func (p *Plugin) call(op, method string, in proto.Message) error {
+	ctx, cancel := context.WithTimeout(p.ctx, rpcTimeout)
+	defer cancel()
+	if err := p.conn.Invoke(ctx, method, in, new(emptypb.Empty)); err != nil {
+		select {
+		case <-p.ended:
+			return fmt.Errorf("plugin %s: %s: plugin is gone: %s", p.path, op, describe(err))
+		default:
+		}
+		return fmt.Errorf("plugin %s: %s: %s", p.path, op, describe(err))
+	}
+	return nil
+}
+
+// Start starts the data source in the child.
+func (p *Plugin) Start() error {
+	return p.call("start", wire.MethodStart, new(emptypb.Empty))
+}
+
+// Flush flushes the data source in the child, which then acknowledges with
+// a commit carrying FlushRequestID = id on the commit stream (sent even if
+// nothing else is pending). Flush returns once the child queued that commit,
+// not once OnCommit saw it.
+func (p *Plugin) Flush(id uint64) error {
+	return p.call("flush", wire.MethodFlush, wrapperspb.UInt64(id))
+}
+
+// ClearIncrementalState forwards to the data source in the child.
+func (p *Plugin) ClearIncrementalState() error {
+	return p.call("clear incremental state", wire.MethodClearIncrementalState, new(emptypb.Empty))
+}
+
+// Stop stops the data source in the child (which flushes its last
+// commits), waits up to 5 s for the commit stream to drain and end, then
+// ends the child. Once Stop returned without error, OnCommit has been called
+// for every commit and will not be called again (after an error, wait for
+// Done: an OnCommit that blocks keeps the stream goroutine alive). The
+// child is ended even when Stop fails.
+func (p *Plugin) Stop() error {
+	err := p.call("stop", wire.MethodStop, new(emptypb.Empty))
+	if err == nil {
+		select {
+		case <-p.done:
+			err = p.Err()
+		case <-time.After(stopDrainTimeout):
+			err = fmt.Errorf("plugin %s: stop: the commit stream did not end within %v", p.path, stopDrainTimeout)
+		}
+	}
+	p.end(false)
+	return err
+}
+
+// Kill ends the child at once (SIGKILL) and the commit stream with it. It
+// is idempotent and safe to call at any time. It does not wait for a
+// running OnCommit call to return: wait for Done before releasing what
+// OnCommit uses.
+func (p *Plugin) Kill() { p.end(true) }
+
+// end cancels the RPCs and the stream and ends the child: with kill, by
+// SIGKILL first; else gracefully through go-plugin, with SIGKILL after
+// gracefulExitTimeout.
+func (p *Plugin) end(kill bool) {
+	p.endOnce.Do(func() {
+		p.cancel()
+		if kill {
+			p.signalKill()
+		}
+		exited := make(chan struct{})
+		go func() {
+			p.cli.Kill()
+			close(exited)
+		}()
+		select {
+		case <-exited:
+		case <-time.After(gracefulExitTimeout):
+			p.signalKill()
+			<-exited
+		}
+		close(p.ended)
+	})
+	<-p.ended
+}
+
+func (p *Plugin) signalKill() { killGroup(p.cmd, p.cli) }
+
+// killGroup SIGKILLs the child and its process group. The group is only
+// signalled while the child is not reaped yet (its pid, which is the group
+// id, cannot have been reused then); the child itself is signalled through
+// os.Process, which is harmless after it was reaped.
+func killGroup(cmd *exec.Cmd, cli *plugin.Client) {
+	if cmd.Process == nil {
+		return
+	}
+	if !cli.Exited() {
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+	}
+	_ = cmd.Process.Kill()
+}
+
+// Pid is the child's process id (the service stamps it as trusted_pid).
+func (p *Plugin) Pid() int { return p.pid }
+
+// Done is closed when the commit stream has ended and its goroutine
+// returned: after it, OnCommit is never called again.
+func (p *Plugin) Done() <-chan struct{} { return p.done }
+
+// Err says why the commit stream ended: nil while it runs and after a clean
+// end (the child's Stop), else the error (a crash, Kill, a broken
+// connection).
+func (p *Plugin) Err() error {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	return p.err
+}
+
+// lockedWriter serialises the writes of go-plugin's several stderr relays.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
