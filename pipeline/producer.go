@@ -65,6 +65,9 @@ type side interface {
 	packetsDropped() uint64
 	// done is closed when the data source ended on its own (nil: never).
 	done() <-chan struct{}
+	// close releases what stop left behind (a plugin process that did
+	// not stop in time). Called once, after stop or its timeout.
+	close()
 }
 
 // commitMsg carries one encoded CommitData from a producer to the service.
@@ -292,3 +295,5 @@ func (ip *inProcess) done() <-chan struct{} {
 	}
 	return nil
 }
+
+func (ip *inProcess) close() {}

@@ -158,15 +158,21 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		}
 		s.buffers = append(s.buffers, &bufferState{index: i, name: bc.Name, buf: b, seqSeen: map[uint32]bool{}})
 	}
-	if err := s.buildProducers(); err != nil {
-		return nil, err
+	err := s.buildProducers()
+	if err == nil {
+		err = s.buildProtoVMs()
 	}
-	if err := s.buildProtoVMs(); err != nil {
-		return nil, err
+	if err == nil {
+		if opts.Sinks != nil {
+			s.sinks = opts.Sinks
+		} else {
+			err = s.buildSinks()
+		}
 	}
-	if opts.Sinks != nil {
-		s.sinks = opts.Sinks
-	} else if err := s.buildSinks(); err != nil {
+	if err != nil {
+		for _, p := range s.producers {
+			_ = p.smb.Close() // memfd SMBs hold a descriptor each
+		}
 		return nil, err
 	}
 	return s, nil
@@ -190,24 +196,31 @@ func (s *Service) buildProducers() error {
 	client := buffer.ClientIdentity{UID: s.uid, PID: s.pid}
 	for i := range s.cfg.DataSources {
 		dc := &s.cfg.DataSources[i]
-		if dc.Plugin != "" {
-			return fmt.Errorf("data_sources[%d].plugin: out-of-process plugins are not supported by this build yet; remove `plugin` to use a built-in data source", i)
-		}
-		factory, ok := plugins.Lookup(dc.Name)
-		if !ok {
-			return fmt.Errorf("data_sources[%d].name: unknown data source %q", i, dc.Name)
-		}
-		ds, err := factory(dc.Config)
-		if err != nil {
-			return fmt.Errorf("data_sources[%d].config: %w", i, err)
-		}
 		policy := smb.Drop
 		if dc.BufferExhaustedPolicy == "stall" {
 			policy = smb.Stall
 		}
-		p, err := newInProcess(uint16(i+1), i, dc.Name, s.targetBuffer(dc), ds, smbSize, pageSize, policy, client, s.commits, s.finished)
-		if err != nil {
-			return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
+		var p *producer
+		var err error
+		if dc.Plugin != "" {
+			p, err = newPluginProducer(uint16(i+1), i, dc.Name, s.targetBuffer(dc), dc.Plugin, dc.Config,
+				smbSize, pageSize, policy, client, s.commits, s.finished, s.logf)
+			if err != nil {
+				return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
+			}
+		} else {
+			factory, ok := plugins.Lookup(dc.Name)
+			if !ok {
+				return fmt.Errorf("data_sources[%d].name: unknown data source %q", i, dc.Name)
+			}
+			ds, err := factory(dc.Config)
+			if err != nil {
+				return fmt.Errorf("data_sources[%d].config: %w", i, err)
+			}
+			p, err = newInProcess(uint16(i+1), i, dc.Name, s.targetBuffer(dc), ds, smbSize, pageSize, policy, client, s.commits, s.finished)
+			if err != nil {
+				return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
+			}
 		}
 		p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
 		p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
@@ -439,6 +452,7 @@ func (s *Service) finish() (*Result, error) {
 		}
 	}
 	for _, p := range s.producers {
+		p.side.close()
 		_ = p.smb.Close()
 	}
 	out := s.outputTotals()
