@@ -7,9 +7,9 @@
 // A data source writes through PacketWriter, which in the service is an
 // smb.TraceWriter: in-process sources take the same SMB and CommitData
 // path as an out-of-process producer, so the service validates their bytes
-// exactly as it would a stranger's. Out-of-process plugins (go-plugin, the
-// SMB memfd handed to a child process) are not built yet; their host side
-// will live here.
+// exactly as it would a stranger's. Out-of-process plugins are served by
+// plugins/sdk in the child and driven by plugins/host in the service
+// (go-plugin over gRPC, the SMB memfd handed to the child as fd 3).
 //
 // This package must not touch trace buffers or sinks, and nothing a data
 // source writes is trusted by the service.
