@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -443,6 +444,9 @@ func TestHungChild(t *testing.T) {
 			if err := syscall.Kill(p.Pid(), syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			// kill(2) only queues the signal: wait until every thread of
+			// the child is actually stopped, or it may still answer.
+			waitStopped(t, p.Pid())
 			before := time.Now()
 			if err := p.Start(); err == nil {
 				t.Fatal("Start on a stopped child succeeded")
@@ -468,5 +472,26 @@ func TestHungChild(t *testing.T) {
 			}
 			goroutinesSettle(t, base)
 		})
+	}
+}
+
+// waitStopped waits until /proc/PID/stat reports the process stopped
+// (state T), failing the test after 5 s.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the ")" that ends the command name.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d not stopped 5 s after SIGSTOP: %s", pid, b)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
