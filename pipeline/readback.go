@@ -68,6 +68,13 @@ func (b *batch) appendPacket(pkt []byte) {
 	b.ends = append(b.ends, len(b.data))
 }
 
+// emit adds a service packet built in s.scratch to b and keeps the
+// scratch space (grown if the packet needed more) for the next one.
+func (s *Service) emit(b *batch, pkt []byte) {
+	b.appendPacket(pkt)
+	s.scratch = pkt[:0]
+}
+
 // readPass reads every buffer (buffer by buffer, in config order) into
 // output batches: service packets first, then buffer packets, validated
 // and stamped with their trusted fields, then the stats packet when due.
@@ -129,7 +136,7 @@ func (s *Service) readPass(final, early bool) {
 	if final || now.Sub(s.lastStats) >= s.cfg.StatsPeriod {
 		s.lastStats = now
 		ts := s.traceStats()
-		b.appendPacket(tracefile.AppendTraceStatsPacket(s.scratch[:0], &ts, s.uid, bootNanos()))
+		s.emit(b, tracefile.AppendTraceStatsPacket(s.scratch[:0], &ts, s.uid, bootNanos()))
 	}
 	s.submit(final)
 }

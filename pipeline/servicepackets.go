@@ -76,17 +76,17 @@ func (s *Service) appendPreamble(b *batch) {
 		s.firstPass = true
 		p := s.servicePacket()
 		p = tracefile.AppendTimestamp(p, s.startClock[0].Timestamp)
-		b.appendPacket(tracefile.AppendClockSnapshot(p, s.startClock, tracefile.ClockBoottime))
-		b.appendPacket(tracefile.AppendSyncMarkerPacket(s.scratch[:0], s.uid))
-		b.appendPacket(tracefile.AppendTraceUUID(s.servicePacket(), s.traceUUID[0], s.traceUUID[1]))
+		s.emit(b, tracefile.AppendClockSnapshot(p, s.startClock, tracefile.ClockBoottime))
+		s.emit(b, tracefile.AppendSyncMarkerPacket(s.scratch[:0], s.uid))
+		s.emit(b, tracefile.AppendTraceUUID(s.servicePacket(), s.traceUUID[0], s.traceUUID[1]))
 		s.appendProvenance(b)
-		b.appendPacket(appendSystemInfo(s.servicePacket()))
+		s.emit(b, appendSystemInfo(s.servicePacket()))
 		s.appendEvents(b)
 		s.appendProtoVMs(b)
 		return
 	}
 	if time.Since(s.lastStats) >= s.cfg.StatsPeriod {
-		b.appendPacket(tracefile.AppendSyncMarkerPacket(s.scratch[:0], s.uid))
+		s.emit(b, tracefile.AppendSyncMarkerPacket(s.scratch[:0], s.uid))
 	}
 	s.appendEvents(b)
 	for _, bs := range s.buffers {
@@ -109,7 +109,7 @@ func (s *Service) appendProvenance(b *batch) {
 		}
 		seqs[i] = bs.provenance
 	}
-	b.appendPacket(tracefile.AppendTraceProvenance(s.servicePacket(), seqs))
+	s.emit(b, tracefile.AppendTraceProvenance(s.servicePacket(), seqs))
 }
 
 // appendProtoVMs writes one protovms packet per buffer with VMs.
@@ -119,7 +119,7 @@ func (s *Service) appendProtoVMs(b *batch) {
 			continue
 		}
 		bs.vmGen = bs.vms.Generation()
-		b.appendPacket(bs.vms.AppendProtoVMsField(s.servicePacket()))
+		s.emit(b, bs.vms.AppendProtoVMsField(s.servicePacket()))
 	}
 }
 
@@ -128,7 +128,7 @@ func (s *Service) appendProtoVMs(b *batch) {
 func (s *Service) appendEvents(b *batch) {
 	for _, e := range s.events {
 		p := tracefile.AppendTimestamp(s.servicePacket(), e.ts)
-		b.appendPacket(tracefile.AppendServiceEvent(p, e.kind, 0))
+		s.emit(b, tracefile.AppendServiceEvent(p, e.kind, 0))
 	}
 	s.events = s.events[:0]
 }
