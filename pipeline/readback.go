@@ -84,13 +84,13 @@ func (s *Service) emit(b *batch, pkt []byte) {
 // ring buffer wrap and count the loss instead of producers blocking. early
 // marks a pass triggered by a filling buffer rather than by the timer.
 func (s *Service) readPass(final, early bool) {
-	if !final && len(s.free) == 0 && s.cur == nil {
+	b := s.batchFor(final)
+	if b == nil { // only a non-final pass gets no batch
 		if !early {
 			s.counters.readbackDeferred++
 		}
 		return
 	}
-	b := s.batchFor(final)
 	s.appendPreamble(b)
 	for _, bs := range s.buffers {
 		complete := true
