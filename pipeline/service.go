@@ -48,8 +48,8 @@ const (
 	stopTimeout     = 5 * time.Second // Perfetto's data_source_stop_timeout_ms default
 	sinkCloseTime   = 30 * time.Second
 	commitQueueLen  = 256
-	readBatchTarget = 1 << 20 // bytes of packets per output batch (Perfetto reads ~1 MiB per pass step)
-	outputBatches   = 8
+	readBatchTarget = 256 << 10 // bytes of packets per output batch: small enough to stay in cache between the service and the output goroutine
+	outputBatches   = 32
 	// earlyReadBytes: in streaming mode a buffer holding this much unread
 	// data (or an eighth of its size, if less) is read at once instead of
 	// at the next file_write_period, so that bursts find room in the ring.
