@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -266,8 +267,18 @@ func (sw *synthWriter) run(rate int64, finished func()) {
 		buf = sw.gen.Next(buf[:0])
 		sw.c.write(sw.w, buf)
 		n++
+		if n%yieldEvery == 0 {
+			// An in-process load generator shares the Go scheduler with
+			// the service: yield now and then, as a producer in its own
+			// process would be time-sliced by the kernel, so that a
+			// busy writer cannot starve the goroutine draining the SMB.
+			runtime.Gosched()
+		}
 	}
 }
+
+// yieldEvery is how many packets a writer writes between yields.
+const yieldEvery = 256
 
 // control handles the pending control bits c and reports whether the
 // goroutine must exit.
