@@ -66,7 +66,7 @@ func (s *Service) servicePacket() []byte {
 }
 
 // appendPreamble writes the service packets that precede buffer data: on
-// the first pass the clock snapshot, sync marker, trace uuid, provenance,
+// the first pass the clock snapshot, sync marker, trace config, trace uuid, provenance,
 // system info, lifecycle events and ProtoVM states; on later passes the
 // pending lifecycle events, a sync marker when stats are due, and — in
 // streaming mode — provenance and ProtoVM states again when an overwrite
@@ -78,6 +78,7 @@ func (s *Service) appendPreamble(b *batch) {
 		p = tracefile.AppendTimestamp(p, s.startClock[0].Timestamp)
 		s.emit(b, tracefile.AppendClockSnapshot(p, s.startClock, tracefile.ClockBoottime))
 		s.emit(b, tracefile.AppendSyncMarkerPacket(s.scratch[:0], s.uid))
+		s.emit(b, appendTraceConfig(s.servicePacket(), s.cfg))
 		s.emit(b, tracefile.AppendTraceUUID(s.servicePacket(), s.traceUUID[0], s.traceUUID[1]))
 		s.appendProvenance(b)
 		s.emit(b, appendSystemInfo(s.servicePacket()))

@@ -1,0 +1,99 @@
+package pipeline
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// The session config is echoed once, as trace_config with Perfetto's
+// TraceConfig field numbers, in the first read pass.
+func TestTraceConfigEcho(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "cfg.pftrace")
+	runSession(t, loadYAML(t, fmt.Sprintf(`
+duration: 3s
+write_into_file: true
+file_write_period: 250ms
+flush_timeout: 2s
+incremental_state: {clear_period: 500ms}
+producers: {smb_size_kb: 512, smb_page_size_kb: 8}
+buffers: [{name: main, size_kb: 2048}, {size_kb: 64, fill_policy: discard}]
+data_sources:
+  - {name: test.scripted, target_buffer: 1, buffer_exhausted_policy: stall, config: {packets: 3}}
+sinks: [{type: file, path: %q}]
+`, out)))
+	var echoes [][]byte
+	for _, p := range readTrace(t, out) {
+		if p.info.PayloadField == tracefile.FieldTraceConfig {
+			if p.info.SequenceID != 1 {
+				t.Fatalf("trace_config on sequence %d", p.info.SequenceID)
+			}
+			echoes = append(echoes, p.info.Payload)
+		}
+	}
+	if len(echoes) != 1 {
+		t.Fatalf("%d trace_config packets, want 1", len(echoes))
+	}
+	top := map[protowire.Number][]uint64{}
+	var buffers, sources, producers, incr [][]byte
+	fields(t, echoes[0], func(num protowire.Number, v uint64, p []byte) {
+		switch num {
+		case tcBuffers:
+			buffers = append(buffers, p)
+		case tcDataSources:
+			sources = append(sources, p)
+		case tcProducers:
+			producers = append(producers, p)
+		case tcIncrementalStateConfig:
+			incr = append(incr, p)
+		default:
+			top[num] = append(top[num], v)
+		}
+	})
+	want := map[protowire.Number]uint64{tcDurationMs: 3000, tcWriteIntoFile: 1, tcFileWritePeriodMs: 250, tcFlushTimeoutMs: 2000}
+	for num, v := range want {
+		if len(top[num]) != 1 || top[num][0] != v {
+			t.Errorf("field %d = %v, want %d", num, top[num], v)
+		}
+	}
+	msg := func(b []byte) map[protowire.Number]any {
+		m := map[protowire.Number]any{}
+		fields(t, b, func(num protowire.Number, v uint64, p []byte) {
+			if p != nil {
+				m[num] = string(p)
+			} else {
+				m[num] = v
+			}
+		})
+		return m
+	}
+	if len(buffers) != 2 {
+		t.Fatalf("%d buffers", len(buffers))
+	}
+	if b := msg(buffers[0]); b[bufSizeKB] != uint64(2048) || b[bufFillPolicy] != uint64(fillRingBuffer) || b[bufName] != "main" {
+		t.Errorf("buffers[0] = %v", b)
+	}
+	if b := msg(buffers[1]); b[bufSizeKB] != uint64(64) || b[bufFillPolicy] != uint64(fillDiscard) {
+		t.Errorf("buffers[1] = %v", b)
+	}
+	if len(sources) != 1 {
+		t.Fatalf("%d data sources", len(sources))
+	}
+	cfg, ok := msg(sources[0])[dsConfig].(string)
+	if !ok {
+		t.Fatal("data source without config")
+	}
+	if c := msg([]byte(cfg)); c[dscName] != "test.scripted" || c[dscTargetBuffer] != uint64(1) || c[dscBufferExhausted] != uint64(exhaustedStall) {
+		t.Errorf("data source config = %v", c)
+	}
+	if len(producers) != 1 || msg(producers[0])[prodShmSizeKB] != uint64(512) || msg(producers[0])[prodPageSizeKB] != uint64(8) {
+		t.Errorf("producers = %v", producers)
+	}
+	if len(incr) != 1 || msg(incr[0])[isClearPeriodMs] != uint64(500) {
+		t.Errorf("incremental_state_config = %v", incr)
+	}
+}
