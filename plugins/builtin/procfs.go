@@ -149,13 +149,8 @@ func parseMeminfo(dst []counterValue, b []byte) (out []counterValue, bad int) {
 			bad++
 			continue
 		}
-		f, rest, ok := nextField(line[colon+1:])
+		v, rest, ok := nextUint(line[colon+1:])
 		if !ok {
-			bad++
-			continue
-		}
-		v, err := strconv.ParseUint(string(f), 10, 64)
-		if err != nil {
 			bad++
 			continue
 		}
@@ -271,13 +266,8 @@ func parseProcStatFile(cpus []cpuTimes, b []byte) (out procStatFile, bad int) {
 			}
 			out.CPUs = append(out.CPUs, ct)
 		case string(name) == "intr" || string(name) == "softirq" || string(name) == "processes":
-			f, _, ok := nextField(rest)
+			v, _, ok := nextUint(rest)
 			if !ok {
-				bad++
-				continue
-			}
-			v, err := strconv.ParseUint(string(f), 10, 64)
-			if err != nil {
 				bad++
 				continue
 			}
@@ -331,4 +321,15 @@ func nextLine(b []byte) (line, rest []byte) {
 		return b[:i], b[i+1:]
 	}
 	return b, nil
+}
+
+// nextUint reads the next field of b as a decimal uint64; ok is false
+// when there is no field or it is not such a number.
+func nextUint(b []byte) (v uint64, rest []byte, ok bool) {
+	f, rest, ok := nextField(b)
+	if !ok {
+		return 0, b, false
+	}
+	v, err := strconv.ParseUint(string(f), 10, 64)
+	return v, rest, err == nil
 }
