@@ -108,9 +108,6 @@ func TestBenchTemplates(t *testing.T) {
 // TestBenchReadWorkload checks the RD_MixedPackets fill and readback
 // figures from benchmarks.md.
 func TestBenchReadWorkload(t *testing.T) {
-	if testing.Short() {
-		t.Skip("allocates 128 MiB")
-	}
 	b := fillReadBuffer(t, benchTemplates(100))
 	if b.UsedSize() != 88340368 {
 		t.Errorf("used size %d, want 88340368", b.UsedSize())

@@ -10,16 +10,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tracepipe/tracepipe/internal/golden"
 )
 
-// goldenDir returns a golden folder of ../shared, skipping the test when
-// the shared tree is not beside the clone.
+// goldenDir returns a golden folder of ../shared (a failure in CI when it
+// is missing, a skip locally).
 func goldenDir(t testing.TB, parts ...string) string {
-	dir := filepath.Join(append([]string{"..", "..", "shared", "golden"}, parts...)...)
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("golden data not found at %s (needs ../shared beside the clone)", dir)
-	}
-	return dir
+	t.Helper()
+	return golden.Dir(t, parts...)
 }
 
 // scriptStep is one operation line of a golden script and the "  => "

@@ -9,14 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tracepipe/tracepipe/internal/golden"
 )
 
+// goldenDir returns ../shared/golden/protovm (a failure in CI when it is
+// missing, a skip locally).
 func goldenDir(t testing.TB) string {
-	dir := filepath.Join("..", "..", "shared", "golden", "protovm")
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("golden data not found at %s (needs ../shared beside the clone)", dir)
-	}
-	return dir
+	t.Helper()
+	return golden.Dir(t, "protovm")
 }
 
 func mustHex(t testing.TB, s string) []byte {

@@ -11,15 +11,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tracepipe/tracepipe/internal/golden"
 )
 
+// goldenDir returns ../shared/golden/perfetto-smb/<sub> (a failure in CI
+// when it is missing, a skip locally).
 func goldenDir(t testing.TB, sub string) string {
 	t.Helper()
-	dir := filepath.Join("..", "..", "shared", "golden", "perfetto-smb", sub)
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("golden data not found at %s (needs ../shared beside the clone)", dir)
-	}
-	return dir
+	return golden.Dir(t, "perfetto-smb", sub)
 }
 
 func readGolden(t testing.TB, dir, name string) []byte {

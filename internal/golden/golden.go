@@ -1,0 +1,63 @@
+// Package golden locates the conformance data (Perfetto's golden runs) that
+// lives in ../shared beside the clone, for tests only.
+//
+// It owns one decision: what a test does when that folder is missing. In CI
+// (the CI variable set, as .ci/run's environment does) a missing folder is a
+// failure naming the folder, so a suite cannot pass by not running; on a
+// developer's machine the test is skipped with the same message. It must not
+// read or interpret the data itself.
+package golden
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Dir returns the folder shared/golden/<parts...> beside the module root,
+// failing (CI) or skipping (local) t when it does not exist.
+func Dir(t testing.TB, parts ...string) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("golden: %v", err)
+		return ""
+	}
+	return dir(t, filepath.Join(filepath.Dir(root), "shared"), os.Getenv("CI") != "", parts...)
+}
+
+// dir is Dir with the shared folder and the CI decision given.
+func dir(t testing.TB, shared string, ci bool, parts ...string) string {
+	t.Helper()
+	d := filepath.Join(append([]string{shared, "golden"}, parts...)...)
+	if _, err := os.Stat(d); err != nil {
+		msg := fmt.Sprintf("golden data folder %s is missing (the conformance suites need ../shared beside the clone): %v", d, err)
+		if ci {
+			t.Fatalf("%s; CI is set, so this is a failure, not a skip", msg)
+		} else {
+			t.Skip(msg)
+		}
+		return ""
+	}
+	return d
+}
+
+// moduleRoot walks up from the working directory (a package folder while
+// tests run) to the folder holding go.mod.
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", fmt.Errorf("no go.mod above %s", wd)
+		}
+		d = up
+	}
+}
