@@ -97,8 +97,10 @@ type TraceBuffer struct {
 	stats Stats
 
 	// Scratch space reused to keep reads and overwrites allocation-free.
-	raFrags  []fragRef
-	erasePkt [][]byte
+	raFrags   []fragRef
+	erasePkt  [][]byte
+	pktSlices [][]byte // Packet.Slices of zero Packets (see Packet)
+	warmSink  byte     // see warm
 }
 
 // New creates a buffer of size bytes, rounded up to a multiple of 4096.
@@ -118,6 +120,7 @@ func New(size int, policy Policy) (*TraceBuffer, error) {
 		policy:     policy,
 		seqs:       make(map[uint32]*seqState),
 		writerHist: make(map[uint32]*histogram),
+		pktSlices:  make([][]byte, 0, 4),
 	}
 	b.stats.BufferSize = rounded
 	return b, nil

@@ -18,6 +18,7 @@ func (b *TraceBuffer) CloneReadOnly() *TraceBuffer {
 		discard:    b.discard,
 		seqs:       make(map[uint32]*seqState, len(b.seqs)),
 		writerHist: make(map[uint32]*histogram),
+		pktSlices:  make([][]byte, 0, 4),
 		stats:      b.stats,
 	}
 	copy(c.mem, b.mem[:b.usedSize])

@@ -2,7 +2,13 @@ package buffer
 
 // Packet is one trace packet read back. Slices point into buffer memory
 // (one per non-empty fragment) and stay valid until the next call that
-// changes the buffer.
+// changes the buffer (reads included: they consume).
+//
+// A Packet whose Slices has no capacity (a zero Packet, one per read, as
+// Perfetto builds a new packet per read) gets its Slices from a scratch
+// array the buffer owns, so reading costs no allocation either way; that
+// array is reused by the next read, so copy a packet (AppendTo) to keep it.
+// A Packet whose Slices has capacity is filled in place.
 type Packet struct {
 	Slices [][]byte
 	Seq    SequenceProperties
@@ -53,7 +59,21 @@ func (b *TraceBuffer) oldest() int {
 // sequence therefore come out in write order, and sequences interleave in
 // roughly commit order.
 func (b *TraceBuffer) ReadNextTracePacket(p *Packet) bool {
-	p.Slices = p.Slices[:0]
+	if cap(p.Slices) != 0 {
+		p.Slices = p.Slices[:0]
+		return b.readNext(p)
+	}
+	p.Slices = b.pktSlices[:0]
+	ok := b.readNext(p)
+	if cap(p.Slices) > cap(b.pktSlices) {
+		// A packet of many fragments grew the array: keep the larger one.
+		b.pktSlices = p.Slices[:0]
+	}
+	return ok
+}
+
+// readNext is ReadNextTracePacket with p.Slices ready to append to.
+func (b *TraceBuffer) readNext(p *Packet) bool {
 	if b.passStale {
 		// A write happened since the pass began: continue from the oldest
 		// record instead of a cursor the write may have invalidated.

@@ -78,6 +78,10 @@ func (b *TraceBuffer) nextPacket(r *seqReader, out *[][]byte) bool {
 		flags := b.recFlags(off)
 		p := b.payload(off)
 		start := len(p) - b.recAvail(off)
+		if start == 0 {
+			// The first visit of this record: bring it into cache.
+			b.warm(off+hdrSize, off+hdrSize+len(p))
+		}
 		data, end, st := nextFragment(p, start)
 		if st != tokOK {
 			if st == tokCorrupt {
