@@ -101,6 +101,8 @@ type TraceBuffer struct {
 	erasePkt  [][]byte
 	pktSlices [][]byte // Packet.Slices of zero Packets (see Packet)
 	warmSink  byte     // see warm
+	pfFrom    int      // b.mem[pfFrom:pfTo] was prefetched last
+	pfTo      int
 }
 
 // New creates a buffer of size bytes, rounded up to a multiple of 4096.

@@ -209,6 +209,64 @@ func (b *TraceBuffer) eraseSimple(s *seqState, off, outer int) bool {
 	return true
 }
 
+// eraseObserved is the fast path of an observed overwrite: for a record
+// that eraseSimple would take (first of its sequence, untouched since its
+// copy, no fragmented packet, not patched), the erase-mode walk hands every
+// non-empty fragment to the observer as a one-slice packet, in order, and
+// consumes the record. That is done here in one tight pass; the fragments
+// tokenize cleanly because the copy measured them. It reports false, doing
+// nothing, when the general walk is needed.
+func (b *TraceBuffer) eraseObserved(s *seqState, off, outer int) bool {
+	if int(s.front().off) != off {
+		return false
+	}
+	h := b.mem[off : off+hdrSize]
+	if h[hdrFlags]&(flagFirstContinues|flagLastContinues) != 0 || h[hdrAux]&auxPatched != 0 {
+		return false
+	}
+	avail := le16(h, hdrAvail)
+	if avail != le16(h, hdrPayload) {
+		return false
+	}
+	r := seqReader{seq: s, target: off, erase: true}
+	b.initReader(&r)
+	p := b.mem[off+hdrSize : off+hdrSize+int(avail)]
+	b.warm(off+hdrSize, off+hdrSize+len(p))
+	props := s.props()
+	pkt := append(b.erasePkt[:0], nil)
+	produced := false
+	for start := 0; start < len(p); {
+		data, end, st := nextFragment(p, start)
+		if st != tokOK {
+			// Not reachable for a record measured at copy time and never
+			// patched; leave the rest to the general walk, as if it had
+			// walked this far itself.
+			put16(h, hdrAvail, uint16(len(p)-start))
+			if produced {
+				s.addLoss(LossOverwrite)
+			}
+			return false
+		}
+		if end > data {
+			pkt[0] = p[data:end]
+			b.observer(props, pkt)
+			produced = true
+		}
+		start = end
+	}
+	b.erasePkt = pkt
+	if avail > 0 {
+		put16(h, hdrAvail, 0)
+		b.stats.ChunksOverwritten++
+		b.stats.BytesOverwritten += uint64(outer)
+	}
+	if produced {
+		s.addLoss(LossOverwrite)
+	}
+	b.eraseFront(s)
+	return true
+}
+
 // eraseConsumed erases the fully consumed first record of s: the walk would
 // find no fragment and erase it.
 func (b *TraceBuffer) eraseConsumed(s *seqState) bool {
@@ -241,6 +299,7 @@ func (b *TraceBuffer) eraseFront(s *seqState) {
 func (b *TraceBuffer) deleteNextChunksFor(n int) {
 	end := b.wr + n
 	off := b.wr
+	b.prefetchRange(off, end)
 	for off < end && off < b.usedSize {
 		outer := b.recOuter(off)
 		pw := b.recPriWri(off)
@@ -258,6 +317,10 @@ func (b *TraceBuffer) deleteNextChunksFor(n int) {
 			continue
 		}
 		if b.observer == nil && b.eraseSimple(s, off, outer) {
+			off += outer
+			continue
+		}
+		if b.observer != nil && b.eraseObserved(s, off, outer) {
 			off += outer
 			continue
 		}

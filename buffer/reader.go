@@ -80,6 +80,7 @@ func (b *TraceBuffer) nextPacket(r *seqReader, out *[][]byte) bool {
 		start := len(p) - b.recAvail(off)
 		if start == 0 {
 			// The first visit of this record: bring it into cache.
+			b.prefetchRange(off, off+hdrSize+len(p))
 			b.warm(off+hdrSize, off+hdrSize+len(p))
 		}
 		data, end, st := nextFragment(p, start)

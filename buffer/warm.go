@@ -29,3 +29,30 @@ func (b *TraceBuffer) warm(from, to int) {
 	x ^= m[len(m)-1]
 	b.warmSink = x // keeps the loads from being optimised away
 }
+
+// prefetchAhead is how far past the range being walked prefetchRange asks
+// for lines: the records the next calls will walk arrive while this one
+// works.
+const prefetchAhead = 8 << 10
+
+// prefetchRange prefetches b.mem[from:to+prefetchAhead], skipping what the
+// previous call already asked for when the ranges continue each other (the
+// common case: overwrites and reads both move forward through the ring).
+func (b *TraceBuffer) prefetchRange(from, to int) {
+	to += prefetchAhead
+	if to > b.usedSize {
+		to = b.usedSize
+	}
+	if from >= b.pfFrom && from <= b.pfTo {
+		if to <= b.pfTo {
+			return
+		}
+		from = b.pfTo
+	} else {
+		b.pfFrom = from
+	}
+	if from < to {
+		prefetch(b.mem[from:to])
+		b.pfTo = to
+	}
+}
