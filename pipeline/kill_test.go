@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/tracefile"
+	"go.uber.org/goleak"
 )
 
 // killChildEnv names the config a re-executed test binary runs as a
@@ -26,7 +27,12 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(killChildEnv); path != "" {
 		os.Exit(killChild(path))
 	}
-	os.Exit(m.Run())
+	// A goroutine outliving the tests (a producer, a read pass, an output
+	// writer) fails the run. Known leak, to remove with its fix: when a
+	// data source fails to start, Run never stops that producer, so its
+	// control goroutine (producer.run) outlives the session
+	// (TestServicePluginDataSource's bad-config run).
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/tracepipe/tracepipe/pipeline.(*producer).run"))
 }
 
 // killChild runs a session and reports on stdout, after every read pass

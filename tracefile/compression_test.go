@@ -10,7 +10,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-func compress(t *testing.T, kind Compression, data []byte) []byte {
+func compress(t testing.TB, kind Compression, data []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	var w io.WriteCloser

@@ -11,19 +11,16 @@ import (
 	"testing"
 )
 
-// fuzzSeeds are the named seeds written to testdata/fuzz by
-// TestWriteFuzzCorpus (run with TRACEFILE_WRITE_CORPUS=1).
+// fuzzSeeds are the named seeds `go generate` writes to testdata/fuzz
+// (writeFuzzCorpus, main_test.go).
 func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 	ts := fullTraceStats()
 	statsPkt := AppendTraceStatsPacket(nil, &ts, 0, 1)
 	minimal := unhex(t, minimalTrace)
 	withUnknown := append([]byte{0x10, 0x01, 0x1a, 0x01, 0x00, 0x25, 1, 2, 3, 4}, minimal...)
 	small := encodeTrace([][]byte{{0x40, 0x01}, {}, {0x5a, 0x00}})
-	var gz, zs []byte
-	if tt, ok := t.(*testing.T); ok {
-		gz = compress(tt, CompressionGzip, small)
-		zs = compress(tt, CompressionZstd, small)
-	}
+	gz := compress(t, CompressionGzip, small)
+	zs := compress(t, CompressionZstd, small)
 	stats := statsPkt[bytes.Index(statsPkt, []byte{0x9a, 0x02})+3:]
 	return map[string]map[string][]byte{
 		"FuzzReader": {
@@ -54,24 +51,21 @@ func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 	}
 }
 
-// TestWriteFuzzCorpus regenerates the committed seed corpora.
-func TestWriteFuzzCorpus(t *testing.T) {
-	if os.Getenv("TRACEFILE_WRITE_CORPUS") == "" {
-		t.Log("set TRACEFILE_WRITE_CORPUS=1 to rewrite testdata/fuzz")
-		return
-	}
+// writeFuzzCorpus rewrites the committed seed corpora from fuzzSeeds.
+func writeFuzzCorpus(t testing.TB) error {
 	for target, seeds := range fuzzSeeds(t) {
 		dir := filepath.Join("testdata", "fuzz", target)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		for name, b := range seeds {
 			content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-				t.Fatal(err)
+				return err
 			}
 		}
 	}
+	return nil
 }
 
 const fuzzGuard = 1 << 20

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/goleak"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/smb"
@@ -24,6 +25,14 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if code == 0 {
+		// A goroutine outliving the tests (a plugin's log copier, a gRPC
+		// connection) fails the run.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
