@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -218,48 +219,52 @@ func TestProcessStatsFakeTree(t *testing.T) {
 	}
 }
 
+// TestProcessStatsClearRescans runs on synctest's fake clock: the clears
+// only post a request, so they let no time pass.
 func TestProcessStatsClearRescans(t *testing.T) {
-	root := buildFakeProc(t)
-	cfg := DefaultProcessStatsConfig()
-	cfg.ScanAllProcessesOnStart = false
-	ds := NewProcessStats(cfg)
-	ds.procRoot = root
-	h := &fakeHost{}
-	if err := ds.Start(h); err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Stop()
-	if err := ds.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if n := h.writer(0).count(); n != 0 {
-		t.Fatalf("%d packets without scan_all_processes_on_start", n)
-	}
-	t0 := time.Now()
-	for range 5 {
+	synctest.Test(t, func(t *testing.T) {
+		root := buildFakeProc(t)
+		cfg := DefaultProcessStatsConfig()
+		cfg.ScanAllProcessesOnStart = false
+		ds := NewProcessStats(cfg)
+		ds.procRoot = root
+		h := &fakeHost{}
+		if err := ds.Start(h); err != nil {
+			t.Fatal(err)
+		}
+		defer ds.Stop()
+		if err := ds.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.writer(0).count(); n != 0 {
+			t.Fatalf("%d packets without scan_all_processes_on_start", n)
+		}
+		t0 := time.Now()
+		for range 5 {
+			ds.ClearIncrementalState()
+		}
+		if d := time.Since(t0); d != 0 {
+			t.Fatalf("ClearIncrementalState let %v pass on the fake clock: it waited for the worker", d)
+		}
+		waitFor(t, "a scan after the clears", 5*time.Second, func() bool { return h.writer(0).count() >= 1 })
+		if err := ds.Flush(); err != nil {
+			t.Fatal(err)
+		}
 		ds.ClearIncrementalState()
-	}
-	if d := time.Since(t0); d > 50*time.Millisecond {
-		t.Fatalf("ClearIncrementalState took %v", d)
-	}
-	waitFor(t, "a scan after the clears", 5*time.Second, func() bool { return h.writer(0).count() >= 1 })
-	if err := ds.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	ds.ClearIncrementalState()
-	waitFor(t, "a scan after one more clear", 5*time.Second, func() bool { return h.writer(0).count() >= 2 })
-	if err := ds.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	checkWritersSane(t, h)
-	packets, _, _, _ := h.writer(0).snapshot()
-	if len(packets) > 6 {
-		t.Fatalf("%d scans for 6 clears", len(packets))
-	}
-	procs, threads := decodeTrees(t, packets[:1], true)
-	checkFakeTree(t, procs, threads, true)
-	procs, threads = decodeTrees(t, packets[1:2], false)
-	checkFakeTree(t, procs, threads, true)
+		waitFor(t, "a scan after one more clear", 5*time.Second, func() bool { return h.writer(0).count() >= 2 })
+		if err := ds.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkWritersSane(t, h)
+		packets, _, _, _ := h.writer(0).snapshot()
+		if len(packets) > 6 {
+			t.Fatalf("%d scans for 6 clears", len(packets))
+		}
+		procs, threads := decodeTrees(t, packets[:1], true)
+		checkFakeTree(t, procs, threads, true)
+		procs, threads = decodeTrees(t, packets[1:2], false)
+		checkFakeTree(t, procs, threads, true)
+	})
 }
 
 func TestProcessStatsPoll(t *testing.T) {

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // streamChecker re-states the synthetic stream's contract independently
@@ -453,188 +455,195 @@ func TestSyntheticSourceExactStream(t *testing.T) {
 	}
 }
 
+// TestSyntheticSourceClearWhileRunning runs on synctest's fake clock: the writer
+// (40000 packets/s) and the clears every 5 ms interleave the same way every
+// run.
 func TestSyntheticSourceClearWhileRunning(t *testing.T) {
-	cfg := DefaultSyntheticConfig()
-	cfg.MaxPackets = 10000
-	cfg.Rate = 40000
-	cfg.Names = 10
-	cfg.DeterministicTimestamps = true
-	h := &fakeHost{}
-	ds := startSynthetic(t, cfg, h)
-	clears := 0
-	for ds.Stats().Packets < 10000 && clears < 20 {
-		time.Sleep(5 * time.Millisecond)
-		ds.ClearIncrementalState()
-		clears++
-	}
-	waitFor(t, "generator done", 20*time.Second, func() bool {
-		w := h.writer(0)
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if len(w.packets) == 0 {
-			return false
+	synctest.Test(t, func(t *testing.T) {
+		cfg := DefaultSyntheticConfig()
+		cfg.MaxPackets = 10000
+		cfg.Rate = 40000
+		cfg.Names = 10
+		cfg.DeterministicTimestamps = true
+		h := &fakeHost{}
+		ds := startSynthetic(t, cfg, h)
+		clears := 0
+		for ds.Stats().Packets < 10000 && clears < 20 {
+			time.Sleep(5 * time.Millisecond)
+			ds.ClearIncrementalState()
+			clears++
 		}
-		seq, ok := SyntheticSeq(w.packets[len(w.packets)-1])
-		return ok && seq == 9999
+		waitFor(t, "generator done", 20*time.Second, func() bool {
+			w := h.writer(0)
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if len(w.packets) == 0 {
+				return false
+			}
+			seq, ok := SyntheticSeq(w.packets[len(w.packets)-1])
+			return ok && seq == 9999
+		})
+		if err := ds.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkWritersSane(t, h)
+		got, _, _, _ := h.writer(0).snapshot()
+		c := newStreamChecker(t, cfg, 0)
+		for _, p := range got {
+			c.check(p)
+		}
+		if c.nextSeq != 10000 {
+			t.Fatalf("%d events", c.nextSeq)
+		}
+		if c.clears < 2 || c.clears > clears+1 {
+			t.Fatalf("%d descriptor groups after %d clears", c.clears, clears)
+		}
+		// Replaying the generator with the clears where they happened gives
+		// the same bytes.
+		g := NewSyntheticGenerator(cfg, 0)
+		for i, p := range got {
+			fs := decode(t, p)
+			if f, _ := one(t, fs, pktSequenceFlags); f.v == seqIncrementalStateCleared && i > 0 {
+				g.ClearIncrementalState()
+			}
+			if q := g.Next(nil); !bytes.Equal(p, q) {
+				t.Fatalf("packet %d differs from the replay", i)
+			}
+		}
 	})
-	if err := ds.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	checkWritersSane(t, h)
-	got, _, _, _ := h.writer(0).snapshot()
-	c := newStreamChecker(t, cfg, 0)
-	for _, p := range got {
-		c.check(p)
-	}
-	if c.nextSeq != 10000 {
-		t.Fatalf("%d events", c.nextSeq)
-	}
-	if c.clears < 2 || c.clears > clears+1 {
-		t.Fatalf("%d descriptor groups after %d clears", c.clears, clears)
-	}
-	// Replaying the generator with the clears where they happened gives
-	// the same bytes.
-	g := NewSyntheticGenerator(cfg, 0)
-	for i, p := range got {
-		fs := decode(t, p)
-		if f, _ := one(t, fs, pktSequenceFlags); f.v == seqIncrementalStateCleared && i > 0 {
-			g.ClearIncrementalState()
-		}
-		if q := g.Next(nil); !bytes.Equal(p, q) {
-			t.Fatalf("packet %d differs from the replay", i)
-		}
-	}
 }
 
+// TestSyntheticRateLimit runs rate-limited writers on synctest's fake
+// clock: a writer writes its first packet at once and one more every 1/rate
+// seconds, so after exactly 300 ms each has written rate*0.3 + 1 packets.
 func TestSyntheticRateLimit(t *testing.T) {
-	for _, c := range []struct {
-		rate     int64
-		run      time.Duration
-		min, max int
-	}{
-		{100, 300 * time.Millisecond, 10, 60},
-		{20000, 300 * time.Millisecond, 600, 12000},
-	} {
-		t.Run(fmt.Sprint(c.rate), func(t *testing.T) {
-			cfg := DefaultSyntheticConfig()
-			cfg.Writers = 2
-			cfg.Rate = c.rate
-			h := &fakeHost{discard: true}
-			ds := startSynthetic(t, cfg, h)
-			time.Sleep(c.run)
-			if err := ds.Stop(); err != nil {
-				t.Fatal(err)
-			}
-			checkWritersSane(t, h)
-			for w := range 2 {
-				if n := h.writer(w).count(); n < c.min || n > c.max {
-					t.Errorf("writer %d wrote %d packets at %d/s in %v, want %d..%d", w, n, c.rate, c.run, c.min, c.max)
-				}
-			}
-		})
-	}
-}
-
-func TestSyntheticStopPrompt(t *testing.T) {
-	for _, rate := range []int64{0, 1} {
-		t.Run(fmt.Sprint("rate=", rate), func(t *testing.T) {
-			before := runtime.NumGoroutine()
-			cfg := DefaultSyntheticConfig()
-			cfg.Writers = 4
-			cfg.Rate = rate
-			h := &fakeHost{discard: true}
-			ds := NewSynthetic(cfg)
-			if err := ds.Start(h); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "first packets", 5*time.Second, func() bool { return ds.Stats().Packets >= 4 })
-			select {
-			case <-ds.Done():
-				t.Fatal("Done closed with max_packets 0 before Stop")
-			default:
-			}
-			t0 := time.Now()
-			if err := ds.Stop(); err != nil {
-				t.Fatal(err)
-			}
-			// 100 ms is the target; the bound is generous for busy writers
-			// on a loaded 2-core machine. A writer sleeping for rate 1 would
-			// take up to a second if Stop did not wake it.
-			if d := time.Since(t0); d > 800*time.Millisecond {
-				t.Fatalf("Stop took %v", d)
-			}
-			checkWritersSane(t, h)
-			select {
-			case <-ds.Done():
-			default:
-				t.Fatal("Done not closed after Stop")
-			}
-			n := ds.Stats().Packets
-			time.Sleep(20 * time.Millisecond)
-			if ds.Stats().Packets != n {
-				t.Fatal("packets written after Stop returned")
-			}
-			waitFor(t, "goroutines to exit", 5*time.Second, func() bool { return runtime.NumGoroutine() <= before })
-			if err := ds.Stop(); err != nil {
-				t.Fatalf("second Stop: %v", err)
-			}
-		})
-	}
-}
-
-func TestSyntheticFlush(t *testing.T) {
-	for _, rate := range []int64{0, 1, 500} {
-		t.Run(fmt.Sprint("rate=", rate), func(t *testing.T) {
-			cfg := DefaultSyntheticConfig()
-			cfg.Writers = 3
-			cfg.Rate = rate
-			h := &fakeHost{discard: true}
-			ds := startSynthetic(t, cfg, h)
-			waitFor(t, "packets", 5*time.Second, func() bool { return ds.Stats().Packets >= 3*3 })
-			for round := range 3 {
-				before := make([]int, cfg.Writers)
-				for w := range before {
-					before[w] = h.writer(w).count()
-				}
-				t0 := time.Now()
-				if err := ds.Flush(); err != nil {
+	const run = 300 * time.Millisecond
+	for _, rate := range []int64{100, 20000} {
+		t.Run(fmt.Sprint(rate), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := DefaultSyntheticConfig()
+				cfg.Writers = 2
+				cfg.Rate = rate
+				h := &fakeHost{discard: true}
+				ds := startSynthetic(t, cfg, h)
+				time.Sleep(run)
+				synctest.Wait() // the writers due at this instant write
+				if err := ds.Stop(); err != nil {
 					t.Fatal(err)
 				}
-				// Generous: busy writers on a loaded 2-core machine.
-				if d := time.Since(t0); d > 2*time.Second {
-					t.Fatalf("round %d: Flush took %v", round, d)
-				}
-				for w := range before {
-					if _, committed, _, _ := h.writer(w).snapshot(); committed < before[w] {
-						t.Fatalf("round %d writer %d: %d packets committed after Flush, %d were written before it", round, w, committed, before[w])
+				checkWritersSane(t, h)
+				want := int(rate*int64(run)/int64(time.Second)) + 1
+				for w := range 2 {
+					if n := h.writer(w).count(); n != want {
+						t.Errorf("writer %d wrote %d packets at %d/s in %v, want %d", w, n, rate, run, want)
 					}
 				}
+			})
+		})
+	}
+}
+
+// TestSyntheticStopPrompt: Stop ends busy writers (rate 0) and wakes
+// sleeping ones (rate 1, on synctest's fake clock: Stop must not let any
+// time pass, while a writer left asleep would hold it for up to a second).
+func TestSyntheticStopPrompt(t *testing.T) {
+	check := func(t *testing.T, rate int64) {
+		cfg := DefaultSyntheticConfig()
+		cfg.Writers = 4
+		cfg.Rate = rate
+		h := &fakeHost{discard: true}
+		ds := NewSynthetic(cfg)
+		if err := ds.Start(h); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "first packets", 5*time.Second, func() bool { return ds.Stats().Packets >= 4 })
+		select {
+		case <-ds.Done():
+			t.Fatal("Done closed with max_packets 0 before Stop")
+		default:
+		}
+		t0 := time.Now()
+		if err := ds.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); rate > 0 && d != 0 {
+			t.Fatalf("Stop let %v pass on the fake clock: it waited for a sleeping writer", d)
+		}
+		checkWritersSane(t, h)
+		select {
+		case <-ds.Done():
+		default:
+			t.Fatal("Done not closed after Stop")
+		}
+		n := ds.Stats().Packets
+		if rate > 0 {
+			time.Sleep(2 * time.Second) // fake: every writer would have woken
+		}
+		if ds.Stats().Packets != n {
+			t.Fatal("packets written after Stop returned")
+		}
+		if err := ds.Stop(); err != nil {
+			t.Fatalf("second Stop: %v", err)
+		}
+	}
+	// Busy writers never block, so they cannot run in a synctest bubble;
+	// goleak checks that their goroutines are gone.
+	t.Run("rate=0", func(t *testing.T) {
+		check(t, 0)
+		goleak.VerifyNone(t)
+	})
+	// A synctest bubble fails the test if a goroutine started in it is
+	// left behind.
+	t.Run("rate=1", func(t *testing.T) { synctest.Test(t, func(t *testing.T) { check(t, 1) }) })
+}
+
+// TestSyntheticFlush: Flush commits everything written before it. Writers
+// that sleep between packets (rates 1 and 500, on synctest's fake clock)
+// are woken: a flush lets no time pass.
+func TestSyntheticFlush(t *testing.T) {
+	check := func(t *testing.T, rate int64) {
+		cfg := DefaultSyntheticConfig()
+		cfg.Writers = 3
+		cfg.Rate = rate
+		h := &fakeHost{discard: true}
+		ds := startSynthetic(t, cfg, h)
+		waitFor(t, "packets", 5*time.Second, func() bool { return ds.Stats().Packets >= 3*3 })
+		for round := range 5 {
+			before := make([]int, cfg.Writers)
+			for w := range before {
+				before[w] = h.writer(w).count()
 			}
-			if rate == 1 {
-				// The writers sleep up to a second between packets: five
-				// flushes that waited for them would take about 4 s.
-				t0 := time.Now()
-				for range 5 {
-					if err := ds.Flush(); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if d := time.Since(t0); d > 2500*time.Millisecond {
-					t.Fatalf("5 flushes of sleeping writers took %v: Flush does not wake them", d)
-				}
-			}
-			if err := ds.Stop(); err != nil {
+			t0 := time.Now()
+			if err := ds.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			checkWritersSane(t, h)
-			for w := range cfg.Writers {
-				if _, committed, _, _ := h.writer(w).snapshot(); committed != h.writer(w).count() {
-					t.Fatalf("writer %d: %d of %d packets committed after Stop", w, committed, h.writer(w).count())
+			if d := time.Since(t0); rate > 0 && d != 0 {
+				t.Fatalf("round %d: Flush let %v pass on the fake clock: it waited for sleeping writers", round, d)
+			}
+			for w := range before {
+				if _, committed, _, _ := h.writer(w).snapshot(); committed < before[w] {
+					t.Fatalf("round %d writer %d: %d packets committed after Flush, %d were written before it", round, w, committed, before[w])
 				}
 			}
-			if err := ds.Flush(); err != nil {
-				t.Fatalf("Flush after Stop: %v", err)
+		}
+		if err := ds.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkWritersSane(t, h)
+		for w := range cfg.Writers {
+			if _, committed, _, _ := h.writer(w).snapshot(); committed != h.writer(w).count() {
+				t.Fatalf("writer %d: %d of %d packets committed after Stop", w, committed, h.writer(w).count())
 			}
+		}
+		if err := ds.Flush(); err != nil {
+			t.Fatalf("Flush after Stop: %v", err)
+		}
+	}
+	// Busy writers never block, so they cannot run in a synctest bubble.
+	t.Run("rate=0", func(t *testing.T) { check(t, 0) })
+	for _, rate := range []int64{1, 500} {
+		t.Run(fmt.Sprint("rate=", rate), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { check(t, rate) })
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -191,62 +192,70 @@ func runSysStats(t *testing.T, cfg SysStatsConfig, root string, packets int) ([]
 	return got, ds.Stats()
 }
 
+// TestSysStatsFakeProc runs on synctest's fake clock, so every tick of
+// the 10 ms period happens and the per-tick pattern is exact.
 func TestSysStatsFakeProc(t *testing.T) {
-	root := buildFakeSysProc(t)
-	// Ticks every 10 ms: meminfo at every tick, vmstat at every other
-	// tick, /proc/stat never.
-	got, st := runSysStats(t, SysStatsConfig{MeminfoPeriodMs: 10, VmstatPeriodMs: 20}, root, 5)
-	for i, p := range got {
-		checkFakeSysStats(t, decodeSysStats(t, p, i == 0), true, i%2 == 0, false)
-	}
-	if st.ReadErrors != 0 || st.WriteErrors != 0 {
-		t.Fatalf("stats %+v", st)
-	}
-	// /proc/stat only, every 30 ms (one tick per period).
-	got, _ = runSysStats(t, SysStatsConfig{StatPeriodMs: 30}, root, 2)
-	for i, p := range got {
-		checkFakeSysStats(t, decodeSysStats(t, p, i == 0), false, false, true)
-	}
-	// Periods 20 and 30 tick every 10 ms; nothing is due at ticks 1, 5, 7.
-	got, _ = runSysStats(t, SysStatsConfig{MeminfoPeriodMs: 20, StatPeriodMs: 30}, root, 5)
-	pattern := [][2]bool{{true, true}, {true, false}, {false, true}, {true, false}, {true, true}}
-	for i, p := range got[:5] {
-		checkFakeSysStats(t, decodeSysStats(t, p, i == 0), pattern[i][0], false, pattern[i][1])
-	}
+	synctest.Test(t, func(t *testing.T) {
+		root := buildFakeSysProc(t)
+		// Ticks every 10 ms: meminfo at every tick, vmstat at every other
+		// tick, /proc/stat never.
+		got, st := runSysStats(t, SysStatsConfig{MeminfoPeriodMs: 10, VmstatPeriodMs: 20}, root, 5)
+		for i, p := range got {
+			checkFakeSysStats(t, decodeSysStats(t, p, i == 0), true, i%2 == 0, false)
+		}
+		if st.ReadErrors != 0 || st.WriteErrors != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+		// /proc/stat only, every 30 ms (one tick per period).
+		got, _ = runSysStats(t, SysStatsConfig{StatPeriodMs: 30}, root, 2)
+		for i, p := range got {
+			checkFakeSysStats(t, decodeSysStats(t, p, i == 0), false, false, true)
+		}
+		// Periods 20 and 30 tick every 10 ms; nothing is due at ticks 1, 5, 7.
+		got, _ = runSysStats(t, SysStatsConfig{MeminfoPeriodMs: 20, StatPeriodMs: 30}, root, 5)
+		pattern := [][2]bool{{true, true}, {true, false}, {false, true}, {true, false}, {true, true}}
+		for i, p := range got[:5] {
+			checkFakeSysStats(t, decodeSysStats(t, p, i == 0), pattern[i][0], false, pattern[i][1])
+		}
+	})
 }
 
+// TestSysStatsAllOffAndMissingFiles runs on synctest's fake clock: a
+// second of it passes with every period 0 and nothing may be written.
 func TestSysStatsAllOffAndMissingFiles(t *testing.T) {
-	ds := NewSysStats(SysStatsConfig{})
-	h := &fakeHost{}
-	if err := ds.Start(h); err != nil {
-		t.Fatal(err)
-	}
-	ds.ClearIncrementalState()
-	if err := ds.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond)
-	if err := ds.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	checkWritersSane(t, h)
-	if n := h.writer(0).count(); n != 0 {
-		t.Fatalf("%d packets with every period 0", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ds := NewSysStats(SysStatsConfig{})
+		h := &fakeHost{}
+		if err := ds.Start(h); err != nil {
+			t.Fatal(err)
+		}
+		ds.ClearIncrementalState()
+		if err := ds.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if err := ds.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkWritersSane(t, h)
+		if n := h.writer(0).count(); n != 0 {
+			t.Fatalf("%d packets with every period 0", n)
+		}
 
-	ds = NewSysStats(SysStatsConfig{MeminfoPeriodMs: 10, StatPeriodMs: 10})
-	ds.procRoot = filepath.Join(t.TempDir(), "missing")
-	h = &fakeHost{}
-	if err := ds.Start(h); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "read errors", 5*time.Second, func() bool { return ds.Stats().ReadErrors >= 4 })
-	if err := ds.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if n := h.writer(0).count(); n != 0 {
-		t.Fatalf("%d packets without any readable file", n)
-	}
+		ds = NewSysStats(SysStatsConfig{MeminfoPeriodMs: 10, StatPeriodMs: 10})
+		ds.procRoot = filepath.Join(t.TempDir(), "missing")
+		h = &fakeHost{}
+		if err := ds.Start(h); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "read errors", 5*time.Second, func() bool { return ds.Stats().ReadErrors >= 4 })
+		if err := ds.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if n := h.writer(0).count(); n != 0 {
+			t.Fatalf("%d packets without any readable file", n)
+		}
+	})
 }
 
 func TestSysStatsRealProc(t *testing.T) {
