@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -77,60 +78,73 @@ func TestDropPolicySentinelAndLossMarker(t *testing.T) {
 	}
 }
 
+// TestStallPolicyTimesOutWithError runs on synctest's fake clock, so the
+// default 10 s stall timeout costs nothing and the time the writer waited
+// is exact: its timeout, plus at most one 1 ms backoff step.
 func TestStallPolicyTimesOutWithError(t *testing.T) {
-	s, _ := NewHeapSMB(2*4096, 4096)
-	var col collector
-	arb, _ := NewArbiter(s, ArbiterOptions{OnCommit: col.onCommit, StallTimeout: 30 * time.Millisecond})
-	w, _ := arb.NewTraceWriter(1, Stall)
-	err := w.WritePacket(filled(10000, 'x'))
-	if !errors.Is(err, ErrStallTimeout) || !strings.Contains(err.Error(), "waiting for a free chunk") {
-		t.Fatalf("err = %v", err)
-	}
-	// The writer recovers once the service frees chunks.
-	r := NewReader(s)
-	ra := newReassembler()
-	col.drain(t, r, ra)
-	if err := w.WritePacket(filled(10, 'y')); err != nil {
-		t.Fatal(err)
-	}
-	w.Flush()
-	col.drain(t, r, ra)
-	got, _ := ra.packets(w.ID())
-	if len(got.packets) != 1 || !bytes.Equal(got.packets[0], append([]byte{0xd0, 0x02, 0x81, 0x02}, filled(10, 'y')...)) {
-		t.Fatalf("packets after stall %x", got.packets)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := NewHeapSMB(2*4096, 4096)
+		var col collector
+		arb, _ := NewArbiter(s, ArbiterOptions{OnCommit: col.onCommit, StallTimeout: 10 * time.Second})
+		w, _ := arb.NewTraceWriter(1, Stall)
+		t0 := time.Now()
+		err := w.WritePacket(filled(10000, 'x'))
+		if d := time.Since(t0); d < 10*time.Second || d > 10*time.Second+time.Millisecond {
+			t.Fatalf("the stalled write gave up after %v, want its 10s timeout", d)
+		}
+		if !errors.Is(err, ErrStallTimeout) || !strings.Contains(err.Error(), "waiting for a free chunk") {
+			t.Fatalf("err = %v", err)
+		}
+		// The writer recovers once the service frees chunks.
+		r := NewReader(s)
+		ra := newReassembler()
+		col.drain(t, r, ra)
+		if err := w.WritePacket(filled(10, 'y')); err != nil {
+			t.Fatal(err)
+		}
+		w.Flush()
+		col.drain(t, r, ra)
+		got, _ := ra.packets(w.ID())
+		if len(got.packets) != 1 || !bytes.Equal(got.packets[0], append([]byte{0xd0, 0x02, 0x81, 0x02}, filled(10, 'y')...)) {
+			t.Fatalf("packets after stall %x", got.packets)
+		}
+	})
 }
 
+// TestStallPolicyWaitsForService runs on synctest's fake clock: the slow
+// service and the writer's backoff interleave the same way every run.
 func TestStallPolicyWaitsForService(t *testing.T) {
-	s, _ := NewHeapSMB(2*4096, 4096)
-	recs := make(chan []byte, 64)
-	arb, _ := NewArbiter(s, ArbiterOptions{OnCommit: func(cd *CommitData) { recs <- cd.AppendMarshal(nil) }})
-	w, _ := arb.NewTraceWriter(1, Stall)
-	ra := newReassembler()
-	done := make(chan struct{})
-	go func() {
-		r := NewReader(s)
-		var cd CommitData
-		for rec := range recs {
-			time.Sleep(time.Millisecond) // a slow service
-			if err := cd.Unmarshal(rec); err != nil {
-				t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := NewHeapSMB(2*4096, 4096)
+		recs := make(chan []byte, 64)
+		arb, _ := NewArbiter(s, ArbiterOptions{OnCommit: func(cd *CommitData) { recs <- cd.AppendMarshal(nil) }})
+		w, _ := arb.NewTraceWriter(1, Stall)
+		ra := newReassembler()
+		done := make(chan struct{})
+		go func() {
+			r := NewReader(s)
+			var cd CommitData
+			for rec := range recs {
+				time.Sleep(time.Millisecond) // a slow service
+				if err := cd.Unmarshal(rec); err != nil {
+					t.Error(err)
+				}
+				r.ReadCommit(&cd, ra.addChunk, ra.applyPatch)
 			}
-			r.ReadCommit(&cd, ra.addChunk, ra.applyPatch)
+			close(done)
+		}()
+		big := filled(50000, 'z') // 13 chunks through a 2-chunk SMB
+		if err := w.WritePacket(big); err != nil {
+			t.Fatal(err)
 		}
-		close(done)
-	}()
-	big := filled(50000, 'z') // 13 chunks through a 2-chunk SMB
-	if err := w.WritePacket(big); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	close(recs)
-	<-done
-	got, _ := ra.packets(1)
-	if len(got.packets) != 1 || !bytes.Equal(got.packets[0], append([]byte{0xb8, 0x05, 0x01}, big...)) || got.lost != 0 {
-		t.Fatalf("got %d packets, lost %d", len(got.packets), got.lost)
-	}
+		w.Close()
+		close(recs)
+		<-done
+		got, _ := ra.packets(1)
+		if len(got.packets) != 1 || !bytes.Equal(got.packets[0], append([]byte{0xb8, 0x05, 0x01}, big...)) || got.lost != 0 {
+			t.Fatalf("got %d packets, lost %d", len(got.packets), got.lost)
+		}
+	})
 }
 
 func TestWriterIDsRoundRobin(t *testing.T) {
