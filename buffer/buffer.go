@@ -93,6 +93,9 @@ type TraceBuffer struct {
 
 	writerHist map[uint32]*histogram
 	observer   OverwriteObserver
+	// generalWalkOnly turns the overwrite fast paths off, so tests can hold
+	// them against the general erase-mode walk.
+	generalWalkOnly bool
 
 	stats Stats
 

@@ -316,13 +316,15 @@ func (b *TraceBuffer) deleteNextChunksFor(n int) {
 			off += outer
 			continue
 		}
-		if b.observer == nil && b.eraseSimple(s, off, outer) {
-			off += outer
-			continue
-		}
-		if b.observer != nil && b.eraseObserved(s, off, outer) {
-			off += outer
-			continue
+		if !b.generalWalkOnly {
+			if b.observer == nil && b.eraseSimple(s, off, outer) {
+				off += outer
+				continue
+			}
+			if b.observer != nil && b.eraseObserved(s, off, outer) {
+				off += outer
+				continue
+			}
 		}
 		r := seqReader{seq: s, target: off, erase: true}
 		b.initReader(&r)

@@ -125,9 +125,11 @@ func TestObserverSeesOverwrittenPackets(t *testing.T) {
 }
 
 // TestOverwriteFastPathMatchesGeneralWalk runs random operations (scrapes,
-// recommits, patches, malformed chunks, reads) on two buffers, one of which
-// has an observer and so never takes the overwrite fast path, and requires
-// identical memory, stats and reads after every operation.
+// recommits, patches, malformed chunks, reads) on three buffers: one without
+// an observer (eraseSimple's fast path), one with (eraseObserved's), and one
+// with an observer that only ever takes the general erase-mode walk. It
+// requires identical memory, stats and reads after every operation, and the
+// same packets observed, in the same order.
 func TestOverwriteFastPathMatchesGeneralWalk(t *testing.T) {
 	seeds := 30
 	if testing.Short() {
@@ -140,8 +142,17 @@ func TestOverwriteFastPathMatchesGeneralWalk(t *testing.T) {
 			pol = Discard
 		}
 		fast := mustNew(t, 4096*(1+rng.Intn(2)), pol)
+		observed := mustNew(t, fast.Size(), pol)
 		slow := mustNew(t, fast.Size(), pol)
-		slow.SetOverwriteObserver(func(SequenceProperties, [][]byte) {})
+		slow.generalWalkOnly = true
+		var sawFast, sawSlow []string
+		record := func(to *[]string) OverwriteObserver {
+			return func(seq SequenceProperties, p [][]byte) {
+				*to = append(*to, fmt.Sprintf("%+v %x", seq, bytes.Join(p, nil)))
+			}
+		}
+		observed.SetOverwriteObserver(record(&sawFast))
+		slow.SetOverwriteObserver(record(&sawSlow))
 		ids := map[uint16]uint32{}
 		for op := 0; op < 400; op++ {
 			w := uint16(1 + rng.Intn(3))
@@ -175,7 +186,7 @@ func TestOverwriteFastPathMatchesGeneralWalk(t *testing.T) {
 				flags := uint8(rng.Intn(8))
 				complete := rng.Intn(6) != 0
 				desc = fmt.Sprintf("copy w=%d c=%d nf=%d flags=%#x complete=%v len=%d", w, id, nf, flags, complete, len(data))
-				for _, b := range []*TraceBuffer{fast, slow} {
+				for _, b := range []*TraceBuffer{fast, observed, slow} {
 					b.CopyChunkUntrusted(1, ClientIdentity{}, w, id, uint16(nf), flags, complete, data)
 				}
 			case r < 16:
@@ -183,21 +194,27 @@ func TestOverwriteFastPathMatchesGeneralWalk(t *testing.T) {
 				ps := []Patch{{Offset: uint32(rng.Intn(200)), Data: [4]byte{byte(rng.Intn(256)), 0x80, 0x81, byte(rng.Intn(3))}}}
 				pending := rng.Intn(3) == 0
 				desc = fmt.Sprintf("patch w=%d c=%d %+v", w, id, ps)
-				if fast.TryPatchChunkContents(1, w, id, ps, pending) != slow.TryPatchChunkContents(1, w, id, ps, pending) {
+				pf, po := fast.TryPatchChunkContents(1, w, id, ps, pending), observed.TryPatchChunkContents(1, w, id, ps, pending)
+				if pf != po || pf != slow.TryPatchChunkContents(1, w, id, ps, pending) {
 					t.Fatalf("seed %d op %d %s: patch results differ", seed, op, desc)
 				}
 			default:
 				desc = "read"
-				a, c := readPackets(fast), readPackets(slow)
-				if fmt.Sprint(a) != fmt.Sprint(c) {
-					t.Fatalf("seed %d op %d: reads differ:\n%+v\n%+v", seed, op, a, c)
+				a, o, c := readPackets(fast), readPackets(observed), readPackets(slow)
+				if fmt.Sprint(a) != fmt.Sprint(c) || fmt.Sprint(o) != fmt.Sprint(c) {
+					t.Fatalf("seed %d op %d: reads differ:\n%+v\n%+v\n%+v", seed, op, a, o, c)
 				}
 			}
-			if fast.Stats() != slow.Stats() {
-				t.Fatalf("seed %d op %d %s: stats differ:\n%+v\n%+v", seed, op, desc, fast.Stats(), slow.Stats())
+			for _, b := range []*TraceBuffer{fast, observed} {
+				if b.Stats() != slow.Stats() {
+					t.Fatalf("seed %d op %d %s: stats differ (observer %v):\n%+v\n%+v", seed, op, desc, b.observer != nil, b.Stats(), slow.Stats())
+				}
+				if !bytes.Equal(b.mem, slow.mem) {
+					t.Fatalf("seed %d op %d %s: memory differs (observer %v)", seed, op, desc, b.observer != nil)
+				}
 			}
-			if !bytes.Equal(fast.mem, slow.mem) {
-				t.Fatalf("seed %d op %d %s: memory differs", seed, op, desc)
+			if len(sawFast) != len(sawSlow) || fmt.Sprint(sawFast) != fmt.Sprint(sawSlow) {
+				t.Fatalf("seed %d op %d %s: observed packets differ:\n%v\n%v", seed, op, desc, sawFast, sawSlow)
 			}
 		}
 		if pol == RingBuffer && fast.Stats().ChunksOverwritten == 0 {
