@@ -184,11 +184,8 @@ func (b *TraceBuffer) write(s *seqState, key, chunkID uint32, flags, aux uint8, 
 // fragments, all whole packets; its outcome is known without reading them.
 // It reports false, doing nothing, when the general walk is needed.
 func (b *TraceBuffer) eraseSimple(s *seqState, off, outer int) bool {
-	if int(s.front().off) != off {
-		return false
-	}
-	h := b.mem[off : off+hdrSize]
-	if h[hdrFlags]&(flagFirstContinues|flagLastContinues) != 0 || h[hdrAux]&auxPatched != 0 {
+	h := b.wholePacketsFront(s, off)
+	if h == nil {
 		return false
 	}
 	avail := le16(h, hdrAvail)
@@ -209,6 +206,21 @@ func (b *TraceBuffer) eraseSimple(s *seqState, off, outer int) bool {
 	return true
 }
 
+// wholePacketsFront returns the header of the record at off if the
+// overwrite fast paths may take it: it is the first record of s, holds only
+// whole packets (no fragment continues from or into another chunk) and was
+// not patched since its copy measured its fragments. Otherwise nil.
+func (b *TraceBuffer) wholePacketsFront(s *seqState, off int) []byte {
+	if int(s.front().off) != off {
+		return nil
+	}
+	h := b.mem[off : off+hdrSize]
+	if h[hdrFlags]&(flagFirstContinues|flagLastContinues) != 0 || h[hdrAux]&auxPatched != 0 {
+		return nil
+	}
+	return h
+}
+
 // eraseObserved is the fast path of an observed overwrite: for a record
 // that eraseSimple would take (first of its sequence, untouched since its
 // copy, no fragmented packet, not patched), the erase-mode walk hands every
@@ -217,11 +229,8 @@ func (b *TraceBuffer) eraseSimple(s *seqState, off, outer int) bool {
 // tokenize cleanly because the copy measured them. It reports false, doing
 // nothing, when the general walk is needed.
 func (b *TraceBuffer) eraseObserved(s *seqState, off, outer int) bool {
-	if int(s.front().off) != off {
-		return false
-	}
-	h := b.mem[off : off+hdrSize]
-	if h[hdrFlags]&(flagFirstContinues|flagLastContinues) != 0 || h[hdrAux]&auxPatched != 0 {
+	h := b.wholePacketsFront(s, off)
+	if h == nil {
 		return false
 	}
 	avail := le16(h, hdrAvail)

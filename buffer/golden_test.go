@@ -11,14 +11,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tracepipe/tracepipe/internal/golden"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 // goldenDir returns a golden folder of ../shared (a failure in CI when it
 // is missing, a skip locally).
 func goldenDir(t testing.TB, parts ...string) string {
 	t.Helper()
-	return golden.Dir(t, parts...)
+	return testsupport.GoldenDir(t, parts...)
 }
 
 // scriptStep is one operation line of a golden script and the "  => "

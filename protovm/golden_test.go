@@ -10,14 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tracepipe/tracepipe/internal/golden"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 // goldenDir returns ../shared/golden/protovm (a failure in CI when it is
 // missing, a skip locally).
 func goldenDir(t testing.TB) string {
 	t.Helper()
-	return golden.Dir(t, "protovm")
+	return testsupport.GoldenDir(t, "protovm")
 }
 
 func mustHex(t testing.TB, s string) []byte {

@@ -12,14 +12,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tracepipe/tracepipe/internal/golden"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 // goldenDir returns ../shared/golden/perfetto-smb/<sub> (a failure in CI
 // when it is missing, a skip locally).
 func goldenDir(t testing.TB, sub string) string {
 	t.Helper()
-	return golden.Dir(t, "perfetto-smb", sub)
+	return testsupport.GoldenDir(t, "perfetto-smb", sub)
 }
 
 func readGolden(t testing.TB, dir, name string) []byte {

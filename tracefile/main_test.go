@@ -1,32 +1,19 @@
 package tracefile
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 //go:generate go test -run ^$ . -args -write-fuzz-corpus
 
-// writeCorpus is set by the go:generate step above: the test binary then
-// rewrites testdata/fuzz from fuzzSeeds and exits without running tests.
-var writeCorpus = flag.Bool("write-fuzz-corpus", false, "rewrite testdata/fuzz from the seeds and exit")
-
 // TestMain runs the tests, then fails the run if any goroutine (a zstd
-// decoder's, a reader's) outlived them.
+// decoder's, a reader's) outlived them; under go generate it rewrites
+// testdata/fuzz from fuzzSeeds instead.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if *writeCorpus {
-		if err := writeFuzzCorpus(generateTB{}); err != nil {
-			fmt.Fprintln(os.Stderr, "write-fuzz-corpus:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	goleak.VerifyTestMain(m)
+	testsupport.Main(m, func() error { return writeFuzzCorpus(generateTB{}) })
 }
 
 // generateTB lets the seed builders, written for tests, run under go

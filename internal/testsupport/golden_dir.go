@@ -1,12 +1,13 @@
-// Package golden locates the conformance data (Perfetto's golden runs) that
-// lives in ../shared beside the clone, for tests only.
+// Package testsupport holds what tests of several packages share, so it is
+// written once: where the golden conformance data is, and the TestMain of a
+// package with leak checks and a generated seed corpus. Only tests import it.
 //
-// It owns one decision: what a test does when that folder is missing. In CI
-// (the CI variable set, as .ci/run's environment does) a missing folder is a
-// failure naming the folder, so a suite cannot pass by not running; on a
-// developer's machine the test is skipped with the same message. It must not
-// read or interpret the data itself.
-package golden
+// GoldenDir owns one decision: what a test does when ../shared is missing.
+// In CI (the CI variable set, as .ci/run does) that is a failure naming the
+// folder, so a suite cannot pass by not running; on a developer's machine
+// the test is skipped with the same message. It does not read or interpret
+// the data.
+package testsupport
 
 import (
 	"fmt"
@@ -15,19 +16,19 @@ import (
 	"testing"
 )
 
-// Dir returns the folder shared/golden/<parts...> beside the module root,
-// failing (CI) or skipping (local) t when it does not exist.
-func Dir(t testing.TB, parts ...string) string {
+// GoldenDir returns the folder shared/golden/<parts...> beside the module
+// root, failing (CI) or skipping (local) t when it does not exist.
+func GoldenDir(t testing.TB, parts ...string) string {
 	t.Helper()
 	root, err := moduleRoot()
 	if err != nil {
-		t.Fatalf("golden: %v", err)
+		t.Fatalf("golden data: %v", err)
 		return ""
 	}
 	return dir(t, filepath.Join(filepath.Dir(root), "shared"), os.Getenv("CI") != "", parts...)
 }
 
-// dir is Dir with the shared folder and the CI decision given.
+// dir is GoldenDir with the shared folder and the CI decision given.
 func dir(t testing.TB, shared string, ci bool, parts ...string) string {
 	t.Helper()
 	d := filepath.Join(append([]string{shared, "golden"}, parts...)...)

@@ -1,4 +1,4 @@
-package golden
+package testsupport
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 )
 
 // recorder is a testing.TB that records Fatalf and Skip instead of ending
-// the goroutine, so the decision Dir makes can be checked.
+// the goroutine, so the decision GoldenDir makes can be checked.
 type recorder struct {
 	testing.TB
 	fatal, skip string
@@ -53,11 +53,11 @@ func TestPresentFolder(t *testing.T) {
 	}
 }
 
-// TestDirFindsShared checks the real lookup from this package folder: the
+// TestGoldenDirFindsShared checks the real lookup from this package folder: the
 // module root's sibling shared/golden.
-func TestDirFindsShared(t *testing.T) {
-	d := Dir(t)
+func TestGoldenDirFindsShared(t *testing.T) {
+	d := GoldenDir(t)
 	if filepath.Base(d) != "golden" || filepath.Base(filepath.Dir(d)) != "shared" {
-		t.Fatalf("Dir() = %q, want .../shared/golden", d)
+		t.Fatalf("GoldenDir() = %q, want .../shared/golden", d)
 	}
 }
