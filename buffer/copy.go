@@ -31,7 +31,11 @@ func (b *TraceBuffer) CopyChunkUntrusted(producer uint16, client ClientIdentity,
 	sawDrop := false
 	var aux uint8
 	for i := 0; i < int(numFragments); i++ {
-		data, end, st := nextFragment(payload, allFrags)
+		data, end := shortFragment(payload, allFrags)
+		st := tokOK
+		if data == 0 || end > len(payload) {
+			data, end, st = nextFragment(payload, allFrags)
+		}
 		if st != tokOK {
 			if st == tokDrop {
 				sawDrop = true
@@ -245,7 +249,11 @@ func (b *TraceBuffer) eraseObserved(s *seqState, off, outer int) bool {
 	pkt := append(b.erasePkt[:0], nil)
 	produced := false
 	for start := 0; start < len(p); {
-		data, end, st := nextFragment(p, start)
+		data, end := shortFragment(p, start)
+		st := tokOK
+		if data == 0 || end > len(p) {
+			data, end, st = nextFragment(p, start)
+		}
 		if st != tokOK {
 			// Not reachable for a record measured at copy time and never
 			// patched; leave the rest to the general walk, as if it had

@@ -78,3 +78,22 @@ func fragType(first, last bool, flags uint8) int {
 	}
 	return fragWhole
 }
+
+// shortFragment decodes the one- or two-byte size header at off (packets
+// under 16 KiB: nearly all of them) without a call: it is small enough to
+// inline into the overwrite and copy loops. It returns data == 0 when the
+// header is longer, or off is within a byte of the end, and the fragment
+// must go to nextFragment; the caller still checks end against len(p).
+func shortFragment(p []byte, off int) (data, end int) {
+	if off+1 >= len(p) {
+		return 0, 0
+	}
+	c0, c1 := p[off], p[off+1]
+	if c0 < 0x80 {
+		return off + 1, off + 1 + int(c0)
+	}
+	if c1 < 0x80 {
+		return off + 2, off + 2 + (int(c0&0x7f) | int(c1)<<7)
+	}
+	return 0, 0
+}

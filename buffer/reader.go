@@ -83,7 +83,11 @@ func (b *TraceBuffer) nextPacket(r *seqReader, out *[][]byte) bool {
 			b.prefetchRange(off, off+hdrSize+len(p))
 			b.warm(off+hdrSize, off+hdrSize+len(p))
 		}
-		data, end, st := nextFragment(p, start)
+		data, end := shortFragment(p, start)
+		st := tokOK
+		if data == 0 || end > len(p) {
+			data, end, st = nextFragment(p, start)
+		}
 		if st != tokOK {
 			if st == tokCorrupt {
 				s.addLoss(LossChunkCorrupted)
