@@ -107,8 +107,11 @@ var lossCauseNames = [...]string{"read_gap", "chunk_corrupted", "orphan_continua
 // Options tunes a Checker; the zero value is the defaults.
 type Options struct {
 	// ClockSlackNs is how far (ns) a producer timestamp may lie outside the
-	// range of the service's own timestamps (clock snapshots, service
-	// events, trace stats) before it is reported. 0 → 1 s; < 0 → never.
+	// session's clock range before it is reported: from the file's first
+	// clock snapshot to the last service timestamp (snapshots, service
+	// events, trace stats). Files without a clock snapshot are not checked
+	// (a rotated file's service packets say nothing about when its oldest
+	// packets were written). 0 → 60 s; < 0 → never.
 	ClockSlackNs int64
 	// NoStrict turns strict payload decoding off (it costs a walk of every
 	// nested message).
@@ -234,7 +237,7 @@ type findingKey struct {
 // NewChecker returns a Checker for one trace.
 func NewChecker(opts Options) *Checker {
 	if opts.ClockSlackNs == 0 {
-		opts.ClockSlackNs = 1e9
+		opts.ClockSlackNs = 60e9
 	}
 	return &Checker{
 		opts:          opts,
@@ -812,7 +815,7 @@ func (c *Checker) Finish() *Report {
 			"events on track uuids that no track_descriptor names land on implicit tracks named after the events")
 	}
 	for _, s := range c.order {
-		if s.ts.has && c.svc.has && c.opts.ClockSlackNs > 0 {
+		if s.ts.has && c.svc.has && c.rep.ClockSnapshots > 0 && c.opts.ClockSlackNs > 0 {
 			slack := uint64(c.opts.ClockSlackNs)
 			lo, hi := c.svc.lo, c.svc.hi
 			if s.ts.lo+slack < lo || s.ts.hi > hi+slack {

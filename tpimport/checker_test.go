@@ -18,7 +18,7 @@ const ms = 1_000_000
 // descriptor for uuid 100.
 func prefix() [][]byte {
 	return [][]byte{
-		Packet(Seq(1), Snapshot(6, C(6, 1000 * ms), C(3, 900 * ms))),
+		Packet(Seq(1), Snapshot(6, C(6, 1000*ms), C(3, 900*ms))),
 		Packet(Seq(2), Descriptor(100, "t", false)),
 	}
 }
@@ -290,7 +290,7 @@ func TestTracksAndClocks(t *testing.T) {
 	t.Run("timestamps far from the session", func(t *testing.T) {
 		// two_buffers.yaml's report: events at 1–16 ms of boot time in a
 		// session whose clocks say 6,345 s.
-		r := check(t, Packet(Seq(1), Snapshot(6, C(6, 6345_000 * ms), C(3, 6300_000 * ms))),
+		r := check(t, Packet(Seq(1), Snapshot(6, C(6, 6345_000*ms), C(3, 6300_000*ms))),
 			Packet(Seq(2), Descriptor(100, "t", false)),
 			Packet(Seq(3), Ts(2*ms), Event(Instant, 100, 0, String(23, "x"))),
 			Packet(Seq(3), Ts(16*ms), Event(Instant, 100, 0, String(23, "x"))),

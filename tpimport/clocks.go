@@ -187,7 +187,7 @@ func (c *Checker) producerTime(s *sequence, k seqKey, clock uint32, ts uint64, o
 		s.ts.firstOff = off
 	}
 	s.ts.has = true
-	if c.svc.has && c.opts.ClockSlackNs > 0 && ts+uint64(c.opts.ClockSlackNs) < c.svc.lo {
+	if c.svc.has && c.rep.ClockSnapshots > 0 && c.opts.ClockSlackNs > 0 && ts+uint64(c.opts.ClockSlackNs) < c.svc.lo {
 		s.ts.outside++
 	}
 }

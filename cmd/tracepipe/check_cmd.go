@@ -45,7 +45,7 @@ func newCheckCmd() *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON report per file, one per line")
-	c.Flags().Int64Var(&slack, "clock-slack-ns", 0, "how far producer timestamps may lie outside the service's clock range (0: 1 s, < 0: no check)")
+	c.Flags().Int64Var(&slack, "clock-slack-ns", 0, "how far producer timestamps may lie outside the session's clock range (0: 60 s, < 0: no check)")
 	return c
 }
 

@@ -20,7 +20,7 @@ const ms = 1_000_000
 // synthetic CLEARED packet with the interned name, then a slice.
 func goodTrace() []byte {
 	return Trace(
-		Packet(Seq(1), Snapshot(6, C(6, 1000 * ms), C(3, 900 * ms))),
+		Packet(Seq(1), Snapshot(6, C(6, 1000*ms), C(3, 900*ms))),
 		Packet(Seq(2), Descriptor(100, "t", false)),
 		Packet(Seq(2), Flags(Cleared), Interned(EventName(1, "foo"))),
 		Packet(Seq(2), Ts(1001*ms), Flags(Needs), Event(SliceBegin, 100, 1)),
@@ -68,7 +68,7 @@ func TestCheckCleanAndProblems(t *testing.T) {
 func TestCheckFlagsIssueDefects(t *testing.T) {
 	header := func() [][]byte {
 		return [][]byte{
-			Packet(Seq(1), Snapshot(6, C(6, 1000 * ms), C(3, 900 * ms))),
+			Packet(Seq(1), Snapshot(6, C(6, 1000*ms), C(3, 900*ms))),
 			Packet(Seq(2), Descriptor(100, "t", false)),
 		}
 	}
@@ -98,7 +98,7 @@ func TestCheckFlagsIssueDefects(t *testing.T) {
 		{"invalid for_testing payload", Trace(append(header(), Packet(Seq(2), Ts(1001*ms), ForTesting([]byte{0, 0, 0, 0, 4, 5, 6, 7})))...),
 			tpimport.CodeStrictDecode},
 		{"timestamps far from the session", Trace(
-			Packet(Seq(1), Snapshot(6, C(6, 6345_000 * ms), C(3, 6300_000 * ms))),
+			Packet(Seq(1), Snapshot(6, C(6, 6345_000*ms), C(3, 6300_000*ms))),
 			Packet(Seq(2), Descriptor(100, "t", false)),
 			Packet(Seq(2), Ts(1*ms), Event(Instant, 100, 0, String(23, "x"))),
 			Packet(Seq(2), Ts(16*ms), Event(Instant, 100, 0, String(23, "x")))),
