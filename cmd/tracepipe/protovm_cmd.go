@@ -226,45 +226,23 @@ func writeState(w io.Writer, vm *protovm.VM) {
 }
 
 // readTrace streams the packets of the trace at path (plain, gzip or zstd)
-// to fn with their decoded top-level fields. A truncated trace is read up
-// to its last whole packet and reported on stderr; packets whose top level
-// does not decode are skipped and counted on stderr.
+// to fn with their decoded top-level fields (see readRecords); packets
+// whose top level does not decode are skipped and counted on stderr.
 func readTrace(path string, stderr io.Writer, fn func(tracefile.Record, *tracefile.PacketInfo)) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	rd, err := tracefile.NewReader(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	defer rd.Close()
-	bad, n := 0, 0
-	defer func() {
-		if bad > 0 {
-			fmt.Fprintf(stderr, "tracepipe: warning: %s: %d packet(s) could not be decoded and were skipped\n", path, bad)
-		}
-	}()
-	for {
-		rec, err := rd.Next()
-		switch {
-		case err == io.EOF:
-			return nil
-		case errors.Is(err, tracefile.ErrTruncated):
-			fmt.Fprintf(stderr, "tracepipe: warning: %s is truncated (%v); read the %d whole packet(s) before it\n", path, err, n)
-			return nil
-		case err != nil:
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		n++
+	bad := 0
+	err := readRecords(path, stderr, func(rec tracefile.Record) error {
 		info, err := tracefile.DecodePacket(rec.Packet)
 		if err != nil {
 			bad++
-			continue
+			return nil
 		}
 		fn(rec, &info)
+		return nil
+	})
+	if bad > 0 {
+		fmt.Fprintf(stderr, "tracepipe: warning: %s: %d packet(s) could not be decoded and were skipped\n", path, bad)
 	}
+	return err
 }
 
 // packetSelector selects the packets apply feeds to the VM.
