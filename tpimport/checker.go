@@ -844,7 +844,7 @@ func (c *Checker) Finish() *Report {
 		rep.VMs = len(s.vms)
 		r.Sequences = append(r.Sequences, rep)
 		r.Imported += rep.Imported
-		if s.key.seq != serviceSequence {
+		if s.key.seq > serviceSequence {
 			r.ProducerPackets += rep.Packets
 			r.ProducerImported += rep.Imported
 		}

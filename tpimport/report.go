@@ -104,7 +104,7 @@ type Report struct {
 	// Imported packets over every sequence (see SequenceReport.Imported).
 	Imported int64 `json:"imported"`
 	// ProducerPackets / ProducerImported: the same over producer sequences
-	// (every sequence but the service's, id 1).
+	// (ids > 1: 1 is the service's, 0 means no sequence id).
 	ProducerPackets  int64            `json:"producer_packets"`
 	ProducerImported int64            `json:"producer_imported"`
 	Truncated        bool             `json:"truncated"`

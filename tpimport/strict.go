@@ -2,6 +2,7 @@ package tpimport
 
 import (
 	"fmt"
+	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -104,17 +105,22 @@ type StrictError struct {
 	Err  error
 }
 
-func (e *StrictError) Error() string { return e.Path + ": " + e.Err.Error() }
-
-// strictCheck decodes packet as a TracePacket as far as msgType goes and
-// returns the first failure, or nil.
-func strictCheck(packet []byte) *StrictError {
-	return strictMessage(packet, tracePacketType, "", 0)
+func (e *StrictError) Error() string {
+	if e.Path == "" {
+		return "TracePacket: " + e.Err.Error()
+	}
+	return e.Path + ": " + e.Err.Error()
 }
 
-func strictMessage(b []byte, t *msgType, path string, depth int) *StrictError {
+// strictCheck decodes packet as a TracePacket as far as msgType goes and
+// returns the first failure, or nil. The path is built only on failure.
+func strictCheck(packet []byte) *StrictError {
+	return strictMessage(packet, tracePacketType, 0)
+}
+
+func strictMessage(b []byte, t *msgType, depth int) *StrictError {
 	if depth > maxStrictDepth {
-		return &StrictError{Path: path, Err: fmt.Errorf("nesting deeper than %d", maxStrictDepth)}
+		return &StrictError{Err: fmt.Errorf("nesting deeper than %d", maxStrictDepth)}
 	}
 	var bad *StrictError
 	err := walk(b, func(f field) bool {
@@ -128,30 +134,32 @@ func strictMessage(b []byte, t *msgType, path string, depth int) *StrictError {
 		if child == nil {
 			return true
 		}
-		bad = strictMessage(f.payload, child, childPath(path, t, f.num, child), depth+1)
-		return bad == nil
+		if bad = strictMessage(f.payload, child, depth+1); bad != nil {
+			bad.Path = joinPath(fieldLabel(t, f.num, child), bad.Path)
+			return false
+		}
+		return true
 	})
 	if bad != nil {
 		return bad
 	}
 	if err != nil {
-		p := path
-		if p == "" {
-			p = t.name
-		}
-		return &StrictError{Path: p, Err: err}
+		return &StrictError{Err: err}
 	}
 	return nil
 }
 
-func childPath(path string, parent *msgType, num int32, child *msgType) string {
-	name := fmt.Sprintf("%d", num)
+func fieldLabel(parent *msgType, num int32, child *msgType) string {
+	name := strconv.Itoa(int(num))
 	if parent == tracePacketType {
 		name = packetFieldName(num)
 	}
-	s := fmt.Sprintf("%s(%d: %s)", name, num, child.name)
-	if path == "" {
-		return s
+	return name + "(" + strconv.Itoa(int(num)) + ": " + child.name + ")"
+}
+
+func joinPath(a, b string) string {
+	if b == "" {
+		return a
 	}
-	return path + "." + s
+	return a + "." + b
 }

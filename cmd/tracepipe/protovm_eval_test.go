@@ -339,3 +339,55 @@ func gzipped(t *testing.T, b []byte) []byte {
 	zw.Close()
 	return buf.Bytes()
 }
+
+// Packets bigger than a chunk are fragmented across chunks and come back
+// whole when the ring keeps them.
+func TestProtoVMEvalFragmentedPackets(t *testing.T) {
+	big := strings.Repeat("b", 3*evalChunkPayload+100)
+	trace := Trace(
+		Packet(Seq(1), Snapshot(6, C(6, 1000*ms))),
+		Packet(Seq(2), Flags(Cleared), Descriptor(20, "t", false)),
+		Packet(Seq(2), Ts(1001*ms), Flags(Needs), Event(Instant, 20, 0, String(23, big))),
+		Packet(Seq(2), Ts(1002*ms), Flags(Needs), Event(Instant, 20, 0, String(23, "small"))),
+		Packet(Seq(3), Ts(1002*ms), Event(Instant, 20, 0, String(23, big[:5000]))),
+	)
+	path := writeFile(t, "frag.pftrace", trace)
+	res, err := runEval(path, evalOptions{bufferSize: 1 << 20, memoryLimitKB: 64}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[0]; r.Packets != 4 || r.Survived != 4 || r.Importable != 4 || r.Overwritten != 0 {
+		t.Fatalf("baseline %+v", r)
+	}
+}
+
+// FuzzProtoVMEval replays arbitrary bytes as a trace: eval must not
+// panic, and its counts must add up.
+func FuzzProtoVMEval(f *testing.F) {
+	f.Add(evalTestTrace(40))
+	f.Add(Trace(Packet(Seq(2), Flags(Cleared), Interned(EventName(1, "a"))), Packet(Seq(2), Ts(5), Flags(Needs), Event(Instant, 0, 1))))
+	src, err := os.ReadFile("../../configs/protovm/interned_names.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	prog := filepath.Join(f.TempDir(), "prog.yaml")
+	if err := os.WriteFile(prog, src, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(dir, "fuzz.pftrace")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res, err := runEval(path, evalOptions{bufferSize: 16 << 10, memoryLimitKB: 16, programs: []string{prog}}, io.Discard)
+		if err != nil {
+			return
+		}
+		for _, r := range res {
+			if r.Survived+r.Overwritten > r.Packets || r.Importable > r.Survived || r.Importable < 0 {
+				t.Fatalf("counts do not add up: %+v", r)
+			}
+		}
+	})
+}
