@@ -95,6 +95,40 @@ func TestSequenceStateCases(t *testing.T) {
 			t.Errorf("previous_packet_dropped_count %d, want 1", s.PacketLoss)
 		}
 	})
+	t.Run("t5 defaults then clear", func(t *testing.T) {
+		defaults := Sub(tracefile.FieldTracePacketDefaults, Sub(11, Varint(11, 100)))
+		r := check(t, append(prefix(),
+			Packet(Seq(2), Flags(Cleared), defaults, Interned(EventName(1, "foo"))),
+			Packet(Seq(2), Ts(1001*ms), Flags(Needs), Event(Instant, 0, 1)),
+			Packet(Seq(2), Flags(Cleared), Interned(EventName(1, "foo"))),
+			Packet(Seq(2), Ts(1002*ms), Flags(Needs), Event(Instant, 0, 1)),
+		)...)
+		// Both instants import; the second lands on the Default Track
+		// (uuid 0), which needs no descriptor.
+		wantCodes(t, r)
+		if s := r.Sequence(2); s.Imported != 5 {
+			t.Errorf("seq 2 %+v", s)
+		}
+	})
+	t.Run("defaults clock and sequence-scoped clocks", func(t *testing.T) {
+		defaults := Sub(tracefile.FieldTracePacketDefaults, Varint(58, 64))
+		ok := check(t, append(prefix(),
+			Packet(Seq(2), defaults, Snapshot(0, C(64, 5), C(6, 1000*ms))),
+			Packet(Seq(2), Ts(6), Event(Instant, 100, 0, String(23, "x"))))...)
+		wantCodes(t, ok)
+		// Clock 64 of sequence 2 means nothing on sequence 3.
+		bad := check(t, append(prefix(),
+			Packet(Seq(2), Snapshot(0, C(64, 5), C(6, 1000*ms))),
+			Packet(Seq(3), Ts(6), ClockID(64), Event(Instant, 100, 0, String(23, "x"))))...)
+		wantStat(t, bad, "clock_sync_failure_unknown_source_clock", -1, 1)
+	})
+	t.Run("machines keep their own sequence state", func(t *testing.T) {
+		r := check(t, append(prefix(),
+			synthetic(),
+			Packet(Seq(2), MachineID(7), Ts(1001*ms), Flags(Needs), Event(Instant, 100, 1)),
+			begin(), end())...)
+		wantStat(t, r, "packet_skipped_seq_needs_incremental_state_invalid", -1, 1)
+	})
 	t.Run("t6 mid-sequence loss", func(t *testing.T) {
 		r := check(t, append(prefix(),
 			synthetic(),
