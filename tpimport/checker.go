@@ -331,6 +331,9 @@ func (c *Checker) finding(code, sev string, k seqKey, index int, count, off int6
 		c.findings[fk] = f
 	}
 	f.Count += count
+	if off >= 0 && (f.Offset < 0 || off < f.Offset) {
+		f.Offset = off // deferred findings (iids, clocks) arrive out of file order
+	}
 }
 
 func (c *Checker) sequence(k seqKey) *sequence {
@@ -645,16 +648,9 @@ func (c *Checker) closeGeneration(s *sequence) {
 		name := internedFieldName(ik.field)
 		s.rep.Unresolved[name] += n
 		c.stat("interned_data_tokenizer_errors", -1, SeverityInfo, n)
-		off := g.first[ik]
-		fk := findingKey{CodeUnresolvedIID, s.key, -1}
-		if f := c.findings[fk]; f != nil && f.Offset < off {
-			off = f.Offset
-		}
-		c.finding(CodeUnresolvedIID, SeverityCheck, s.key, -1, n, off,
-			"iids that no interned_data of the packet's generation defines: names come out NULL, categories unknown(<iid>)")
-		if f := c.findings[fk]; f != nil {
-			f.Offset = off
-		}
+		c.finding(CodeUnresolvedIID, SeverityCheck, s.key, -1, n, g.first[ik],
+			fmt.Sprintf("iids that no interned_data of the packet's generation defines (e.g. %s iid %d): names come out NULL, categories unknown(<iid>)",
+				name, ik.iid))
 	}
 	g.pending, g.first = nil, nil
 }
