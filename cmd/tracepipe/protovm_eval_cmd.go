@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"image/color"
 	"io"
 	"strconv"
 	"text/tabwriter"
@@ -125,6 +126,7 @@ func plotEval(res []EvalResult, path, trace string, size int64) error {
 		return err
 	}
 	b.Offset = w / 2
+	b.Color = color.Gray{Y: 170}
 	p.Add(a, b)
 	p.Legend.Add("of the full trace", a)
 	p.Legend.Add("of the survivors", b)
