@@ -369,6 +369,10 @@ func (c *Checker) Packet(pkt []byte, off int64) {
 		c.finding(CodeMalformedPacket, SeverityCheck, seqKey{}, -1, 1, off, err.Error())
 		return
 	}
+	if info.PayloadField == tracefile.FieldCompressedPackets || info.PayloadField == tracefile.FieldZstdCompressedPackets {
+		c.finding(CodeNotModelled, SeverityCheck, seqKey{}, -1, 1, off,
+			"compressed_packets are not decompressed by check: the packets inside them are not predicted")
+	}
 	// Step 1: machine routing. Step 2: ProtoVM.
 	k := seqKey{info.MachineID, info.SequenceID}
 	s := c.sequence(k)

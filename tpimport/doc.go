@@ -13,6 +13,13 @@
 // the project's oracle: `tracepipe check`, `tracepipe protovm eval` and
 // the tests of the service use it.
 //
+// Not modelled (trace_processor does more than this): the packets inside
+// compressed_packets (reported as not_modelled), legacy TrackEvent
+// timestamps relative to a thread descriptor, incremental counters, iid
+// lookups other than event names and categories, the sorter's out-of-order
+// and negative-timestamp drops, remote clock sync, and everything of the
+// parsing phase beyond track resolution.
+//
 // What it must not do: write traces, hold whole traces in memory (a
 // Checker keeps per-sequence state and sets of ids, never packets), or
 // reach the network. It reads field numbers from reference/trace-format.md

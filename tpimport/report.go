@@ -38,6 +38,7 @@ const (
 	CodeStrictDecode           = "strict_decode"                            // a payload strict protobuf decoders reject
 	CodeMalformedPacket        = "malformed_packet"                         // a TracePacket whose top level does not parse
 	CodeTruncated              = "truncated_file"                           // the file ends inside a packet
+	CodeNotModelled            = "not_modelled"                             // the trace uses something check does not predict
 	CodeNeedsOnSequenceZero    = "needs_incremental_state_on_sequence_zero" // fatal in trace_processor
 	CodeSeqClockOnSequenceZero = "sequence_clock_on_sequence_zero"          // fatal in trace_processor
 )
