@@ -28,6 +28,9 @@ const (
 	evalFragHeader   = 4
 	evalProducer     = 1
 	evalTimingSample = 16 // one patch in 16 is timed
+	// evalMaxHead bounds the service packets eval keeps for the replayed
+	// trace's head (a real trace has a few KiB of them).
+	evalMaxHead = 16 << 20
 )
 
 // Eval paths: how a program's state reaches trace_processor.
@@ -142,6 +145,7 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 	// One pass: service packets are kept for the output's head, producer
 	// packets are chunked into the ring.
 	var head [][]byte
+	headBytes := 0
 	seqs := map[uint32]*evalSeq{}
 	var packets int64
 	var stripped []byte
@@ -157,6 +161,9 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 			case tracefile.FieldTraceStats, tracefile.FieldTraceProvenance, tracefile.FieldProtoVMs:
 				// They describe the original session's buffers.
 			default:
+				if headBytes += len(rec.Packet); headBytes > evalMaxHead {
+					return fmt.Errorf("packet at offset %d: more than %d bytes of service packets (sequence id 0 or 1); is this a tracepipe or Perfetto trace?", rec.Offset, evalMaxHead)
+				}
 				head = append(head, append([]byte(nil), rec.Packet...))
 			}
 			return nil
