@@ -336,8 +336,26 @@ func (c *Checker) finding(code, sev string, k seqKey, index int, count, off int6
 	}
 }
 
+// Memory bounds: a Checker tracks at most this many sequences and this
+// many interned ids per generation; beyond them (only a hostile or broken
+// trace gets there) it reports not_modelled and predicts less.
+const (
+	maxSequences       = 1 << 20
+	maxIIDsPerSequence = 1 << 22
+	maxTracks          = 1 << 22
+)
+
+// overflowKey collects the packets of sequences beyond maxSequences.
+var overflowKey = seqKey{machine: ^uint32(0), seq: ^uint32(0)}
+
 func (c *Checker) sequence(k seqKey) *sequence {
 	s := c.seqs[k]
+	if s == nil && len(c.seqs) >= maxSequences {
+		c.finding(CodeNotModelled, SeverityCheck, seqKey{}, -1, 1, -1,
+			fmt.Sprintf("more than %d sequences: the packets of the others are counted together, their state is not predicted", maxSequences))
+		k = overflowKey
+		s = c.seqs[k]
+	}
 	if s == nil {
 		s = &sequence{key: k, rep: SequenceReport{ID: k.seq, Machine: k.machine}, gen: newGeneration()}
 		c.seqs[k] = s
@@ -613,6 +631,11 @@ func (c *Checker) intern(s *sequence, pkt []byte) {
 				return true
 			}
 			ik := internKey{e.num, iid}
+			if len(s.gen.iids) >= maxIIDsPerSequence {
+				c.finding(CodeNotModelled, SeverityCheck, s.key, -1, 1, -1,
+					fmt.Sprintf("more than %d interned ids in one generation: later ones are not tracked", maxIIDsPerSequence))
+				return false
+			}
 			s.gen.iids[ik] = struct{}{}
 			if s.gen.pending != nil {
 				delete(s.gen.pending, ik)
@@ -636,6 +659,11 @@ func (c *Checker) lookup(s *sequence, field int32, iid uint64, off int64) {
 		g.first = map[internKey]int64{}
 	}
 	if _, ok := g.pending[ik]; !ok {
+		if len(g.pending) >= maxIIDsPerSequence {
+			c.finding(CodeNotModelled, SeverityCheck, s.key, -1, 1, -1,
+				fmt.Sprintf("more than %d distinct missing iids in one generation: later ones are not tracked", maxIIDsPerSequence))
+			return
+		}
 		g.first[ik] = off
 	}
 	g.pending[ik]++
@@ -728,7 +756,7 @@ func (c *Checker) trackEvent(s *sequence, info *tracefile.PacketInfo, off int64)
 		}
 	default:
 		if hasUUID && uuid != 0 {
-			if _, ok := c.described[uuid]; !ok {
+			if _, ok := c.described[uuid]; !ok && len(c.usedTracks) < maxTracks {
 				u := c.usedTracks[uuid]
 				if u.count == 0 {
 					u.seq, u.off = k, off
@@ -775,6 +803,11 @@ func (c *Checker) trackDescriptor(b []byte) {
 	if process != nil && !hasVarint(process, 1) {
 		c.stat("track_descriptor_process_missing_pid", -1, SeverityError, 1)
 		c.finding("track_descriptor_process_missing_pid", SeverityError, seqKey{}, -1, 1, -1, "process track_descriptor without pid")
+	}
+	if len(c.described) >= maxTracks {
+		c.finding(CodeNotModelled, SeverityCheck, seqKey{}, -1, 1, -1,
+			fmt.Sprintf("more than %d track descriptors: later ones are not tracked", maxTracks))
+		return
 	}
 	c.described[uuid] = struct{}{}
 	delete(c.usedTracks, uuid)
