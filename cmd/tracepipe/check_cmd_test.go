@@ -92,6 +92,12 @@ func TestCheckFlagsIssueDefects(t *testing.T) {
 			"packet_skipped_seq_needs_incremental_state_invalid"},
 		{"rotated file without clock snapshot", Trace(Packet(Seq(2), Descriptor(100, "t", false)), begin, end),
 			tpimport.CodeNoClockSnapshot},
+		{"rotated file without clearing packet", Trace(Packet(Seq(2), Descriptor(100, "t", false)), begin, end),
+			"packet_skipped_seq_needs_incremental_state_invalid [seq 2] ×2"},
+		{"rotated file with interning in an earlier file", Trace(
+			Packet(Seq(1), Snapshot(6, C(6, 1000*ms))),
+			Packet(Seq(2), Descriptor(100, "t", false)), Packet(Seq(2), Flags(Cleared)), begin, end),
+			tpimport.CodeUnresolvedIID},
 		{"config_write_into_file_no_flush", Trace(append(header(),
 			Packet(Seq(1), TraceConfig(Config{WriteIntoFile: true, FileWritePeriodMs: 2500, FillPolicies: []uint64{1}})))...),
 			"config_write_into_file_no_flush"},
