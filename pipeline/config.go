@@ -75,8 +75,21 @@ type DataSourceConfig struct {
 type ProtoVMConfig struct {
 	Program       string `koanf:"program"`         // .bin/.pb = compiled VmProgram bytes; .yaml/.yml = program description compiled with protovm.Compile(src, nil)
 	MemoryLimitKB uint32 `koanf:"memory_limit_kb"` // required, > 0
-	ProgramBytes  []byte `koanf:"-"`               // filled by Load/Validate: the compiled VmProgram
+	// Path is what the program serves: "restore" (tracepipe folds each
+	// sequence and writes a restore packet ahead of its first packet after
+	// a loss; no protovms packet) or "perfetto" (one VM per program, its
+	// state written as a protovms packet for trace_processor, which
+	// replaces every packet the program returns Ok for by the state).
+	// Empty: what a YAML program declares with `serves:`, else "restore".
+	Path         string `koanf:"path"`
+	ProgramBytes []byte `koanf:"-"` // filled by Load/Validate: the compiled VmProgram
 }
+
+// ProtoVMConfig.Path values.
+const (
+	ProtoVMPathRestore  = "restore"
+	ProtoVMPathPerfetto = "perfetto"
+)
 
 // IncrementalStateConfig is Perfetto's IncrementalStateConfig.
 type IncrementalStateConfig struct {

@@ -69,3 +69,12 @@ func AppendRestorePacket(dst, state []byte, t Trusted) []byte {
 	dst = appendVarintField(dst, FieldSequenceFlags, flags&^SeqNeedsIncrementalState)
 	return AppendTrusted(dst, t)
 }
+
+// IsPayloadField reports whether top-level TracePacket field num is a
+// payload (a member of the `data` oneof or an unknown field) rather than a
+// header field (timestamp, flags, trusted fields, ...), incremental state
+// (interned_data, trace_packet_defaults) or a field only the service may
+// write.
+func IsPayloadField(num int32) bool {
+	return !headerFields[num] && !reservedField(protowire.Number(num))
+}

@@ -1,0 +1,254 @@
+package pipeline
+
+import (
+	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/protovm"
+	"github.com/tracepipe/tracepipe/tracefile"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// This file holds sequence state restore, tracepipe's answer to ring wrap
+// (trace-processor-import.md §7 item 7, §8 t2/t4): a data source whose
+// protovm program serves the "restore" path gets, for every one of its
+// sequences, a fold of everything the sequence wrote since its last
+// SEQ_INCREMENTAL_STATE_CLEARED packet — the packets the ring overwrote and
+// the packets read back alike. When a packet of such a sequence is read
+// after a loss (the ring overwrote part of the sequence, or any other
+// previous_packet_dropped), the readback first writes a restore: one
+// packet on the same trusted_packet_sequence_id carrying CLEARED, the
+// folded interned_data / trace_packet_defaults and the loss flag, followed
+// by one packet per other payload the state keeps (track descriptors,
+// process tree, counter events), and stamps the surviving packet without
+// the loss flag. trace_processor then imports every surviving packet.
+//
+// The fold is per sequence, not per (data source, program) as
+// protovm.Instances is: each writer interns its own iids (two writers may
+// give iid 1 different names), and a restore packet re-defines the state of
+// one sequence only. It restarts at each CLEARED packet, as
+// trace_processor's state does, which also bounds its memory to one
+// incremental-state generation.
+
+// restoreProgram is the restore-path program of one data source instance.
+type restoreProgram struct {
+	program []byte
+	limit   int // bytes
+}
+
+// restoreSeq is the fold of one sequence.
+type restoreSeq struct {
+	prog *restoreProgram
+	vm   *protovm.VM // nil until the sequence's first packet, and after a failed New
+	// pending: packets of the sequence were overwritten since its last
+	// read packet, so the next one read needs a restore.
+	pending bool
+}
+
+// restoreSet is the sequence state restore of one buffer. It is used only
+// on the service goroutine (the overwrite observer runs there too).
+type restoreSet struct {
+	programs map[uint16]*restoreProgram // producer id → program
+	seqs     map[uint32]*restoreSeq     // producer<<16|writer
+	join     []byte                     // fragments of an overwritten packet
+	state    []byte                     // serialised state
+	body     []byte                     // the state's incremental fields
+	survivor []byte                     // the packet a restore goes ahead of
+
+	restores      uint64 // restore packets written
+	foldOK        uint64 // overwritten packets the program returned Ok for
+	foldAborted   uint64 // patches (overwritten or read) the program aborted
+	foldNewFailed uint64 // VMs that could not be created (never for a validated program)
+	unrouted      uint64 // overwritten packets of producers without any program
+}
+
+func newRestoreSet() *restoreSet {
+	return &restoreSet{programs: map[uint16]*restoreProgram{}, seqs: map[uint32]*restoreSeq{}}
+}
+
+// seq returns the fold of (producer, writer), or nil when the producer
+// has no restore program.
+func (r *restoreSet) seq(producer, writer uint16) *restoreSeq {
+	key := uint32(producer)<<16 | uint32(writer)
+	if q, ok := r.seqs[key]; ok {
+		return q
+	}
+	prog := r.programs[producer]
+	if prog == nil {
+		return nil
+	}
+	q := &restoreSeq{prog: prog}
+	r.seqs[key] = q
+	return q
+}
+
+// fold applies one packet of the sequence (producer bytes, without the
+// trusted suffix) to its state; a CLEARED packet first starts a new state.
+func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
+	if q.vm == nil || clearsState(packet) {
+		vm, err := protovm.New(q.prog.program, q.prog.limit)
+		if err != nil {
+			q.vm = nil
+			r.foldNewFailed++
+			return protovm.Abort
+		}
+		q.vm = vm
+	}
+	st := q.vm.ApplyPatch(packet)
+	if st.Code == protovm.Abort {
+		r.foldAborted++
+	}
+	return st.Code
+}
+
+// observe is the overwrite observer's part for restore sequences.
+func (r *restoreSet) observe(seq buffer.SequenceProperties, fragments [][]byte) {
+	q := r.seq(seq.ProducerID, seq.WriterID)
+	if q == nil {
+		return
+	}
+	data := fragments[0]
+	if len(fragments) > 1 {
+		r.join = r.join[:0]
+		for _, f := range fragments {
+			r.join = append(r.join, f...)
+		}
+		data = r.join
+	}
+	if r.fold(q, data) == protovm.Ok {
+		r.foldOK++
+	}
+	q.pending = true
+	if cap(r.join) > maxRetainedRestoreScratch {
+		r.join = nil
+	}
+}
+
+const maxRetainedRestoreScratch = 1 << 20
+
+// clearsState reports whether a producer packet carries
+// SEQ_INCREMENTAL_STATE_CLEARED (sequence_flags bit 1, or the deprecated
+// incremental_state_cleared), the last occurrence winning. Malformed bytes
+// end the scan (the packet was validated before it is read back; an
+// overwritten one may not have been).
+func clearsState(b []byte) bool {
+	cleared := false
+	for off := 0; off < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[off:])
+		if n < 0 {
+			break
+		}
+		off += n
+		if typ == protowire.VarintType && (num == tracefile.FieldSequenceFlags || num == tracefile.FieldIncrementalStateClear) {
+			v, m := protowire.ConsumeVarint(b[off:])
+			if m < 0 {
+				break
+			}
+			off += m
+			if num == tracefile.FieldSequenceFlags {
+				cleared = v&tracefile.SeqIncrementalStateCleared != 0
+			} else {
+				cleared = v != 0
+			}
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[off:])
+		if m < 0 {
+			break
+		}
+		off += m
+	}
+	return cleared
+}
+
+// restoreAhead runs for each validated packet of a restore sequence read
+// back into b (its producer bytes at b.data[start:]), before the trusted
+// suffix is stamped. If the packet follows a loss and does not clear the
+// state itself, a restore is inserted ahead of it and the loss flag moves
+// onto the restore. The packet is then folded. It returns the trusted
+// fields to stamp on the packet.
+func (s *Service) restoreAhead(b *batch, r *restoreSet, q *restoreSeq, start int, tr tracefile.Trusted) tracefile.Trusted {
+	pkt := b.data[start:]
+	if (tr.PreviousPacketDropped != 0 || q.pending) && q.vm != nil && !clearsState(pkt) {
+		r.survivor = append(r.survivor[:0], pkt...)
+		b.data = b.data[:start]
+		r.appendRestore(b, q, r.survivor, tr)
+		tr.PreviousPacketDropped = 0
+		start = len(b.data)
+		b.data = append(b.data, r.survivor...)
+		pkt = b.data[start:]
+		if cap(r.survivor) > maxRetainedRestoreScratch {
+			r.survivor = nil
+		}
+	}
+	q.pending = false
+	r.fold(q, pkt)
+	return tr
+}
+
+// appendRestore writes the restore of q ahead of survivor: the restore
+// packet (CLEARED, the state's interned_data and trace_packet_defaults,
+// the loss flag of tr), then one packet per other payload field of the
+// state, TrackEvent last (a counter event needs its track's descriptor
+// before it in file order), each with the survivor's timestamp (and
+// clock) when it has one.
+func (r *restoreSet) appendRestore(b *batch, q *restoreSeq, survivor []byte, tr tracefile.Trusted) {
+	r.state = q.vm.SerializeIncrementalState(r.state[:0])
+	r.body = r.body[:0]
+	var events bool
+	walkTopLevel(r.state, func(num protowire.Number, field []byte) {
+		switch {
+		case num == tracefile.FieldInternedData || num == tracefile.FieldTracePacketDefaults:
+			r.body = append(r.body, field...)
+		case num == tracefile.FieldTrackEvent:
+			events = true
+		}
+	})
+	b.data = tracefile.AppendRestorePacket(b.data, r.body, tr)
+	b.ends = append(b.ends, len(b.data))
+	r.restores++
+
+	info, _ := tracefile.DecodePacket(survivor) // validated before
+	plain := tr
+	plain.PreviousPacketDropped = 0
+	emit := func(want bool) {
+		walkTopLevel(r.state, func(num protowire.Number, field []byte) {
+			if !tracefile.IsPayloadField(int32(num)) || (num == tracefile.FieldTrackEvent) != want {
+				return
+			}
+			start := len(b.data)
+			if info.HasTimestamp {
+				b.data = tracefile.AppendTimestamp(b.data, info.Timestamp)
+				if info.TimestampClockID != 0 {
+					b.data = protowire.AppendTag(b.data, tracefile.FieldTimestampClockID, protowire.VarintType)
+					b.data = protowire.AppendVarint(b.data, uint64(info.TimestampClockID))
+				}
+			} else if want {
+				b.data = b.data[:start] // a TrackEvent without timestamp would be dropped
+				return
+			}
+			b.data = append(b.data, field...)
+			b.data = tracefile.AppendTrusted(b.data, plain)
+			b.ends = append(b.ends, len(b.data))
+		})
+	}
+	emit(false)
+	if events {
+		emit(true)
+	}
+}
+
+// walkTopLevel calls fn with each well-formed top-level field of msg
+// (tag included), stopping at the first malformed one.
+func walkTopLevel(msg []byte, fn func(num protowire.Number, field []byte)) {
+	for off := 0; off < len(msg); {
+		num, typ, n := protowire.ConsumeTag(msg[off:])
+		if n < 0 {
+			return
+		}
+		m := protowire.ConsumeFieldValue(num, typ, msg[off+n:])
+		if m < 0 {
+			return
+		}
+		fn(num, msg[off:off+n+m])
+		off += n + m
+	}
+}
