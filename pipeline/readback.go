@@ -160,7 +160,7 @@ func (s *Service) appendBufferPacket(b *batch, bs *bufferState, p *buffer.Packet
 	}
 	if bs.restore != nil {
 		if q := bs.restore.seq(p.Seq.ProducerID, p.Seq.WriterID); q != nil {
-			tr = s.restoreAhead(b, bs.restore, q, start, tr) // restore.go
+			tr = bs.restore.restoreAhead(b, q, start, tr) // restore.go
 		}
 	}
 	b.data = tracefile.AppendTrusted(b.data, tr)

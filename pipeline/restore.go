@@ -165,7 +165,7 @@ func clearsState(b []byte) bool {
 // state itself, a restore is inserted ahead of it and the loss flag moves
 // onto the restore. The packet is then folded. It returns the trusted
 // fields to stamp on the packet.
-func (s *Service) restoreAhead(b *batch, r *restoreSet, q *restoreSeq, start int, tr tracefile.Trusted) tracefile.Trusted {
+func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefile.Trusted) tracefile.Trusted {
 	pkt := b.data[start:]
 	if (tr.PreviousPacketDropped != 0 || q.pending) && q.vm != nil && !clearsState(pkt) {
 		r.survivor = append(r.survivor[:0], pkt...)
