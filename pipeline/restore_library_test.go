@@ -219,8 +219,11 @@ func TestRestoreLibraryInternedData(t *testing.T) {
 		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
 			pkts, m, _ := runStateScript(t, "interned", "", streaming)
 			refs, dangling := danglingNames(t, pkts)
-			if dangling == 0 || m.totalSkipped() == 0 {
-				t.Fatalf("without program: %d of %d references dangle, %d packets skipped; want both > 0", dangling, refs, m.totalSkipped())
+			// In streaming mode the clearing packet may have been read
+			// before the wrap: the names are then defined but the loss
+			// invalidates the sequence, so trace_processor skips instead.
+			if m.totalSkipped() == 0 || (!streaming && dangling == 0) {
+				t.Fatalf("without program: %d of %d references dangle, %d packets skipped; want skips (and, read at stop, dangling names)", dangling, refs, m.totalSkipped())
 			}
 			pkts, m, res := runStateScript(t, "interned", "interned_data.yaml", streaming)
 			refs, dangling = danglingNames(t, pkts)
