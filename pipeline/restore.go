@@ -1,10 +1,13 @@
 package pipeline
 
 import (
+	"slices"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/tracefile"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // This file holds sequence state restore, tracepipe's answer to ring wrap
@@ -32,6 +35,20 @@ import (
 type restoreProgram struct {
 	program []byte
 	limit   int // bytes
+	// fields, when filtered, are the top-level fields a packet needs for
+	// the program to change anything (protovm.Program.TopLevelSrcFields):
+	// other packets skip the VM, which keeps the per-packet cost of a
+	// restore sequence low (its event packets are folded too).
+	fields   []uint32
+	filtered bool
+}
+
+func newRestoreProgram(program []byte, limitBytes int) *restoreProgram {
+	rp := &restoreProgram{program: program, limit: limitBytes}
+	if p, err := protovm.ParseProgram(program); err == nil {
+		rp.fields, rp.filtered = p.TopLevelSrcFields()
+	}
+	return rp
 }
 
 // restoreSeq is the fold of one sequence.
@@ -83,7 +100,8 @@ func (r *restoreSet) seq(producer, writer uint16) *restoreSeq {
 // fold applies one packet of the sequence (producer bytes, without the
 // trusted suffix) to its state; a CLEARED packet first starts a new state.
 func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
-	if q.vm == nil || clearsState(packet) {
+	cleared, relevant := scanPacket(packet, q.prog)
+	if q.vm == nil || cleared {
 		vm, err := protovm.New(q.prog.program, q.prog.limit)
 		if err != nil {
 			q.vm = nil
@@ -91,6 +109,9 @@ func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
 			return protovm.Abort
 		}
 		q.vm = vm
+	}
+	if !relevant {
+		return protovm.Error // exact: the program would change nothing
 	}
 	st := q.vm.ApplyPatch(packet)
 	if st.Code == protovm.Abort {
@@ -130,13 +151,24 @@ const maxRetainedRestoreScratch = 1 << 20
 // end the scan (the packet was validated before it is read back; an
 // overwritten one may not have been).
 func clearsState(b []byte) bool {
-	cleared := false
+	cleared, _ := scanPacket(b, nil)
+	return cleared
+}
+
+// scanPacket is clearsState, and reports whether the packet has a
+// top-level field prog needs (always true for a program that cannot be
+// filtered, or a nil prog).
+func scanPacket(b []byte, prog *restoreProgram) (cleared, relevant bool) {
+	relevant = prog == nil || !prog.filtered
 	for off := 0; off < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[off:])
 		if n < 0 {
 			break
 		}
 		off += n
+		if !relevant && slices.Contains(prog.fields, uint32(num)) {
+			relevant = true
+		}
 		if typ == protowire.VarintType && (num == tracefile.FieldSequenceFlags || num == tracefile.FieldIncrementalStateClear) {
 			v, m := protowire.ConsumeVarint(b[off:])
 			if m < 0 {
@@ -156,7 +188,7 @@ func clearsState(b []byte) bool {
 		}
 		off += m
 	}
-	return cleared
+	return cleared, relevant
 }
 
 // restoreAhead runs for each validated packet of a restore sequence read

@@ -26,7 +26,10 @@ func newTestRestoreSet(t *testing.T) *restoreSet {
 		t.Fatal(err)
 	}
 	r := newRestoreSet()
-	r.programs[1] = &restoreProgram{program: prog, limit: 64 << 10}
+	r.programs[1] = newRestoreProgram(prog, 64<<10)
+	if !r.programs[1].filtered {
+		t.Fatal("interned_data.yaml cannot be prefiltered")
+	}
 	return r
 }
 
@@ -173,5 +176,41 @@ func TestRestoreFoldRules(t *testing.T) {
 	// Producers without a program are not folded.
 	if r.seq(2, 1) != nil {
 		t.Fatal("fold for a producer without program")
+	}
+}
+
+// The readback's per-packet restore step (fold, no restore due) does not
+// allocate in steady state: it runs for every packet of a restore
+// sequence.
+func TestRestoreStepNoAlloc(t *testing.T) {
+	r := newTestRestoreSet(t)
+	q := r.seq(1, 1)
+	var b batch
+	ev := eventPacket(1)
+	names := namesPacket(0, map[uint64]string{1: "a"})
+	step := func(pkt []byte) {
+		b.data = append(b.data[:0], pkt...)
+		r.restoreAhead(&b, q, 0, tracefile.Trusted{SequenceID: 3})
+	}
+	step(namesPacket(1, map[uint64]string{1: "a"}))
+	step(names)
+	if n := testing.AllocsPerRun(200, func() { step(ev); step(names) }); n != 0 {
+		t.Fatalf("%v allocations per step", n)
+	}
+}
+
+func BenchmarkRestoreStep(b *testing.B) {
+	t := &testing.T{}
+	r := newTestRestoreSet(t)
+	q := r.seq(1, 1)
+	var bt batch
+	ev := eventPacket(1)
+	bt.data = append(bt.data, namesPacket(1, map[uint64]string{1: "a"})...)
+	r.restoreAhead(&bt, q, 0, tracefile.Trusted{SequenceID: 3})
+	b.SetBytes(int64(len(ev)))
+	b.ReportAllocs()
+	for b.Loop() {
+		bt.data = append(bt.data[:0], ev...)
+		r.restoreAhead(&bt, q, 0, tracefile.Trusted{SequenceID: 3})
 	}
 }

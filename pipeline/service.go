@@ -415,7 +415,7 @@ func (s *Service) buildProtoVMs() error {
 			if bs.restore == nil {
 				bs.restore = newRestoreSet()
 			}
-			bs.restore.programs[p.id] = &restoreProgram{program: pc.ProgramBytes, limit: int(pc.MemoryLimitKB) * 1024}
+			bs.restore.programs[p.id] = newRestoreProgram(pc.ProgramBytes, int(pc.MemoryLimitKB)*1024)
 			continue
 		}
 		if bs.vms == nil {
