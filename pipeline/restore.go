@@ -120,6 +120,31 @@ func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
 	return st.Code
 }
 
+// observeOverwrites installs the buffer's overwrite observer: packets of
+// producers with a restore program go to their sequence's fold, the others
+// to the buffer's perfetto-path VMs (protovm.Instances), if any.
+func (bs *bufferState) observeOverwrites() {
+	vms, rs := bs.vms, bs.restore
+	switch {
+	case rs == nil && vms == nil:
+	case rs == nil:
+		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
+			vms.Observe(int32(seq.ProducerID), packet)
+		})
+	default:
+		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
+			switch {
+			case rs.programs[seq.ProducerID] != nil:
+				rs.observe(seq, packet)
+			case vms != nil:
+				vms.Observe(int32(seq.ProducerID), packet)
+			default:
+				rs.unrouted++
+			}
+		})
+	}
+}
+
 // observe is the overwrite observer's part for restore sequences.
 func (r *restoreSet) observe(seq buffer.SequenceProperties, fragments [][]byte) {
 	q := r.seq(seq.ProducerID, seq.WriterID)

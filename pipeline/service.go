@@ -426,24 +426,7 @@ func (s *Service) buildProtoVMs() error {
 		}
 	}
 	for _, bs := range s.buffers {
-		vms, rs := bs.vms, bs.restore
-		switch {
-		case rs == nil && vms == nil:
-		case rs == nil:
-			bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
-				vms.Observe(int32(seq.ProducerID), packet)
-			})
-		default:
-			bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
-				if rs.programs[seq.ProducerID] != nil {
-					rs.observe(seq, packet)
-				} else if vms != nil {
-					vms.Observe(int32(seq.ProducerID), packet)
-				} else {
-					rs.unrouted++
-				}
-			})
-		}
+		bs.observeOverwrites() // restore.go
 	}
 	return nil
 }
