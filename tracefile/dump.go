@@ -22,20 +22,24 @@ const (
 // printable UTF-8, as a nested message when it parses as one, else as hex.
 // Output is capped at about 8 KiB; it never fails on malformed input (the
 // bad part is shown as hex with a note).
-func DumpPacket(packet []byte) string {
+func DumpPacket(packet []byte) string { return DumpPacketLimit(packet, dumpMaxText) }
+
+// DumpPacketLimit is DumpPacket with the output capped at about maxText
+// characters instead of 8 KiB (`protovm apply` prints whole VM states).
+func DumpPacketLimit(packet []byte, maxText int) string {
 	var sb strings.Builder
-	dumpMessage(&sb, packet, 0, true)
+	dumpMessage(&sb, packet, 0, true, maxText)
 	s := sb.String()
-	if len(s) > dumpMaxText {
-		s = s[:dumpMaxText] + "\n… (dump truncated)\n"
+	if len(s) > maxText {
+		s = s[:maxText] + "\n… (dump truncated)\n"
 	}
 	return s
 }
 
-func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool) {
+func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool, maxText int) {
 	indent := strings.Repeat("  ", depth)
 	for len(b) > 0 {
-		if sb.Len() > dumpMaxText {
+		if sb.Len() > maxText {
 			return
 		}
 		num, typ, n := protowire.ConsumeTag(b)
@@ -88,7 +92,7 @@ func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool) {
 				sb.WriteString(indent + name + ": " + strconv.Quote(string(v)) + "\n")
 			case depth < dumpMaxDepth && isMessage(v):
 				sb.WriteString(indent + name + " {\n")
-				dumpMessage(sb, v, depth+1, false)
+				dumpMessage(sb, v, depth+1, false, maxText)
 				sb.WriteString(indent + "}\n")
 			default:
 				sb.WriteString(indent + name + ": " + hexOf(v) + "\n")

@@ -24,6 +24,7 @@ const (
 	exitError    = 1 // runtime error: unreadable file, bad config, ...
 	exitUsage    = 2 // usage error: unknown command or flag, wrong arguments
 	exitDataLoss = 3 // `stats --fail-on-loss` found data loss
+	exitProblems = 3 // `check` found problems trace_processor will have
 )
 
 const rootLong = `tracepipe is a tracing pipeline built on the dataflow of Perfetto's tracing
@@ -50,9 +51,10 @@ Commands:
   stats      print the data-loss table of a trace's last TraceStats packet
   inspect    summarise a trace: sequences, sizes, time range, first packets
   protovm    compile ProtoVM programs and replay traces through them
+  check      predict trace_processor's import: skipped packets, error stats
 
 Exit codes: 0 ok, 1 error, 2 usage error, 3 data loss found by
-'stats --fail-on-loss'.`
+'stats --fail-on-loss' or problems found by 'check'.`
 
 // newRootCmd builds the tracepipe command tree.
 func newRootCmd() *cobra.Command {
@@ -85,6 +87,7 @@ func newRootCmd() *cobra.Command {
 		newStatsCmd(),
 		newInspectCmd(),
 		newProtoVMCmd(),
+		newCheckCmd(), // check_cmd.go
 	)
 	classifyUsageErrors(root)
 	return root

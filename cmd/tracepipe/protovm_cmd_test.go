@@ -5,10 +5,14 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/gzip"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	. "github.com/tracepipe/tracepipe/internal/tracebuild"
 )
 
 func runProtoVM(t *testing.T, args ...string) (string, error) {
@@ -64,7 +68,7 @@ func TestProtoVMCmdCompileAndApply(t *testing.T) {
 	if err := os.WriteFile(trace, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runProtoVM(t, "apply", "--program", prog, trace, "--sequence", "1")
+	out, err := runProtoVM(t, "apply", "--program", prog, trace, "--sequence", "1", "--statuses")
 	if err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
@@ -95,15 +99,17 @@ func TestProtoVMCmdApplyErrors(t *testing.T) {
 	if err := os.WriteFile(trace, bad, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := runProtoVM(t, "apply", "--program", prog, trace)
-	if err == nil || !strings.Contains(err.Error(), "byte 8") {
-		t.Fatalf("truncated trace: %v", err)
+	// It is read up to its last whole packet, with a warning naming the
+	// offset.
+	out, err := runProtoVM(t, "apply", "--program", prog, trace)
+	if err != nil || !strings.Contains(out, "truncated") || !strings.Contains(out, "offset 8") || !strings.Contains(out, "# patches=1 ") {
+		t.Fatalf("truncated trace: %v\n%s", err, out)
 	}
 	// A malformed program is rejected with its byte offset.
 	if err := os.WriteFile(prog, []byte{0x12, 0x05, 0x0a}, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runProtoVM(t, "apply", "--program", prog, trace); err == nil || !strings.Contains(err.Error(), "program byte 0") {
+	if _, err := runProtoVM(t, "apply", "--program", prog, trace); err == nil || !strings.Contains(err.Error(), "byte 0") {
 		t.Fatalf("bad program: %v", err)
 	}
 	// A compile error names the instruction and field.
@@ -111,5 +117,38 @@ func TestProtoVMCmdApplyErrors(t *testing.T) {
 	os.WriteFile(yml, []byte("commands:\n  - set: {src: [foo], dst: [1]}\n"), 0o644)
 	if _, err := runProtoVM(t, "compile", "-i", yml, "-o", prog); err == nil || !strings.Contains(err.Error(), "commands[0].set.src[0]") {
 		t.Fatalf("compile error: %v", err)
+	}
+}
+
+// apply reads YAML programs and gzip/zstd traces (the project's own
+// ring_buffer.yaml output is gzip), prints the final state by default and
+// a timeline with --every; --filter uses the sinks' CEL language.
+func TestProtoVMApplyYAMLCompressedTimeline(t *testing.T) {
+	var pkts [][]byte
+	for i := uint64(1); i <= 4; i++ {
+		pkts = append(pkts, Packet(Seq(2), Flags(Needs), Interned(EventName(i, "name"+strconv.FormatUint(i, 10)))))
+		pkts = append(pkts, Packet(Seq(3), Interned(EventName(100+i, "other"))))
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(Trace(pkts...))
+	zw.Close()
+	path := writeFile(t, "ring.pftrace.gz", gz.Bytes())
+	prog := "../../configs/protovm/interned_names.yaml"
+
+	out, err := runProtoVM(t, "apply", "--program", prog, "--filter", "packet.sequence_id == 2", path)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "# patches=4 ok=4 error=0 abort=0") || strings.Count(out, "state {") != 1 ||
+		!strings.Contains(out, `"name4"`) || strings.Contains(out, `"other"`) || !strings.Contains(out, "interned_data {") {
+		t.Fatalf("final state:\n%s", out)
+	}
+	out, err = runProtoVM(t, "apply", "--program", prog, "--every", "3", path)
+	if err != nil || strings.Count(out, "state {") != 3 || !strings.Contains(out, "# state after patch 6 (packet at offset") {
+		t.Fatalf("--every 3 over 8 patches: %v\n%s", err, out)
+	}
+	if _, err := runProtoVM(t, "apply", "--program", prog, "--filter", "packet.nope", path); err == nil {
+		t.Fatal("a bad filter is accepted")
 	}
 }

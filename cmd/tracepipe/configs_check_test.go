@@ -1,0 +1,189 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tracepipe/tracepipe/tpimport"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// Finding codes of `tracepipe check` (tpimport) used below.
+const (
+	findSkipped        = "packet_skipped_seq_needs_incremental_state_invalid"
+	findSeqsDropped    = "traced_buf_incremental_sequences_dropped"
+	findNoFlush        = "config_write_into_file_no_flush"
+	findNoSnapshot     = tpimport.CodeNoClockSnapshot
+	findReplaced       = tpimport.CodeReplacedPayload
+	findOutsideSession = tpimport.CodeTimestampsOutside
+)
+
+// TestExampleConfigsCheck runs every example config of configs/ (durations
+// shortened) and checks each output file with tpimport. It asserts the
+// EXACT set of finding codes each file has today; every entry names the
+// defect that causes it, so that when a fix lands the entry goes and the
+// list shrinks to empty (issue 13: "check clean on the output of every
+// example config").
+func TestExampleConfigsCheck(t *testing.T) {
+	type output struct {
+		// name is the sink file; rotated files are name, name.1, name.2, ...
+		name string
+		// want per file: first, middle (every rotated file between), last.
+		// For a file that does not rotate only first is used.
+		first, middle, last []string
+	}
+	for _, tc := range []struct {
+		config  string
+		set     []string
+		outputs []output
+		// premise checks what the run must have done for the case to mean
+		// anything (e.g. the ring wrapped).
+		premise func(t *testing.T, dir string)
+	}{
+		{
+			config: "default.yaml",
+			set:    []string{"duration=1s", "sinks[0].path={dir}/default.pftrace"},
+			outputs: []output{{name: "default.pftrace", first: []string{
+				findNoFlush, // issue 13 item 5: write_into_file without flush_period (root fix: a flush period written into the trace config)
+			}}},
+		},
+		{
+			// The ProtoVM example without overwrites: issue 13 "0 slices".
+			config: "ring_buffer.yaml",
+			set:    []string{"duration=1s", "data_sources[0].config.rate=1000", "sinks[0].path={dir}/ring.pftrace.gz"},
+			outputs: []output{{name: "ring.pftrace.gz", first: []string{
+				findReplaced, // issue 13 items 1-2: interned_names.yaml returns Ok for slice-begin packets carrying interned_data; TP replaces them by the VM state
+			}}},
+		},
+		{
+			// The ring wrapped several times (1 MiB ring, ~10 MB/s for
+			// 1.5 s, no clear inside the run: clear_period is 2 s).
+			config: "ring_buffer.yaml",
+			set:    []string{"duration=1500ms", "buffers[0].size_kb=1024", "data_sources[0].config.rate=5000", "sinks[0].path={dir}/wrap.pftrace.gz"},
+			outputs: []output{{name: "wrap.pftrace.gz", first: []string{
+				findSkipped,     // issue 13 item 1: no sequence state restore after the wrap; survivors need state whose CLEARED packet was overwritten
+				findSeqsDropped, // same cause: every NEEDS packet of the synthetic sequences is skipped (writer_stats present)
+			}}},
+			premise: func(t *testing.T, dir string) {
+				ts := lastTraceStats(t, filepath.Join(dir, "wrap.pftrace.gz"))
+				if len(ts.BufferStats) == 0 || ts.BufferStats[0].WriteWrapCount < 3 {
+					t.Fatalf("the ring did not wrap 3 times: %+v", ts.BufferStats)
+				}
+			},
+		},
+		{
+			config: "two_buffers.yaml",
+			set:    []string{"duration=1s", "sinks[0].path={dir}/events.pftrace", "sinks[1].path={dir}/processes.pftrace"},
+			outputs: []output{
+				{name: "events.pftrace", first: []string{
+					findOutsideSession, // issue 13 item 5: deterministic_timestamps start at 1 ms of boot time, far from the session's clock snapshot
+				}},
+				{name: "processes.pftrace", first: []string{
+					findNoSnapshot, // the sink filter (process_tree only) drops the service's clock snapshot (sinks: service packets should pass filters)
+				}},
+			},
+		},
+		{
+			// Rotation: 300 KiB files.
+			config: "long_streaming.yaml",
+			set:    []string{"duration=3s", "sinks[0].path={dir}/long.pftrace.zst", "sinks[0].max_file_size=300KiB"},
+			outputs: []output{{name: "long.pftrace.zst",
+				first: []string{},
+				middle: []string{
+					findNoSnapshot, // issue 13 item 1: rotated files start without a clock snapshot
+					findSkipped,    // issue 13 item 1: rotated files start without a restore (CLEARED) packet per sequence
+				},
+				last: []string{
+					findNoSnapshot,  // as middle
+					findSkipped,     // as middle
+					findSeqsDropped, // trace_stats (writer_stats) is in the last file, where every NEEDS packet of the synthetic sequences is skipped
+				},
+			}},
+		},
+	} {
+		t.Run(strings.TrimSuffix(tc.config, ".yaml")+"/"+tc.outputs[0].name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := []string{"run", "-c", filepath.Join("..", "..", "configs", tc.config)}
+			for _, s := range tc.set {
+				args = append(args, "--set", strings.ReplaceAll(s, "{dir}", dir))
+			}
+			if _, stderr, code := runCLI(t, args...); code != exitOK {
+				t.Fatalf("run: exit %d\n%s", code, stderr)
+			}
+			if tc.premise != nil {
+				tc.premise(t, dir)
+			}
+			for _, o := range tc.outputs {
+				files := rotatedFiles(t, dir, o.name)
+				if o.middle != nil && len(files) < 3 {
+					t.Fatalf("%s: %d file(s), want ≥ 3 (rotation)", o.name, len(files))
+				}
+				for i, f := range files {
+					want := o.first
+					switch {
+					case i == 0:
+					case i == len(files)-1:
+						want = o.last
+					default:
+						want = o.middle
+					}
+					r, err := tpimport.CheckFile(f, tpimport.Options{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := r.Codes()
+					if got == nil {
+						got = []string{}
+					}
+					w := slices.Clone(want)
+					sort.Strings(w)
+					if !slices.Equal(got, w) {
+						var sb strings.Builder
+						_ = r.WriteText(&sb)
+						t.Errorf("%s: findings %q, want %q\n%s", filepath.Base(f), got, w, sb.String())
+					}
+				}
+			}
+		})
+	}
+}
+
+// rotatedFiles returns name, name.1, name.2, ... as they exist in dir.
+func rotatedFiles(t *testing.T, dir, name string) []string {
+	t.Helper()
+	var out []string
+	for i := 0; ; i++ {
+		p := filepath.Join(dir, name)
+		if i > 0 {
+			p += "." + strconv.Itoa(i)
+		}
+		if _, err := os.Stat(p); err != nil {
+			break
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		entries, _ := os.ReadDir(dir)
+		t.Fatalf("no %s in %s (%v)", name, dir, entries)
+	}
+	return out
+}
+
+func lastTraceStats(t *testing.T, path string) tracefile.TraceStats {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := tracefile.Summarize(f)
+	if err != nil || s.LastTraceStats == nil {
+		t.Fatalf("%s: no trace_stats (%v)", path, err)
+	}
+	return *s.LastTraceStats
+}

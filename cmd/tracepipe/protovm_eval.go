@@ -1,0 +1,518 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/protovm"
+	"github.com/tracepipe/tracepipe/smb"
+	"github.com/tracepipe/tracepipe/tpimport"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// Replay geometry of `protovm eval`: producer packets are cut into chunks
+// the way a TraceWriter fills a 4 KiB SMB page holding one chunk (4 KiB
+// minus the 8-byte chunk header), each fragment behind a 4-byte redundant
+// varint length, as Perfetto's protozero writes it.
+const (
+	evalChunkPayload = 4096 - 8
+	evalFragHeader   = 4
+	evalProducer     = 1
+	evalTimingSample = 16 // one patch in 16 is timed
+)
+
+// Eval paths: how a program's state reaches trace_processor.
+const (
+	evalBaseline = "none"     // no program
+	evalRestore  = "restore"  // per-sequence VM; CLEARED + state ahead of each sequence's first survivor
+	evalProtoVMs = "protovms" // Perfetto's path: one VM, state in a protovms packet (TP replacement semantics)
+)
+
+// evalOptions configures one evaluation.
+type evalOptions struct {
+	bufferSize    int
+	memoryLimitKB uint32
+	programs      []string // paths, as given
+	protoVMs      bool     // also evaluate Perfetto's protovms path
+	checkOpts     tpimport.Options
+}
+
+// EvalResult is one variant's outcome.
+type EvalResult struct {
+	Variant string `json:"variant"`
+	Program string `json:"program,omitempty"`
+	Path    string `json:"path"`
+	// Packets: producer packets (trusted_packet_sequence_id > 1) in the full trace.
+	Packets     int64 `json:"packets"`
+	Survived    int64 `json:"survived"`    // read back from the ring
+	Overwritten int64 `json:"overwritten"` // complete packets the ring overwrote
+	// Importable: survivors trace_processor imports intact, per tpimport;
+	// Share = Importable / Packets.
+	Importable int64   `json:"importable"`
+	Share      float64 `json:"share"`
+	// SurvivorShare = Importable / Survived.
+	SurvivorShare  float64  `json:"survivor_share"`
+	Skipped        int64    `json:"skipped"`         // NEEDS packets skipped
+	Unresolved     int64    `json:"unresolved_iids"` // failed iid lookups
+	RestorePackets int64    `json:"restore_packets"`
+	StateBytes     int      `json:"state_bytes"`
+	PatchOk        uint64   `json:"patches_ok"`
+	PatchError     uint64   `json:"patches_error"`
+	PatchAbort     uint64   `json:"patches_abort"`
+	NsPerPatch     float64  `json:"ns_per_patch"`
+	Findings       []string `json:"findings"`
+}
+
+// evalVariant is one way of running a program (or none) over the ring's
+// overwritten packets. Every variant sees the same ring: the chunks
+// written are the same, only what is done with overwritten packets and
+// how the readback is presented differ.
+type evalVariant struct {
+	res     EvalResult
+	prog    []byte
+	memory  int
+	seqVMs  map[uint16]*protovm.VM // restore path
+	vm      *protovm.VM            // protovms path
+	patchNs int64                  // time spent in the timed patches
+	timed   int64                  // patches timed
+}
+
+// evalRing is the ring all variants share.
+type evalRing struct {
+	buf         *buffer.TraceBuffer
+	variants    []*evalVariant
+	overwritten int64
+	scratch     []byte
+	err         error
+}
+
+// evalSeq is the chunker of one producer sequence.
+type evalSeq struct {
+	writer  uint16
+	client  buffer.ClientIdentity
+	chunkID uint32
+	payload []byte
+	frags   uint16
+	flags   uint8
+}
+
+// runEval replays the producer packets of the trace at path through a ring
+// of opts.bufferSize, once, feeding what the ring overwrites to every
+// variant's VMs, then predicts trace_processor's import of the readback
+// as each variant presents it.
+func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, error) {
+	variants := []*evalVariant{{res: EvalResult{Variant: "baseline", Path: evalBaseline}}}
+	mem := int(opts.memoryLimitKB) * 1024
+	for _, p := range opts.programs {
+		prog, err := loadProgram(p, nil)
+		if err != nil {
+			return nil, err
+		}
+		name := filepath.Base(p)
+		paths := []string{evalRestore}
+		if opts.protoVMs {
+			paths = append(paths, evalProtoVMs)
+		}
+		for _, path := range paths {
+			v := &evalVariant{res: EvalResult{Variant: name + "/" + path, Program: p, Path: path}, prog: prog, memory: mem}
+			if path == evalRestore {
+				v.seqVMs = map[uint16]*protovm.VM{}
+			} else if v.vm, err = protovm.New(prog, mem); err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+			variants = append(variants, v)
+		}
+	}
+	b, err := buffer.New(opts.bufferSize, buffer.RingBuffer)
+	if err != nil {
+		return nil, err
+	}
+	ring := &evalRing{buf: b, variants: variants}
+	b.SetOverwriteObserver(ring.observe)
+
+	// One pass: service packets are kept for the output's head, producer
+	// packets are chunked into the ring.
+	var head [][]byte
+	seqs := map[uint32]*evalSeq{}
+	var packets int64
+	var stripped []byte
+	err = readRecords(path, stderr, func(rec tracefile.Record) error {
+		var t tracefile.Trusted
+		stripped, t = stripTrusted(stripped[:0], rec.Packet)
+		if t.SequenceID <= 1 {
+			info, err := tracefile.DecodePacket(rec.Packet)
+			if err != nil {
+				return nil
+			}
+			switch info.PayloadField {
+			case tracefile.FieldTraceStats, tracefile.FieldTraceProvenance, tracefile.FieldProtoVMs:
+				// They describe the original session's buffers.
+			default:
+				head = append(head, append([]byte(nil), rec.Packet...))
+			}
+			return nil
+		}
+		if len(stripped) == 0 {
+			return nil // nothing a producer could have written
+		}
+		s := seqs[t.SequenceID]
+		if s == nil {
+			if t.SequenceID > 0xFFFF {
+				return fmt.Errorf("packet at offset %d: sequence id %d does not fit a writer id", rec.Offset, t.SequenceID)
+			}
+			s = &evalSeq{writer: uint16(t.SequenceID), client: buffer.ClientIdentity{UID: t.UID, PID: t.PID}}
+			seqs[t.SequenceID] = s
+		}
+		packets++
+		s.add(stripped, b)
+		return ring.err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if packets == 0 {
+		return nil, errNoProducerPackets
+	}
+	for _, id := range slices.Sorted(maps.Keys(seqs)) {
+		seqs[id].flush(b)
+	}
+	if ring.err != nil {
+		return nil, ring.err
+	}
+	survivors := ring.readAll()
+	results := make([]EvalResult, 0, len(variants))
+	for i, v := range variants {
+		v.res.Packets = packets
+		v.res.Overwritten = ring.overwritten
+		o := opts.checkOpts
+		// The survivors' bytes are the same in every variant: decode them
+		// strictly once.
+		o.NoStrict = o.NoStrict || i > 0
+		v.present(head, survivors, slices.Sorted(maps.Keys(seqs)), o)
+		results = append(results, v.res)
+	}
+	return results, nil
+}
+
+// readRecords streams the records of the trace at path to fn; a truncated
+// trace is read up to its last whole packet, with a warning.
+func readRecords(path string, stderr io.Writer, fn func(tracefile.Record) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	rd, err := tracefile.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer rd.Close()
+	for n := 0; ; n++ {
+		rec, err := rd.Next()
+		switch {
+		case err == io.EOF:
+			return nil
+		case errors.Is(err, tracefile.ErrTruncated):
+			fmt.Fprintf(stderr, "tracepipe: warning: %s is truncated (%v); read the %d whole packet(s) before it\n", path, err, n)
+			return nil
+		case err != nil:
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := fn(rec); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+}
+
+// stripTrusted copies a packet without the fields the service appends
+// (trusted_uid, trusted_packet_sequence_id, trusted_pid, machine_id,
+// previous_packet_dropped), which the replay appends anew, and returns
+// them. A malformed field ends the copy.
+func stripTrusted(dst, pkt []byte) ([]byte, tracefile.Trusted) {
+	var t tracefile.Trusted
+	run := 0 // start of the bytes not yet copied
+	off := 0
+	for off < len(pkt) {
+		num, typ, n := protowire.ConsumeTag(pkt[off:])
+		if n < 0 {
+			break
+		}
+		if typ != protowire.VarintType {
+			m := protowire.ConsumeFieldValue(num, typ, pkt[off+n:])
+			if m < 0 {
+				break
+			}
+			off += n + m
+			continue
+		}
+		v, m := protowire.ConsumeVarint(pkt[off+n:])
+		if m < 0 {
+			break
+		}
+		switch num {
+		case tracefile.FieldTrustedUID:
+			t.UID = int32(v)
+		case tracefile.FieldTrustedSequenceID:
+			t.SequenceID = uint32(v)
+		case tracefile.FieldTrustedPID:
+			t.PID, t.HasPID = int32(v), true
+		case tracefile.FieldMachineID:
+			t.MachineID = uint32(v)
+		case tracefile.FieldPreviousPacketDropped:
+			t.PreviousPacketDropped = uint32(v)
+		default:
+			off += n + m
+			continue
+		}
+		dst = append(dst, pkt[run:off]...)
+		off += n + m
+		run = off
+	}
+	return append(dst, pkt[run:off]...), t
+}
+
+// add appends one packet to the sequence's open chunk. A packet that fits
+// in a chunk but not in what is left of the open one starts a new chunk; a
+// bigger one is fragmented across chunks.
+func (s *evalSeq) add(pkt []byte, b *buffer.TraceBuffer) {
+	whole := evalChunkPayload - evalFragHeader
+	if room := whole - len(s.payload); room <= 0 || len(pkt) > room && len(pkt) <= whole {
+		s.flush(b)
+	}
+	for {
+		n := min(len(pkt), evalChunkPayload-len(s.payload)-evalFragHeader)
+		s.payload = appendRedundantVarint(s.payload, n)
+		s.payload = append(s.payload, pkt[:n]...)
+		s.frags++
+		pkt = pkt[n:]
+		if len(pkt) == 0 {
+			return
+		}
+		s.flags |= smb.FlagLastPacketContinuesOnNextChunk
+		s.flush(b)
+		s.flags = smb.FlagFirstPacketContinuesFromPrevChunk
+	}
+}
+
+// flush commits the open chunk to the ring.
+func (s *evalSeq) flush(b *buffer.TraceBuffer) {
+	if s.frags == 0 {
+		return
+	}
+	b.CopyChunkUntrusted(evalProducer, s.client, s.writer, s.chunkID, s.frags, s.flags, true, s.payload)
+	s.chunkID++
+	s.payload, s.frags, s.flags = s.payload[:0], 0, 0
+}
+
+// appendRedundantVarint writes n as a 4-byte varint (protozero's reserved
+// size field).
+func appendRedundantVarint(b []byte, n int) []byte {
+	return append(b, byte(n)|0x80, byte(n>>7)|0x80, byte(n>>14)|0x80, byte(n>>21)&0x7f)
+}
+
+// observe feeds an overwritten packet to every variant's VMs.
+func (r *evalRing) observe(seq buffer.SequenceProperties, packet [][]byte) {
+	r.overwritten++
+	if len(r.variants) == 1 || r.err != nil {
+		return // baseline only
+	}
+	r.scratch = r.scratch[:0]
+	for _, s := range packet {
+		r.scratch = append(r.scratch, s...)
+	}
+	cleared := isCleared(r.scratch)
+	timed := r.overwritten%evalTimingSample == 0
+	for _, v := range r.variants[1:] {
+		vm := v.vm
+		if v.res.Path == evalRestore {
+			// A CLEARED packet starts the sequence's state afresh.
+			vm = v.seqVMs[seq.WriterID]
+			if vm == nil || cleared {
+				nvm, err := protovm.New(v.prog, v.memory)
+				if err != nil {
+					r.err = err
+					return
+				}
+				v.countVM(vm)
+				vm = nvm
+				v.seqVMs[seq.WriterID] = vm
+			}
+		}
+		// Time one patch in evalTimingSample: reading the clock costs
+		// about as much as a small patch.
+		if !timed {
+			vm.ApplyPatch(r.scratch)
+			continue
+		}
+		start := time.Now()
+		vm.ApplyPatch(r.scratch)
+		v.patchNs += time.Since(start).Nanoseconds()
+		v.timed++
+	}
+}
+
+// countVM adds a retired VM's outcomes to the result.
+func (v *evalVariant) countVM(vm *protovm.VM) {
+	if vm == nil {
+		return
+	}
+	st := vm.Stats()
+	v.res.PatchOk += st.PatchesApplied
+	v.res.PatchError += st.PatchesFailed
+	v.res.PatchAbort += st.PatchesAborted
+}
+
+// isCleared reports whether a packet carries SEQ_INCREMENTAL_STATE_CLEARED
+// (sequence_flags bit 0 or the deprecated incremental_state_cleared).
+func isCleared(pkt []byte) bool {
+	cleared := false
+	for len(pkt) > 0 {
+		num, typ, n := protowire.ConsumeTag(pkt)
+		if n < 0 {
+			break
+		}
+		if typ == protowire.VarintType && (num == tracefile.FieldSequenceFlags || num == tracefile.FieldIncrementalStateClear) {
+			v, m := protowire.ConsumeVarint(pkt[n:])
+			if m < 0 {
+				break
+			}
+			cleared = num == tracefile.FieldSequenceFlags && v&1 != 0 || num == tracefile.FieldIncrementalStateClear && v != 0
+			pkt = pkt[n+m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, pkt[n:])
+		if m < 0 {
+			break
+		}
+		pkt = pkt[n+m:]
+	}
+	return cleared
+}
+
+// survivor is one packet read back from the ring.
+type survivor struct {
+	packet []byte // producer bytes, without trusted fields
+	seq    buffer.SequenceProperties
+	loss   uint32
+}
+
+// readAll reads the ring once. The survivors hold at most the ring's size.
+func (r *evalRing) readAll() []survivor {
+	var out []survivor
+	var ends []int
+	arena := make([]byte, 0, r.buf.UsedSize()) // every survivor's bytes, back to back (they fit in the ring)
+	var p buffer.Packet
+	r.buf.BeginRead()
+	for r.buf.ReadNextTracePacket(&p) {
+		arena = p.AppendTo(arena)
+		ends = append(ends, len(arena))
+		out = append(out, survivor{seq: p.Seq, loss: p.PreviousPacketDropped})
+	}
+	start := 0
+	for i, end := range ends {
+		out[i].packet = arena[start:end:end]
+		start = end
+	}
+	return out
+}
+
+// present builds the trace the service would write for this variant from
+// the ring's survivors and predicts its import.
+func (v *evalVariant) present(head [][]byte, survivors []survivor, seqIDs []uint32, opts tpimport.Options) {
+	c := tpimport.NewChecker(opts)
+	var off int64
+	feed := func(p []byte) {
+		c.Packet(p, off)
+		off += int64(tracefile.RecordSize(len(p)))
+	}
+	for _, p := range head {
+		feed(p)
+	}
+	trusted := func(s buffer.SequenceProperties, loss uint32) tracefile.Trusted {
+		return tracefile.Trusted{UID: s.Client.UID, SequenceID: uint32(s.WriterID), PID: s.Client.PID, HasPID: true, PreviousPacketDropped: loss}
+	}
+	if v.res.Path == evalProtoVMs {
+		var seqsOfBuffer []byte
+		for _, id := range seqIDs {
+			seqsOfBuffer = appendMsg(seqsOfBuffer, 1, appendVarintPair(nil, uint64(id), evalProducer))
+		}
+		feed(tracefile.AppendTrusted(appendMsg(nil, tracefile.FieldTraceProvenance, appendMsg(nil, 2, seqsOfBuffer)), tracefile.Trusted{SequenceID: 1}))
+		var inst []byte
+		inst = appendMsg(inst, 1, v.prog)
+		inst = appendMsg(inst, 2, v.vm.SerializeIncrementalState(nil))
+		inst = protowire.AppendVarint(protowire.AppendTag(inst, 3, protowire.VarintType), uint64(v.memory/1024))
+		inst = protowire.AppendVarint(protowire.AppendTag(inst, 4, protowire.VarintType), evalProducer)
+		feed(tracefile.AppendTrusted(appendMsg(nil, tracefile.FieldProtoVMs, appendMsg(nil, 1, inst)), tracefile.Trusted{SequenceID: 1}))
+		v.countVM(v.vm)
+		v.res.StateBytes = len(v.vm.SerializeIncrementalState(nil))
+	}
+	seen := map[uint16]bool{}
+	var out []byte
+	for _, s := range survivors {
+		v.res.Survived++
+		w := s.seq.WriterID
+		loss := s.loss
+		if !seen[w] {
+			seen[w] = true
+			if vm := v.seqVMs[w]; vm != nil {
+				// The restore packet: CLEARED + folded state + the loss,
+				// ahead of the sequence's first survivor.
+				out = vm.SerializeIncrementalState(out[:0])
+				out = protowire.AppendVarint(protowire.AppendTag(out, tracefile.FieldSequenceFlags, protowire.VarintType), 1)
+				out = tracefile.AppendTrusted(out, trusted(s.seq, loss))
+				feed(out)
+				v.res.RestorePackets++
+				loss = 0
+			}
+		}
+		out = tracefile.AppendTrusted(append(out[:0], s.packet...), trusted(s.seq, loss))
+		feed(out)
+	}
+	for _, vm := range v.seqVMs {
+		v.countVM(vm)
+		v.res.StateBytes += len(vm.SerializeIncrementalState(nil))
+	}
+	r := c.Finish()
+	v.res.Importable = r.ProducerImported - v.res.RestorePackets
+	for _, s := range r.Sequences {
+		if s.ID > 1 {
+			v.res.Skipped += s.NeedsSkipped
+			for _, n := range s.Unresolved {
+				v.res.Unresolved += n
+			}
+		}
+	}
+	v.res.Findings = r.Codes()
+	if v.res.Findings == nil {
+		v.res.Findings = []string{}
+	}
+	if v.res.Packets > 0 {
+		v.res.Share = float64(v.res.Importable) / float64(v.res.Packets)
+	}
+	if v.res.Survived > 0 {
+		v.res.SurvivorShare = float64(v.res.Importable) / float64(v.res.Survived)
+	}
+	if v.timed > 0 {
+		v.res.NsPerPatch = float64(v.patchNs) / float64(v.timed)
+	}
+}
+
+func appendMsg(b []byte, num protowire.Number, m []byte) []byte {
+	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), m)
+}
+
+func appendVarintPair(b []byte, a, c uint64) []byte {
+	b = protowire.AppendVarint(protowire.AppendTag(b, 1, protowire.VarintType), a)
+	return protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), c)
+}
+
+var errNoProducerPackets = errors.New("the trace holds no producer packets (trusted_packet_sequence_id > 1)")

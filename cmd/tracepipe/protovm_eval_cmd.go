@@ -1,0 +1,134 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/tracepipe/tracepipe/pipeline"
+)
+
+const evalLong = `Replay a complete trace (recorded without loss; plain, gzip or zstd) through
+a ring buffer of --buffer bytes (tracepipe's real TraceBuffer) and report
+what survives the ring and what trace_processor imports of it, per the rules
+of 'tracepipe check':
+
+  baseline          no program: survivors whose incremental state was
+                    overwritten are skipped
+  PROG/restore      the program folds each sequence's overwritten packets;
+                    the readback writes CLEARED + the state (+ the loss
+                    flag) ahead of the sequence's first survivor
+  PROG/protovms     (--protovms) Perfetto's path: one VM fed by every overwritten packet,
+                    its state in a protovms packet; trace_processor offers
+                    every survivor to the VM and replaces Ok ones by the state
+
+Producer packets (trusted_packet_sequence_id > 1) are cut into 4 KiB chunks
+per sequence in file order; service packets head the replayed trace.
+Columns: packets survived, importable (imported intact by trace_processor),
+share of the full trace's producer packets importable, NEEDS packets
+skipped, failed iid lookups, restore packets, state bytes, patches
+ok/error/abort and time per patch.`
+
+// newProtoVMEvalCmd builds `tracepipe protovm eval`.
+func newProtoVMEvalCmd() *cobra.Command {
+	var (
+		trace, bufSize, plotPath string
+		programs                 []string
+		asJSON, protoVMs         bool
+		memKB                    uint32
+	)
+	c := &cobra.Command{
+		Use:   "eval --trace FULL --buffer SIZE [--program P]...",
+		Short: "Replay a complete trace through a ring buffer with and without programs; report what imports",
+		Long:  evalLong,
+		Example: `  tracepipe protovm eval --trace full.pftrace.gz --buffer 4MiB --program configs/protovm/interned_names.yaml
+  tracepipe protovm eval --trace full.pftrace --buffer 1MiB --program a.yaml --program b.bin --json --plot eval.svg`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			size, err := pipeline.ParseByteSize(bufSize)
+			if err != nil || size <= 0 {
+				return usageError{fmt.Errorf("--buffer %q: want a size like 4MiB (%v)", bufSize, err)}
+			}
+			if memKB == 0 {
+				return usageError{fmt.Errorf("--memory-limit-kb must be > 0")}
+			}
+			res, err := runEval(trace, evalOptions{bufferSize: int(size), memoryLimitKB: memKB, programs: programs, protoVMs: protoVMs}, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if plotPath != "" {
+				if err := plotEval(res, plotPath, trace, size); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			return writeEvalTable(cmd.OutOrStdout(), res)
+		},
+	}
+	c.Flags().StringVar(&trace, "trace", "", "complete trace to replay")
+	c.Flags().StringVar(&bufSize, "buffer", "", "ring buffer size (e.g. 4MiB, 65536KiB)")
+	c.Flags().StringArrayVar(&programs, "program", nil, "program to evaluate (.yaml/.yml description or compiled bytes); repeatable")
+	c.Flags().Uint32Var(&memKB, "memory-limit-kb", 1024, "each VM's state memory limit (KiB)")
+	c.Flags().BoolVar(&protoVMs, "protovms", false, "also evaluate each program on Perfetto's protovms path")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
+	c.Flags().StringVar(&plotPath, "plot", "", "write a bar chart of the importable shares to this .svg file")
+	_ = c.MarkFlagRequired("trace")
+	_ = c.MarkFlagRequired("buffer")
+	return c
+}
+
+func writeEvalTable(w io.Writer, res []EvalResult) error {
+	if len(res) > 0 {
+		fmt.Fprintf(w, "full trace: %d producer packets\n", res[0].Packets)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "VARIANT\tSURVIVED\tIMPORTABLE\tSHARE\tSKIPPED\tUNRESOLVED\tRESTORES\tSTATE_B\tOK\tERROR\tABORT\tNS/PATCH\t")
+	for _, r := range res {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t\n", r.Variant, r.Survived, r.Importable, 100*r.Share,
+			r.Skipped, r.Unresolved, r.RestorePackets, r.StateBytes, r.PatchOk, r.PatchError, r.PatchAbort, r.NsPerPatch)
+	}
+	return tw.Flush()
+}
+
+// plotEval draws the importable share of the full trace and of the
+// survivors, per variant.
+func plotEval(res []EvalResult, path, trace string, size int64) error {
+	p := plot.New()
+	p.Title.Text = "protovm eval: " + trace + " through a " + strconv.FormatInt(size>>10, 10) + " KiB ring"
+	p.Y.Label.Text = "importable (%)"
+	p.Y.Min, p.Y.Max = 0, 100
+	full, surv := make(plotter.Values, len(res)), make(plotter.Values, len(res))
+	names := make([]string, len(res))
+	for i, r := range res {
+		full[i], surv[i], names[i] = 100*r.Share, 100*r.SurvivorShare, r.Variant
+	}
+	w := vg.Points(18)
+	a, err := plotter.NewBarChart(full, w)
+	if err != nil {
+		return err
+	}
+	a.Offset = -w / 2
+	a.Color = plotter.DefaultLineStyle.Color
+	b, err := plotter.NewBarChart(surv, w)
+	if err != nil {
+		return err
+	}
+	b.Offset = w / 2
+	p.Add(a, b)
+	p.Legend.Add("of the full trace", a)
+	p.Legend.Add("of the survivors", b)
+	p.Legend.Top = true
+	p.NominalX(names...)
+	return p.Save(vg.Length(120+90*len(res)), 4*vg.Inch, path)
+}

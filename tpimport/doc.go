@@ -1,0 +1,20 @@
+// Package tpimport predicts what Perfetto's trace_processor will do with a
+// trace file, following the import rules distilled in
+// reference/trace-processor-import.md: which packets it skips per sequence
+// and why, which interned ids it cannot resolve, which tracks it cannot
+// attribute, which timestamps it cannot convert, which packets a ProtoVM
+// replaces by its state (run on tracepipe's real protovm package), and the
+// error, data_loss and notice stats it raises. It also checks that every
+// payload whose message type is known decodes strictly, as protoc --decode
+// and Python protobuf would.
+//
+// What it owns: the model of trace_processor's tokenization phase (file
+// order, per-packet steps of §0) and the end-of-import stats (§6). It is
+// the project's oracle: `tracepipe check`, `tracepipe protovm eval` and
+// the tests of the service use it.
+//
+// What it must not do: write traces, hold whole traces in memory (a
+// Checker keeps per-sequence state and sets of ids, never packets), or
+// reach the network. It reads field numbers from reference/trace-format.md
+// and keeps no copy of Perfetto's .proto files.
+package tpimport

@@ -1,0 +1,29 @@
+package tpimport
+
+import (
+	"bytes"
+	"testing"
+)
+
+// FuzzCheck feeds arbitrary bytes to Check: it must never panic, and every
+// count it reports must stay within the packets it read.
+func FuzzCheck(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0x0a, 0x02, 0x50, 0x02})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := Check(bytes.NewReader(data), Options{MaxRecordSize: 1 << 20})
+		if err != nil {
+			return
+		}
+		var sum int64
+		for _, s := range r.Sequences {
+			if s.Imported < 0 || s.Imported > s.Packets || s.NeedsSkipped > s.NeedsTotal {
+				t.Fatalf("inconsistent sequence %+v", s)
+			}
+			sum += s.Packets
+		}
+		if sum > r.Packets {
+			t.Fatalf("sequences hold %d packets, trace %d", sum, r.Packets)
+		}
+	})
+}
