@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -176,6 +177,24 @@ data_sources:
 	m := newTPModel()
 	for _, p := range pkts {
 		m.packet(t, p.raw)
+	}
+	// The project's oracle (`tracepipe check`) must agree with the model
+	// on what is skipped, unresolved and dropped.
+	rep, err := tpimport.CheckFile(out, tpimport.Options{ClockSlackNs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var skipped, unresolved, dropped int64
+	for _, q := range rep.Sequences {
+		skipped += q.NeedsSkipped
+		dropped += q.Dropped
+		for _, n := range q.Unresolved {
+			unresolved += n
+		}
+	}
+	if skipped != int64(m.totalSkipped()) || (m.unresolved == 0) != (unresolved == 0) || (m.counterInvalid == 0) != (dropped == 0) {
+		t.Fatalf("tracepipe check: %d skipped, %d unresolved, %d dropped; model: %d skipped, %d unresolved, %d counters dropped",
+			skipped, unresolved, dropped, m.totalSkipped(), m.unresolved, m.counterInvalid)
 	}
 	return pkts, m, res
 }

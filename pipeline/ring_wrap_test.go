@@ -2,8 +2,10 @@ package pipeline
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -11,8 +13,9 @@ import (
 // writer) so that the ring wraps many times, imports in trace_processor
 // without a skipped packet: every sequence of the synthetic source gets a
 // restore ahead of its first survivor. Without the program, the survivors
-// up to each writer's next clear (clear_period 2 s) are skipped. The
-// verdict comes from tpModel (trace_processor's rules, file order).
+// up to each writer's next clear (clear_period 2 s) are skipped. Two
+// verdicts: tpModel (this package's small model of trace_processor's
+// rules) and tpimport (`tracepipe check`, the project's oracle).
 func TestRingBufferConfigSurvivorsImport(t *testing.T) {
 	for _, withProgram := range []bool{true, false} {
 		name := map[bool]string{true: "program", false: "no_program"}[withProgram]
@@ -40,17 +43,31 @@ func TestRingBufferConfigSurvivorsImport(t *testing.T) {
 				}
 				m.packet(t, p.raw)
 			}
+			rep, err := tpimport.CheckFile(out, tpimport.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var checkSkipped int64
+			for _, q := range rep.Sequences {
+				checkSkipped += q.NeedsSkipped
+			}
 			tp := res.Stats.Tracepipe
+			t.Logf("check: %d skipped, findings %v", checkSkipped, rep.Codes())
 			t.Logf("%s: wrapped %d times, %d packets, %d skipped, %d names resolved / %d not, %d counters / %d before their track, %d restores",
 				name, st.WriteWrapCount, len(pkts), m.totalSkipped(), m.names, m.unresolved, m.counters, m.counterInvalid, tp.SequenceRestores)
 			if !withProgram {
-				if m.totalSkipped() == 0 {
-					t.Fatal("no packet skipped without the program: the test proves nothing")
+				if m.totalSkipped() == 0 || checkSkipped == 0 {
+					t.Fatalf("no packet skipped without the program (model %d, check %d): the test proves nothing", m.totalSkipped(), checkSkipped)
 				}
 				return
 			}
 			if m.totalSkipped() != 0 || m.unresolved != 0 || m.counterInvalid != 0 || m.names == 0 || m.counters == 0 {
 				t.Fatalf("with the program: %d packets skipped (%v), %d names unresolved, %d counter events before their track", m.totalSkipped(), m.skipped, m.unresolved, m.counterInvalid)
+			}
+			if !rep.Clean() || checkSkipped != 0 {
+				var sb strings.Builder
+				_ = rep.WriteText(&sb)
+				t.Fatalf("tracepipe check with the program: %d skipped\n%s", checkSkipped, sb.String())
 			}
 			if tp.SequenceRestores == 0 || tp.ProtoVMPatchesFailed != 0 {
 				t.Fatalf("tracepipe stats %+v", tp)
