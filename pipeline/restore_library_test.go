@@ -289,8 +289,12 @@ func TestRestoreLibraryCounterValues(t *testing.T) {
 	if m.counterInvalid != 0 {
 		t.Fatalf("%d counter events before their track descriptor", m.counterInvalid)
 	}
+	// The restored value is the last overwritten one: the survivor's
+	// predecessor, or the one before when the packet straddling the
+	// overwritten chunk boundary was lost whole (its first fragment
+	// overwritten, its continuation unreadable).
 	for uuid, vals := range m.counterValues {
-		if len(vals) < 2 || vals[0]+1 != vals[1] {
+		if len(vals) < 2 || vals[0] >= vals[1] || vals[1]-vals[0] > 2 {
 			t.Fatalf("track %d: first values %v; want the last overwritten value, then the first survivor's", uuid, vals[:min(len(vals), 3)])
 		}
 	}
