@@ -100,8 +100,8 @@ func (r *restoreSet) seq(producer, writer uint16) *restoreSeq {
 // fold applies one packet of the sequence (producer bytes, without the
 // trusted suffix) to its state; a CLEARED packet first starts a new state.
 func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
-	cleared, relevant := scanPacket(packet, q.prog)
-	if q.vm == nil || cleared {
+	sc := scanPacket(packet, q.prog)
+	if q.vm == nil || sc.cleared {
 		vm, err := protovm.New(q.prog.program, q.prog.limit)
 		if err != nil {
 			q.vm = nil
@@ -110,7 +110,7 @@ func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
 		}
 		q.vm = vm
 	}
-	if !relevant {
+	if !sc.relevant {
 		return protovm.Error // exact: the program would change nothing
 	}
 	st := q.vm.ApplyPatch(packet)
@@ -170,40 +170,46 @@ func (r *restoreSet) observe(seq buffer.SequenceProperties, fragments [][]byte) 
 
 const maxRetainedRestoreScratch = 1 << 20
 
-// clearsState reports whether a producer packet carries
-// SEQ_INCREMENTAL_STATE_CLEARED (sequence_flags bit 1, or the deprecated
-// incremental_state_cleared), the last occurrence winning. Malformed bytes
-// end the scan (the packet was validated before it is read back; an
-// overwritten one may not have been).
-func clearsState(b []byte) bool {
-	cleared, _ := scanPacket(b, nil)
-	return cleared
+// packetScan is what the restore needs from a packet's top level.
+type packetScan struct {
+	// cleared: SEQ_INCREMENTAL_STATE_CLEARED (sequence_flags bit 1, or the
+	// deprecated incremental_state_cleared), the last occurrence winning.
+	cleared bool
+	// relevant: the packet has a top-level field the program needs
+	// (always true for a program that cannot be filtered, or a nil prog).
+	relevant bool
+	// loss is the producer's own previous_packet_dropped (e.g. SMB_FULL,
+	// which producers set), the last occurrence.
+	loss uint32
 }
 
-// scanPacket is clearsState, and reports whether the packet has a
-// top-level field prog needs (always true for a program that cannot be
-// filtered, or a nil prog).
-func scanPacket(b []byte, prog *restoreProgram) (cleared, relevant bool) {
-	relevant = prog == nil || !prog.filtered
+// scanPacket reads a producer packet's top level. Malformed bytes end the
+// scan (the packet was validated before it is read back; an overwritten
+// one may not have been).
+func scanPacket(b []byte, prog *restoreProgram) packetScan {
+	sc := packetScan{relevant: prog == nil || !prog.filtered}
 	for off := 0; off < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[off:])
 		if n < 0 {
 			break
 		}
 		off += n
-		if !relevant && slices.Contains(prog.fields, uint32(num)) {
-			relevant = true
+		if !sc.relevant && slices.Contains(prog.fields, uint32(num)) {
+			sc.relevant = true
 		}
-		if typ == protowire.VarintType && (num == tracefile.FieldSequenceFlags || num == tracefile.FieldIncrementalStateClear) {
+		if typ == protowire.VarintType {
 			v, m := protowire.ConsumeVarint(b[off:])
 			if m < 0 {
 				break
 			}
 			off += m
-			if num == tracefile.FieldSequenceFlags {
-				cleared = v&tracefile.SeqIncrementalStateCleared != 0
-			} else {
-				cleared = v != 0
+			switch num {
+			case tracefile.FieldSequenceFlags:
+				sc.cleared = v&tracefile.SeqIncrementalStateCleared != 0
+			case tracefile.FieldIncrementalStateClear:
+				sc.cleared = v != 0
+			case tracefile.FieldPreviousPacketDropped:
+				sc.loss = uint32(v)
 			}
 			continue
 		}
@@ -213,24 +219,33 @@ func scanPacket(b []byte, prog *restoreProgram) (cleared, relevant bool) {
 		}
 		off += m
 	}
-	return cleared, relevant
+	return sc
 }
 
 // restoreAhead runs for each validated packet of a restore sequence read
 // back into b (its producer bytes at b.data[start:]), before the trusted
-// suffix is stamped. If the packet follows a loss and does not clear the
-// state itself, a restore is inserted ahead of it and the loss flag moves
-// onto the restore. The packet is then folded. It returns the trusted
-// fields to stamp on the packet.
+// suffix is stamped. If the packet follows a loss — the buffer's (tr) or
+// the producer's own previous_packet_dropped (SMB_FULL) — and does not
+// clear the state itself, a restore is inserted ahead of it and the loss
+// moves onto the restore: the packet then carries previous_packet_dropped
+// = 0 (appended, so it overrides the producer's). The packet is then
+// folded. It returns the trusted fields to stamp on the packet.
 func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefile.Trusted) tracefile.Trusted {
 	pkt := b.data[start:]
-	if (tr.PreviousPacketDropped != 0 || q.pending) && q.vm != nil && !clearsState(pkt) {
+	sc := scanPacket(pkt, nil)
+	if (tr.PreviousPacketDropped != 0 || sc.loss != 0 || q.pending) && q.vm != nil && !sc.cleared {
 		r.survivor = append(r.survivor[:0], pkt...)
 		b.data = b.data[:start]
-		r.appendRestore(b, q, r.survivor, tr)
+		rt := tr
+		rt.PreviousPacketDropped |= sc.loss
+		r.appendRestore(b, q, r.survivor, rt)
 		tr.PreviousPacketDropped = 0
 		start = len(b.data)
 		b.data = append(b.data, r.survivor...)
+		if sc.loss != 0 {
+			b.data = protowire.AppendTag(b.data, tracefile.FieldPreviousPacketDropped, protowire.VarintType)
+			b.data = protowire.AppendVarint(b.data, 0)
+		}
 		pkt = b.data[start:]
 		if cap(r.survivor) > maxRetainedRestoreScratch {
 			r.survivor = nil

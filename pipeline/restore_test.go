@@ -251,3 +251,27 @@ func FuzzRestore(f *testing.F) {
 		}
 	})
 }
+
+// Producers set previous_packet_dropped themselves when their SMB was full
+// (SMB_FULL): trace_processor invalidates the sequence on it like on a
+// buffer loss, so such a packet gets a restore too, the restore carries
+// both causes, and the packet ends with previous_packet_dropped = 0.
+func TestRestoreOnProducerLoss(t *testing.T) {
+	r := newTestRestoreSet(t)
+	if out := readBack(t, r, 1, namesPacket(1, map[uint64]string{1: "a"}), 0); len(out) != 1 {
+		t.Fatalf("clearing packet: %d packets", len(out))
+	}
+	withLoss := appendVarint(eventPacket(1), tracefile.FieldPreviousPacketDropped, tracefile.LossPresent|tracefile.LossSMBFull)
+	out := readBack(t, r, 1, withLoss, 0) // no buffer loss, nothing overwritten
+	if len(out) != 2 || out[0].info.PreviousPacketDropped != tracefile.LossPresent|tracefile.LossSMBFull {
+		t.Fatalf("%d packets, restore loss %d", len(out), out[0].info.PreviousPacketDropped)
+	}
+	if out[1].info.PreviousPacketDropped != 0 || !namesEqual(eventNames(t, out[0].raw), map[uint64]string{1: "a"}) {
+		t.Fatalf("survivor loss %d, restore names %v", out[1].info.PreviousPacketDropped, eventNames(t, out[0].raw))
+	}
+	// Both causes when the buffer lost data too.
+	out = readBack(t, r, 1, withLoss, tracefile.LossPresent|tracefile.LossOverwrite)
+	if want := uint32(tracefile.LossPresent | tracefile.LossSMBFull | tracefile.LossOverwrite); len(out) != 2 || out[0].info.PreviousPacketDropped != want || out[1].info.PreviousPacketDropped != 0 {
+		t.Fatalf("restore loss %d (want %d), survivor %d", out[0].info.PreviousPacketDropped, want, out[1].info.PreviousPacketDropped)
+	}
+}
