@@ -20,6 +20,7 @@ import (
 // before validation:
 //
 //	file_write_period              5s   (DefaultFileWritePeriod)
+//	flush_period                   file_write_period when write_into_file
 //	flush_timeout                  5s   (DefaultFlushTimeout)
 //	stats_period                   10s  (DefaultStatsPeriod)
 //	buffers[i].fill_policy         ring_buffer
@@ -38,7 +39,7 @@ type Config struct {
 	WriteIntoFile    bool                   `koanf:"write_into_file"`   // streaming: read back every file_write_period; else only at stop
 	FileWritePeriod  time.Duration          `koanf:"file_write_period"` // default 5s; < 100ms is an error
 	MaxFileSize      int64                  `koanf:"max_file_size"`     // bytes; default for file sinks that set none; 0 = unlimited
-	FlushPeriod      time.Duration          `koanf:"flush_period"`      // 0 = no periodic flush
+	FlushPeriod      time.Duration          `koanf:"flush_period"`      // 0 = no periodic flush (streaming: defaults to file_write_period)
 	FlushTimeout     time.Duration          `koanf:"flush_timeout"`     // default 5s
 	StatsPeriod      time.Duration          `koanf:"stats_period"`      // TraceStats packet period in streaming mode; default 10s
 	IncrementalState IncrementalStateConfig `koanf:"incremental_state"`
@@ -75,8 +76,21 @@ type DataSourceConfig struct {
 type ProtoVMConfig struct {
 	Program       string `koanf:"program"`         // .bin/.pb = compiled VmProgram bytes; .yaml/.yml = program description compiled with protovm.Compile(src, nil)
 	MemoryLimitKB uint32 `koanf:"memory_limit_kb"` // required, > 0
-	ProgramBytes  []byte `koanf:"-"`               // filled by Load/Validate: the compiled VmProgram
+	// Path is what the program serves: "restore" (tracepipe folds each
+	// sequence and writes a restore packet ahead of its first packet after
+	// a loss; no protovms packet) or "perfetto" (one VM per program, its
+	// state written as a protovms packet for trace_processor, which
+	// replaces every packet the program returns Ok for by the state).
+	// Empty: what a YAML program declares with `serves:`, else "restore".
+	Path         string `koanf:"path"`
+	ProgramBytes []byte `koanf:"-"` // filled by Load/Validate: the compiled VmProgram
 }
+
+// ProtoVMConfig.Path values.
+const (
+	ProtoVMPathRestore  = "restore"
+	ProtoVMPathPerfetto = "perfetto"
+)
 
 // IncrementalStateConfig is Perfetto's IncrementalStateConfig.
 type IncrementalStateConfig struct {
@@ -132,6 +146,13 @@ const (
 func (c *Config) SetDefaults() {
 	if c.FileWritePeriod == 0 {
 		c.FileWritePeriod = DefaultFileWritePeriod
+	}
+	if c.WriteIntoFile && c.FlushPeriod == 0 && c.FileWritePeriod >= MinPeriod {
+		// Streaming needs flushes: what writers hold in partial chunks
+		// would otherwise reach the file only at stop, and
+		// trace_processor flags a write_into_file trace without
+		// flush_period (config_write_into_file_no_flush).
+		c.FlushPeriod = c.FileWritePeriod
 	}
 	if c.FlushTimeout == 0 {
 		c.FlushTimeout = DefaultFlushTimeout

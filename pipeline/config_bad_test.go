@@ -186,6 +186,25 @@ func TestBadConfigs(t *testing.T) {
 			sets:  []string{"data_sources[0].protovm.program=prog.yaml"},
 			files: map[string]string{"prog.yaml": progYAML},
 			want:  "data_sources[0].protovm.memory_limit_kb: required, must be > 0", valErr: true},
+		{name: "protovm perfetto path with a program that folds events", content: okYAML,
+			sets:  []string{"data_sources[0].protovm.program=prog.yaml", "data_sources[0].protovm.memory_limit_kb=64", "data_sources[0].protovm.path=perfetto"},
+			files: map[string]string{"prog.yaml": foldsEventsYAML},
+			want: `data_sources[0].protovm.path: perfetto: program "$DIR/prog.yaml": returns Ok for a track_event slice with interned_data (SDK style) packet; ` +
+				`trace_processor replaces every packet whose patch is Ok by the VM state, so such events would vanish from the imported trace. ` +
+				`A program for this path must fail (Error) on every packet that carries a payload and accept only pure patch packets; use path: restore for a program that folds event packets`,
+			valErr: true},
+		{name: "protovm perfetto path with a program declaring restore", content: okYAML,
+			sets:  []string{"data_sources[0].protovm.program=prog.yaml", "data_sources[0].protovm.memory_limit_kb=64", "data_sources[0].protovm.path=perfetto"},
+			files: map[string]string{"prog.yaml": "serves: restore\n" + foldsEventsYAML},
+			want:  `data_sources[0].protovm.path: perfetto, but program "$DIR/prog.yaml" declares serves: restore`, valErr: true},
+		{name: "protovm unknown path", content: okYAML,
+			sets:  []string{"data_sources[0].protovm.program=prog.yaml", "data_sources[0].protovm.memory_limit_kb=64", "data_sources[0].protovm.path=both"},
+			files: map[string]string{"prog.yaml": progYAML},
+			want:  `data_sources[0].protovm.path: "both": want restore or perfetto`, valErr: true},
+		{name: "protovm program serves nothing known", content: okYAML,
+			sets:  []string{"data_sources[0].protovm.program=prog.yaml", "data_sources[0].protovm.memory_limit_kb=64"},
+			files: map[string]string{"prog.yaml": "serves: tp\n" + progYAML},
+			want:  `data_sources[0].protovm.program: "$DIR/prog.yaml": protovm compile: serves: "tp": want restore or perfetto`, valErr: true},
 
 		// Durations and periods.
 		{name: "negative duration", content: okYAML + "duration: -1s\n",
@@ -319,6 +338,12 @@ flush_period: 1ms
 		t.Fatalf("only %d cases", len(cases))
 	}
 }
+
+// foldsEventsYAML folds interned event names from any packet that has
+// them, event packets included (configs/protovm/interned_names.yaml).
+const foldsEventsYAML = `commands:
+  - merge: {src: [12, "2[]"], dst: [12, 2], key_field: 1}
+`
 
 func compileErr(src string) string {
 	_, err := protovm.Compile([]byte(src), nil)

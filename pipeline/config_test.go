@@ -231,7 +231,7 @@ func wantGood(t *testing.T, dir string) *Config {
 				Config: map[string]any{"rate": 1000, "mode": "a"}},
 			{Name: "test.any", TargetBuffer: 0, TargetBufferName: "main", BufferExhaustedPolicy: BufferExhaustedDrop,
 				Config:  map[string]any{"list": []any{1, 2.5, "x"}, "nested": map[string]any{"deep": 3}},
-				ProtoVM: &ProtoVMConfig{Program: filepath.Join(dir, "prog.yaml"), MemoryLimitKB: 256, ProgramBytes: prog}},
+				ProtoVM: &ProtoVMConfig{Program: filepath.Join(dir, "prog.yaml"), MemoryLimitKB: 256, Path: ProtoVMPathRestore, ProgramBytes: prog}},
 		},
 		Sinks: []sinks.Config{
 			{Type: "file", Path: "out/a.pftrace", Compression: "zstd", MaxFileSize: 1000, FsyncPeriod: time.Second,

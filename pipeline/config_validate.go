@@ -266,16 +266,21 @@ func (c *Config) checkProtoVM(k *checker, p string, vm *ProtoVMConfig) {
 		}
 		return
 	}
+	var src []byte // a YAML description, which may declare `serves`
 	if ext == ".bin" || ext == ".pb" {
 		if _, err := protovm.ParseProgram(b); err != nil {
 			k.bad(p+".program", "%q: %v", vm.Program, err)
 			return
 		}
-	} else if b, err = protovm.Compile(b, nil); err != nil {
-		k.bad(p+".program", "%q: %v", vm.Program, err)
-		return
+	} else {
+		src = b
+		if b, err = protovm.Compile(src, nil); err != nil {
+			k.bad(p+".program", "%q: %v", vm.Program, err)
+			return
+		}
 	}
 	vm.ProgramBytes = b
+	resolveProtoVMPath(k, p, vm, src) // protovm_path.go
 }
 
 // resolve makes a relative path relative to the config file's directory.

@@ -3,12 +3,15 @@
 // with messages that name the field), the Service that accepts CommitData
 // from producers, copies chunks into the trace buffers, runs the readback
 // loop, stamps trusted fields and feeds sinks, and the timers for flush,
-// incremental-state clearing and duration.
+// incremental-state clearing and duration. With ProtoVM programs on the
+// restore path it also folds each sequence's incremental state and writes a
+// restore packet ahead of a sequence's first packet after a loss
+// (restore.go), so ring-wrapped traces import in trace_processor.
 //
 // Goroutines of a running Service:
 //   - the service goroutine (the caller of Run) owns every TraceBuffer and
-//     ProtoVM instance: commits, patches, scrapes and read passes all run
-//     there, one at a time;
+//     ProtoVM instance (and every restore fold): commits, patches, scrapes
+//     and read passes all run there, one at a time;
 //   - one control goroutine per producer makes the DataSource calls
 //     (Start, Flush, ClearIncrementalState, Stop) and pushes batched
 //     commits; the data source's own goroutines write its packets;

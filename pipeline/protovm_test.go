@@ -115,11 +115,14 @@ data_sources:
 sinks: [{type: file, path: %q}]
 `
 
-// The ProtoVM end-to-end test of the issue: a tiny ring buffer and a data
-// source that interns event names incrementally. Without ProtoVM the
-// trace references names whose definitions were overwritten; with the
-// interned-names program the emitted state plus the surviving packets
-// define every name still referenced.
+// The ProtoVM end-to-end test of the issue, on the restore path: a tiny
+// ring buffer and a data source that interns event names incrementally
+// and clears its state only once, at its start. Without a program every
+// surviving packet needs state that was overwritten: trace_processor
+// skips them all. With the interned-names program the readback writes a
+// restore packet (CLEARED, the folded names, the loss flag) ahead of the
+// first survivor: nothing is skipped and every referenced name resolves.
+// No protovms packet is written for a restore program.
 func TestProtoVMKeepsOverwrittenInternedNames(t *testing.T) {
 	program, err := filepath.Abs("../configs/protovm/interned_names.yaml")
 	if err != nil {
@@ -137,67 +140,41 @@ func TestProtoVMKeepsOverwrittenInternedNames(t *testing.T) {
 				t.Fatal("the ring buffer did not wrap; the test proves nothing")
 			}
 			pkts := readTrace(t, out)
-			defined := map[uint64]bool{}
-			var stateIIDs, referenced []uint64
-			provenanceAt, protoVMsAt, firstData := -1, -1, -1
+			m := newTPModel()
+			restores := 0
 			for i, p := range pkts {
-				switch {
-				case p.info.PayloadField == tracefile.FieldTraceProvenance:
-					provenanceAt = i
-				case p.info.PayloadField == tracefile.FieldProtoVMs:
-					protoVMsAt = i
-					states, producers := protoVMStates(t, p.raw)
-					if len(states) != 1 || len(producers) != 1 {
-						t.Fatalf("protovms packet: %d states, producers %v", len(states), producers)
+				if p.info.PayloadField == tracefile.FieldProtoVMs {
+					t.Fatal("protovms packet for a restore-path program")
+				}
+				if p.info.SequenceID >= 2 && p.info.SequenceFlags&tracefile.SeqIncrementalStateCleared != 0 && !p.info.HasTimestamp {
+					restores++
+					if p.info.PreviousPacketDropped == 0 {
+						t.Errorf("restore packet %d does not carry the sequence's loss flag", i)
 					}
-					stateIIDs = internedNames(t, states[0])
-				case p.info.SequenceID >= 2:
-					if firstData < 0 {
-						firstData = i
-					}
-					for _, iid := range internedNames(t, p.raw) {
-						defined[iid] = true
-					}
-					if iid, ok := referencedName(t, p.raw); ok {
-						referenced = append(referenced, iid)
+					if i+1 >= len(pkts) || pkts[i+1].info.SequenceID != p.info.SequenceID || pkts[i+1].info.PreviousPacketDropped != 0 {
+						t.Errorf("packet after restore %d: %+v (want the survivor, on the same sequence, without loss flag)", i, pkts[i+1].info)
 					}
 				}
-			}
-			if len(referenced) == 0 {
-				t.Fatal("no TrackEvent survived")
-			}
-			var missing []uint64
-			for _, iid := range referenced {
-				if !defined[iid] {
-					missing = append(missing, iid)
-				}
+				m.packet(t, p.raw)
 			}
 			if !withVM {
-				if protoVMsAt >= 0 {
-					t.Fatal("protovms packet without a program")
+				if restores != 0 {
+					t.Fatalf("%d restore packets without a program", restores)
 				}
-				if len(missing) == 0 {
-					t.Fatal("every referenced name is still defined: the overwrite lost nothing, the test proves nothing")
+				if m.totalSkipped() == 0 {
+					t.Fatal("nothing skipped without the program: the overwrite lost nothing, the test proves nothing")
 				}
-				t.Logf("%d of %d references point at overwritten definitions", len(missing), len(referenced))
+				t.Logf("without program: %d packets skipped, %d names resolved", m.totalSkipped(), m.names)
 				return
 			}
-			if protoVMsAt < 0 || provenanceAt < 0 || !(provenanceAt < protoVMsAt && protoVMsAt < firstData) {
-				t.Fatalf("order: provenance at %d, protovms at %d, first data at %d (want provenance < protovms < data)", provenanceAt, protoVMsAt, firstData)
+			if m.names == 0 || m.totalSkipped() != 0 || m.unresolved != 0 {
+				t.Fatalf("with the program: %d packets skipped, %d names unresolved (%d resolved)", m.totalSkipped(), m.unresolved, m.names)
 			}
-			inState := map[uint64]bool{}
-			for _, iid := range stateIIDs {
-				inState[iid] = true
+			tp := res.Stats.Tracepipe
+			if restores != 1 || tp.SequenceRestores != 1 || tp.ProtoVMPatchesOK == 0 || tp.ProtoVMPatchesFailed != 0 {
+				t.Fatalf("%d restore packets in the trace; counters %+v", restores, tp)
 			}
-			for _, iid := range missing {
-				if !inState[iid] {
-					t.Fatalf("name %d is referenced, was overwritten, and is not in the ProtoVM state (%d entries)", iid, len(stateIIDs))
-				}
-			}
-			if tp := res.Stats.Tracepipe; tp.ProtoVMPatchesOK == 0 || tp.ProtoVMPatchesFailed != 0 {
-				t.Fatalf("ProtoVM counters %+v", tp)
-			}
-			t.Logf("%d overwritten definitions recovered from a state of %d entries", len(missing), len(stateIIDs))
+			t.Logf("with program: 0 skipped, %d names resolved, %d restore packet", m.names, restores)
 		})
 	}
 }
@@ -206,7 +183,7 @@ func TestProtoVMKeepsOverwrittenInternedNames(t *testing.T) {
 // state emits provenance and the states again; one that follows none
 // does not.
 func TestProtoVMStatesReemittedAfterOverwrites(t *testing.T) {
-	program, err := filepath.Abs("../configs/protovm/interned_names.yaml")
+	program, err := filepath.Abs("../protovm/testdata/service_program.yaml") // folds for_testing.protovm_patch: a perfetto-path program
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +194,7 @@ buffers: [{size_kb: 64}]
 data_sources:
   - name: test.scripted
     config: {writers: 1, packets: 1}
-    protovm: {program: %q, memory_limit_kb: 64}
+    protovm: {program: %q, memory_limit_kb: 64, path: perfetto}
 sinks: [{type: file, path: %q}]
 `, program, out))
 	s, err := New(cfg, Options{})
@@ -263,10 +240,10 @@ sinks: [{type: file, path: %q}]
 	if n, _ := pass(); n != 0 {
 		t.Fatalf("pass without overwrites emitted %d protovms packets", n)
 	}
-	// An overwritten packet of producer 1 defining a name changes the state.
+	// An overwritten patch packet of producer 1 changes the state.
 	var pkt []byte
-	pkt = protowire.AppendTag(pkt, tracefile.FieldInternedData, protowire.BytesType)
-	pkt = protowire.AppendBytes(pkt, []byte{0x12, 0x04, 0x08, 0x07, 0x12, 0x00}) // event_names {iid 7, name ""}
+	pkt = protowire.AppendTag(pkt, tracefile.FieldForTesting, protowire.BytesType)
+	pkt = protowire.AppendBytes(pkt, []byte{0x32, 0x05, 0x0a, 0x01, 'x', 0x10, 0x07}) // protovm_patch {string_to_merge "x", int_to_merge 7}
 	vms.Observe(1, [][]byte{pkt})
 	if n, p := pass(); n != 1 || p != 1 {
 		t.Fatalf("pass after a state change: %d protovms, %d provenance packets; want 1 and 1", n, p)

@@ -151,13 +151,19 @@ func (s *Service) appendBufferPacket(b *batch, bs *bufferState, p *buffer.Packet
 		s.counters.invalidPackets++
 		return
 	}
-	b.data = tracefile.AppendTrusted(b.data, tracefile.Trusted{
+	tr := tracefile.Trusted{
 		UID:                   p.Seq.Client.UID,
 		SequenceID:            s.sequenceID(bs, p.Seq.ProducerID, p.Seq.WriterID),
 		PID:                   p.Seq.Client.PID,
 		HasPID:                true,
 		PreviousPacketDropped: p.PreviousPacketDropped,
-	})
+	}
+	if bs.restore != nil {
+		if q := bs.restore.seq(p.Seq.ProducerID, p.Seq.WriterID); q != nil {
+			tr = bs.restore.restoreAhead(b, q, start, tr) // restore.go
+		}
+	}
+	b.data = tracefile.AppendTrusted(b.data, tr)
 	b.ends = append(b.ends, len(b.data))
 }
 

@@ -124,6 +124,7 @@ type bufferState struct {
 	provenance []tracefile.ProvenanceSequence
 	vms        *protovm.Instances // nil without ProtoVM programs
 	vmGen      uint64             // vms.Generation() when its states were last written
+	restore    *restoreSet        // nil without restore-path programs (restore.go)
 }
 
 // New builds a session from a validated config: buffers, sinks and one
@@ -410,16 +411,22 @@ func (s *Service) buildProtoVMs() error {
 		if bs.buf.Policy() != buffer.RingBuffer {
 			s.logf("data_sources[%d].protovm: buffer %d discards when full and never overwrites; the program will see no packets", p.index, p.target)
 		}
+		if pc.Path != ProtoVMPathPerfetto {
+			if bs.restore == nil {
+				bs.restore = newRestoreSet()
+			}
+			bs.restore.programs[p.id] = newRestoreProgram(pc.ProgramBytes, int(pc.MemoryLimitKB)*1024)
+			continue
+		}
 		if bs.vms == nil {
 			bs.vms = &protovm.Instances{}
-			vms := bs.vms
-			bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
-				vms.Observe(int32(seq.ProducerID), packet)
-			})
 		}
 		if _, err := bs.vms.Add(p.name, pc.ProgramBytes, pc.MemoryLimitKB, int32(p.id)); err != nil {
 			return fmt.Errorf("data_sources[%d].protovm.program: %w", p.index, err)
 		}
+	}
+	for _, bs := range s.buffers {
+		bs.observeOverwrites() // restore.go
 	}
 	return nil
 }

@@ -225,17 +225,6 @@ sinks: [{type: file, path: %q}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Expected stream of each writer: the generator's packets up to and
-	// including the 700th TrackEvent.
-	var expected [][][]byte
-	for w := 0; w < 3; w++ {
-		g := builtin.NewSyntheticGenerator(sc, w)
-		var pkts [][]byte
-		for !g.Done() {
-			pkts = append(pkts, g.Next(nil))
-		}
-		expected = append(expected, pkts)
-	}
 	got := map[uint32][][]byte{}
 	var order []uint32
 	uid, pid := int32(os.Getuid()), int32(os.Getpid())
@@ -253,6 +242,24 @@ sinks: [{type: file, path: %q}]
 	}
 	if len(got) != 3 {
 		t.Fatalf("%d sequences, want 3", len(got))
+	}
+	// The instance's deterministic timestamps start at its boot time of
+	// creation: every writer's first packet carries that base.
+	first, err := tracefile.DecodePacket(got[order[0]][0])
+	if err != nil || !first.HasTimestamp {
+		t.Fatalf("first packet: %+v %v", first, err)
+	}
+	sc.TimestampBase = first.Timestamp
+	// Expected stream of each writer: the generator's packets up to and
+	// including the 700th TrackEvent.
+	var expected [][][]byte
+	for w := 0; w < 3; w++ {
+		g := builtin.NewSyntheticGenerator(sc, w)
+		var pkts [][]byte
+		for !g.Done() {
+			pkts = append(pkts, g.Next(nil))
+		}
+		expected = append(expected, pkts)
 	}
 	matched := map[int]bool{}
 	for _, seq := range order {

@@ -54,7 +54,9 @@ sinks: [{type: file, path: %q}]
 			top[num] = append(top[num], v)
 		}
 	})
-	want := map[protowire.Number]uint64{tcDurationMs: 3000, tcWriteIntoFile: 1, tcFileWritePeriodMs: 250, tcFlushTimeoutMs: 2000}
+	// flush_period is derived from file_write_period in streaming mode:
+	// without it trace_processor raises config_write_into_file_no_flush.
+	want := map[protowire.Number]uint64{tcDurationMs: 3000, tcWriteIntoFile: 1, tcFileWritePeriodMs: 250, tcFlushPeriodMs: 250, tcFlushTimeoutMs: 2000}
 	for num, v := range want {
 		if len(top[num]) != 1 || top[num][0] != v {
 			t.Errorf("field %d = %v, want %d", num, top[num], v)

@@ -59,6 +59,9 @@ func CompileProgram(src []byte, files *protoregistry.Files) (*Program, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, &CompileError{"document", err.Error()}
 	}
+	if err := checkServes(doc.Serves); err != nil {
+		return nil, err
+	}
 	c := &compiler{files: files}
 	var root protoreflect.MessageDescriptor
 	if doc.RootMessage != "" {
@@ -98,6 +101,39 @@ func CompileProgram(src []byte, files *protoregistry.Files) (*Program, error) {
 		return nil, &CompileError{"program", err.Error()}
 	}
 	return prog, nil
+}
+
+// What a program serves (the YAML key `serves`): the consumer of its
+// state. It is not part of the VmProgram bytes.
+const (
+	// ServesRestore: tracepipe folds each sequence with the program and
+	// writes the state as a sequence restore packet after a loss.
+	ServesRestore = "restore"
+	// ServesPerfetto: the state goes into a protovms packet for
+	// trace_processor, which replaces each packet the program returns Ok
+	// for by the state; such a program must fail on event packets.
+	ServesPerfetto = "perfetto"
+)
+
+func checkServes(v string) error {
+	switch v {
+	case "", ServesRestore, ServesPerfetto:
+		return nil
+	}
+	return &CompileError{"serves", fmt.Sprintf("%q: want %s or %s", v, ServesRestore, ServesPerfetto)}
+}
+
+// Serves returns what a YAML program description declares with its
+// `serves` key ("" when absent). Only that key is read; Compile reports
+// every other problem.
+func Serves(src []byte) (string, error) {
+	var doc struct {
+		Serves string `yaml:"serves"`
+	}
+	if err := yaml.Unmarshal(src, &doc); err != nil {
+		return "", &CompileError{"document", err.Error()}
+	}
+	return doc.Serves, checkServes(doc.Serves)
 }
 
 type compiler struct {

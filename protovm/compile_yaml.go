@@ -12,6 +12,7 @@ import (
 // format is described in README.md and in the Compile doc comment.
 
 type yamlProgram struct {
+	Serves       string            `yaml:"serves"` // not compiled: see Serves
 	Version      *uint32           `yaml:"version"`
 	RootMessage  string            `yaml:"root_message"`
 	Instructions []yamlInstruction `yaml:"instructions"`

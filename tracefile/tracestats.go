@@ -97,6 +97,7 @@ type TracepipeStats struct {
 	ProtoVMPatchesFailed   uint64 // 12: patches a VM aborted (program bug, memory limit): state lost
 	ProtoVMPacketsUnrouted uint64 // 13: overwritten packets of producers without a VM (their content is gone)
 	DataSourceErrors       uint64 // 14: data source start/flush/stop failures
+	SequenceRestores       uint64 // 15: sequence state restore packets written ahead of a sequence's packets after a loss
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -180,6 +181,7 @@ var tracepipeStatsFields = []counterField[TracepipeStats]{
 	{12, "protovm_patches_failed", func(s *TracepipeStats) *uint64 { return &s.ProtoVMPatchesFailed }, false},
 	{13, "protovm_packets_unrouted", func(s *TracepipeStats) *uint64 { return &s.ProtoVMPacketsUnrouted }, false},
 	{14, "data_source_errors", func(s *TracepipeStats) *uint64 { return &s.DataSourceErrors }, false},
+	{15, "sequence_restores", func(s *TracepipeStats) *uint64 { return &s.SequenceRestores }, false},
 }
 
 // filterStatsFields lists FilterStats' scalar counters.

@@ -206,11 +206,14 @@ func TestLossReport(t *testing.T) {
 // TestTracepipeStatsExtension checks tracepipe's own counters: field 1000
 // on the wire, a lossless round trip, and their rows in the loss report.
 func TestTracepipeStatsExtension(t *testing.T) {
-	ts := TraceStats{Tracepipe: &TracepipeStats{ProducerPacketsDropped: 3, SinkPacketsWritten: 40, SinkPacketsDropped: 2, ReadbackDeferred: 5}}
+	ts := TraceStats{Tracepipe: &TracepipeStats{ProducerPacketsDropped: 3, SinkPacketsWritten: 40, SinkPacketsDropped: 2, ReadbackDeferred: 5, SequenceRestores: 7}}
 	b := AppendTraceStats(nil, &ts)
 	// trace_stats header (2 bytes tag + 1 byte length), then field 1000 LEN: tag varint 0xc2 0x3e.
 	if !bytes.Contains(b, []byte{0xc2, 0x3e}) {
 		t.Fatalf("field 1000 tag not found in % x", b)
+	}
+	if !bytes.Contains(b, []byte{0x78, 0x07}) { // sequence_restores: field 15 = 7
+		t.Fatalf("sequence_restores (15) not found in % x", b)
 	}
 	info, err := DecodePacket(b)
 	if err != nil {
@@ -233,9 +236,13 @@ func TestTracepipeStatsExtension(t *testing.T) {
 		if r.Name == "sink_packets_written" && r.Value != 40 {
 			t.Errorf("sink_packets_written = %d", r.Value)
 		}
+		if r.Name == "sequence_restores" && r.Value != 7 {
+			t.Errorf("sequence_restores = %d", r.Value)
+		}
 	}
 	for name, want := range map[string]string{"producer_packets_dropped": SeverityDataLoss, "sink_packets_dropped": SeverityDataLoss,
-		"readback_deferred": SeverityInfo, "sink_packets_written": SeverityInfo, "protovm_patches_failed": SeverityInfo} {
+		"readback_deferred": SeverityInfo, "sink_packets_written": SeverityInfo, "protovm_patches_failed": SeverityInfo,
+		"sequence_restores": SeverityInfo} {
 		if bySev[name] != want {
 			t.Errorf("%s: severity %q, want %q", name, bySev[name], want)
 		}

@@ -18,7 +18,7 @@
 //	max_packets              0     TrackEvent packets per writer, 0 = until stopped
 //	names                    32    distinct interned event names, 1..1000000
 //	counter_every            8     every Nth packet is a counter event, 0 = never
-//	deterministic_timestamps false packet i has timestamp 1_000_000 + i*1000
+//	deterministic_timestamps false packet i has timestamp base + i*1000, base = boot time at start
 //
 // Each TrackEvent packet carries its per-writer index i in its first debug
 // annotation: track_event (11) → debug_annotations (4) → {name (10) "seq",

@@ -217,6 +217,7 @@ func TestSyntheticThroughSMB(t *testing.T) {
 	cfg.Names = 20
 	cfg.DeterministicTimestamps = true
 	ds := NewSynthetic(cfg)
+	cfg = ds.Config() // the timestamp base it chose
 	if err := ds.Start(h); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,10 @@ const (
 // instance whose TrackUUIDBase is 0 ("SYNT" in the top bytes).
 const DefaultSyntheticTrackUUIDBase = 0x53594e5400000000
 
+// DefaultSyntheticTimestampBase is a generator's deterministic timestamp of
+// packet 0 when SyntheticConfig.TimestampBase is zero.
+const DefaultSyntheticTimestampBase = 1_000_000
+
 // SyntheticConfig is the parsed config of a tracepipe.synthetic instance.
 // The zero value is not valid; start from DefaultSyntheticConfig or
 // ParseSyntheticConfig.
@@ -46,8 +50,15 @@ type SyntheticConfig struct {
 	// never (key counter_every, default 8).
 	CounterEvery int
 	// DeterministicTimestamps gives TrackEvent packet i the timestamp
-	// 1_000_000 + i*1000 (key deterministic_timestamps, default false).
+	// TimestampBase + i*1000 (key deterministic_timestamps, default false).
 	DeterministicTimestamps bool
+	// TimestampBase is not a config key: the BOOTTIME of deterministic
+	// packet 0. Zero means DefaultSyntheticTimestampBase for the
+	// generator; NewSynthetic replaces a zero base with the boot time at
+	// creation (rounded down to the millisecond), so that deterministic
+	// events sit on the trace's real clock, next to the session's other
+	// packets, instead of in the first milliseconds after boot.
+	TimestampBase uint64
 
 	// TrackUUIDBase is not a config key: writer w's slice track has uuid
 	// TrackUUIDBase+2w and its counter track TrackUUIDBase+2w+1. Zero means
@@ -187,7 +198,11 @@ func (g *SyntheticGenerator) ClearIncrementalState() {
 func (g *SyntheticGenerator) Next(dst []byte) []byte {
 	var ts uint64
 	if g.cfg.DeterministicTimestamps {
-		ts = 1_000_000 + g.seq*1000
+		base := g.cfg.TimestampBase
+		if base == 0 {
+			base = DefaultSyntheticTimestampBase
+		}
+		ts = base + g.seq*1000
 	} else {
 		ts = g.clock.now()
 	}

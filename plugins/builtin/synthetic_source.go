@@ -63,11 +63,16 @@ type synthWriter struct {
 }
 
 // NewSynthetic returns an unstarted instance. A zero TrackUUIDBase is
-// replaced by a random one unless cfg.DeterministicTimestamps is set.
+// replaced by a random one unless cfg.DeterministicTimestamps is set; with
+// DeterministicTimestamps a zero TimestampBase is replaced by the current
+// boot time (ms resolution), so the events are on the real clock.
 func NewSynthetic(cfg SyntheticConfig) *Synthetic {
 	if cfg.TrackUUIDBase == 0 && !cfg.DeterministicTimestamps {
 		// Keep the low 16 bits free for the per-writer offsets.
 		cfg.TrackUUIDBase = rand.Uint64()&^0xFFFF | 1<<16
+	}
+	if cfg.DeterministicTimestamps && cfg.TimestampBase == 0 {
+		cfg.TimestampBase = bootNanos() / 1e6 * 1e6
 	}
 	return &Synthetic{cfg: cfg, done: make(chan struct{})}
 }

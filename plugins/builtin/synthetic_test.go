@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -53,8 +54,12 @@ func (c *streamChecker) check(p []byte) {
 	if !ok {
 		c.fail("no timestamp")
 	}
-	if c.cfg.DeterministicTimestamps && ts.v != 1_000_000+c.nextSeq*1000 {
-		c.fail("timestamp %d, want %d", ts.v, 1_000_000+c.nextSeq*1000)
+	base := c.cfg.TimestampBase
+	if base == 0 {
+		base = DefaultSyntheticTimestampBase
+	}
+	if c.cfg.DeterministicTimestamps && ts.v != base+c.nextSeq*1000 {
+		c.fail("timestamp %d, want %d", ts.v, base+c.nextSeq*1000)
 	}
 	flags, _ := one(c.t, fs, pktSequenceFlags)
 	first, hasFirst := one(c.t, fs, pktFirstPacketOnSequence)
@@ -408,6 +413,7 @@ func TestSyntheticSourceExactStream(t *testing.T) {
 	cfg.DeterministicTimestamps = true
 	h := &fakeHost{}
 	ds := startSynthetic(t, cfg, h)
+	cfg = ds.Config() // the timestamp base it chose
 	total := uint64(cfg.Writers) * uint64(cfg.MaxPackets+2)
 	// Done (the plugins.Finite contract) closes once every writer has
 	// written and flushed everything.
@@ -467,6 +473,7 @@ func TestSyntheticSourceClearWhileRunning(t *testing.T) {
 		cfg.DeterministicTimestamps = true
 		h := &fakeHost{}
 		ds := startSynthetic(t, cfg, h)
+		cfg = ds.Config() // the timestamp base it chose
 		clears := 0
 		for ds.Stats().Packets < 10000 && clears < 20 {
 			time.Sleep(5 * time.Millisecond)
@@ -747,5 +754,32 @@ func TestSyntheticTimestampsBoottime(t *testing.T) {
 	}
 	if hi := bootNanos(); last > hi {
 		t.Fatalf("timestamp %d after boot time %d", last, hi)
+	}
+}
+
+// Deterministic timestamps start at the boot time of the instance's
+// creation, so a trace shows them next to the session's other packets
+// (two_buffers.yaml put them 1–16 ms after boot while its metadata said
+// 6,345 s). The spacing stays exactly 1 µs per packet.
+func TestSyntheticDeterministicTimestampsOnRealClock(t *testing.T) {
+	cfg := DefaultSyntheticConfig()
+	cfg.DeterministicTimestamps = true
+	before := bootNanos()
+	base := NewSynthetic(cfg).Config().TimestampBase
+	after := bootNanos()
+	if base > after || base+1e6 <= before {
+		t.Fatalf("timestamp base %d outside the boot time of creation [%d, %d]", base, before, after)
+	}
+	cfg.TimestampBase = base
+	g := NewSyntheticGenerator(cfg, 0)
+	var ts []uint64
+	for range 5 {
+		f := decode(t, g.Next(nil))
+		v, _ := one(t, f, pktTimestamp)
+		ts = append(ts, v.v)
+	}
+	// A and B carry the first event's timestamp.
+	if want := []uint64{base, base, base, base + 1000, base + 2000}; !slices.Equal(ts, want) {
+		t.Fatalf("timestamps %v, want %v", ts, want)
 	}
 }

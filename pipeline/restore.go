@@ -1,0 +1,326 @@
+package pipeline
+
+import (
+	"slices"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/protovm"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// This file holds sequence state restore, tracepipe's answer to ring wrap
+// (trace-processor-import.md §7 item 7, §8 t2/t4): a data source whose
+// protovm program serves the "restore" path gets, for every one of its
+// sequences, a fold of everything the sequence wrote since its last
+// SEQ_INCREMENTAL_STATE_CLEARED packet — the packets the ring overwrote and
+// the packets read back alike. When a packet of such a sequence is read
+// after a loss (the ring overwrote part of the sequence, or any other
+// previous_packet_dropped), the readback first writes a restore: one
+// packet on the same trusted_packet_sequence_id carrying CLEARED, the
+// folded interned_data / trace_packet_defaults and the loss flag, followed
+// by one packet per other payload the state keeps (track descriptors,
+// process tree, counter events), and stamps the surviving packet without
+// the loss flag. trace_processor then imports every surviving packet.
+//
+// The fold is per sequence, not per (data source, program) as
+// protovm.Instances is: each writer interns its own iids (two writers may
+// give iid 1 different names), and a restore packet re-defines the state of
+// one sequence only. It restarts at each CLEARED packet, as
+// trace_processor's state does, which also bounds its memory to one
+// incremental-state generation.
+
+// restoreProgram is the restore-path program of one data source instance.
+type restoreProgram struct {
+	program []byte
+	limit   int // bytes
+	// fields, when filtered, are the top-level fields a packet needs for
+	// the program to change anything (protovm.Program.TopLevelSrcFields):
+	// other packets skip the VM, which keeps the per-packet cost of a
+	// restore sequence low (its event packets are folded too).
+	fields   []uint32
+	filtered bool
+}
+
+func newRestoreProgram(program []byte, limitBytes int) *restoreProgram {
+	rp := &restoreProgram{program: program, limit: limitBytes}
+	if p, err := protovm.ParseProgram(program); err == nil {
+		rp.fields, rp.filtered = p.TopLevelSrcFields()
+	}
+	return rp
+}
+
+// restoreSeq is the fold of one sequence.
+type restoreSeq struct {
+	prog *restoreProgram
+	vm   *protovm.VM // nil until the sequence's first packet, and after a failed New
+	// pending: packets of the sequence were overwritten since its last
+	// read packet, so the next one read needs a restore.
+	pending bool
+}
+
+// restoreSet is the sequence state restore of one buffer. It is used only
+// on the service goroutine (the overwrite observer runs there too).
+type restoreSet struct {
+	programs map[uint16]*restoreProgram // producer id → program
+	seqs     map[uint32]*restoreSeq     // producer<<16|writer
+	join     []byte                     // fragments of an overwritten packet
+	state    []byte                     // serialised state
+	body     []byte                     // the state's incremental fields
+	survivor []byte                     // the packet a restore goes ahead of
+
+	restores      uint64 // restore packets written
+	foldOK        uint64 // overwritten packets the program returned Ok for
+	foldAborted   uint64 // patches (overwritten or read) the program aborted
+	foldNewFailed uint64 // VMs that could not be created (never for a validated program)
+	unrouted      uint64 // overwritten packets of producers without any program
+}
+
+func newRestoreSet() *restoreSet {
+	return &restoreSet{programs: map[uint16]*restoreProgram{}, seqs: map[uint32]*restoreSeq{}}
+}
+
+// seq returns the fold of (producer, writer), or nil when the producer
+// has no restore program.
+func (r *restoreSet) seq(producer, writer uint16) *restoreSeq {
+	key := uint32(producer)<<16 | uint32(writer)
+	if q, ok := r.seqs[key]; ok {
+		return q
+	}
+	prog := r.programs[producer]
+	if prog == nil {
+		return nil
+	}
+	q := &restoreSeq{prog: prog}
+	r.seqs[key] = q
+	return q
+}
+
+// fold applies one packet of the sequence (producer bytes, without the
+// trusted suffix) to its state; a CLEARED packet first starts a new state.
+func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
+	sc := scanPacket(packet, q.prog)
+	if q.vm == nil || sc.cleared {
+		vm, err := protovm.New(q.prog.program, q.prog.limit)
+		if err != nil {
+			q.vm = nil
+			r.foldNewFailed++
+			return protovm.Abort
+		}
+		q.vm = vm
+	}
+	if !sc.relevant {
+		return protovm.Error // exact: the program would change nothing
+	}
+	st := q.vm.ApplyPatch(packet)
+	if st.Code == protovm.Abort {
+		r.foldAborted++
+	}
+	return st.Code
+}
+
+// observeOverwrites installs the buffer's overwrite observer: packets of
+// producers with a restore program go to their sequence's fold, the others
+// to the buffer's perfetto-path VMs (protovm.Instances), if any.
+func (bs *bufferState) observeOverwrites() {
+	vms, rs := bs.vms, bs.restore
+	switch {
+	case rs == nil && vms == nil:
+	case rs == nil:
+		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
+			vms.Observe(int32(seq.ProducerID), packet)
+		})
+	default:
+		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
+			switch {
+			case rs.programs[seq.ProducerID] != nil:
+				rs.observe(seq, packet)
+			case vms != nil:
+				vms.Observe(int32(seq.ProducerID), packet)
+			default:
+				rs.unrouted++
+			}
+		})
+	}
+}
+
+// observe is the overwrite observer's part for restore sequences.
+func (r *restoreSet) observe(seq buffer.SequenceProperties, fragments [][]byte) {
+	q := r.seq(seq.ProducerID, seq.WriterID)
+	if q == nil {
+		return
+	}
+	data := fragments[0]
+	if len(fragments) > 1 {
+		r.join = r.join[:0]
+		for _, f := range fragments {
+			r.join = append(r.join, f...)
+		}
+		data = r.join
+	}
+	if r.fold(q, data) == protovm.Ok {
+		r.foldOK++
+	}
+	q.pending = true
+	if cap(r.join) > maxRetainedRestoreScratch {
+		r.join = nil
+	}
+}
+
+const maxRetainedRestoreScratch = 1 << 20
+
+// packetScan is what the restore needs from a packet's top level.
+type packetScan struct {
+	// cleared: SEQ_INCREMENTAL_STATE_CLEARED (sequence_flags bit 1, or the
+	// deprecated incremental_state_cleared), the last occurrence winning.
+	cleared bool
+	// relevant: the packet has a top-level field the program needs
+	// (always true for a program that cannot be filtered, or a nil prog).
+	relevant bool
+	// loss is the producer's own previous_packet_dropped (e.g. SMB_FULL,
+	// which producers set), the last occurrence.
+	loss uint32
+}
+
+// scanPacket reads a producer packet's top level. Malformed bytes end the
+// scan (the packet was validated before it is read back; an overwritten
+// one may not have been).
+func scanPacket(b []byte, prog *restoreProgram) packetScan {
+	sc := packetScan{relevant: prog == nil || !prog.filtered}
+	for off := 0; off < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[off:])
+		if n < 0 {
+			break
+		}
+		off += n
+		if !sc.relevant && slices.Contains(prog.fields, uint32(num)) {
+			sc.relevant = true
+		}
+		if typ == protowire.VarintType {
+			v, m := protowire.ConsumeVarint(b[off:])
+			if m < 0 {
+				break
+			}
+			off += m
+			switch num {
+			case tracefile.FieldSequenceFlags:
+				sc.cleared = v&tracefile.SeqIncrementalStateCleared != 0
+			case tracefile.FieldIncrementalStateClear:
+				sc.cleared = v != 0
+			case tracefile.FieldPreviousPacketDropped:
+				sc.loss = uint32(v)
+			}
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[off:])
+		if m < 0 {
+			break
+		}
+		off += m
+	}
+	return sc
+}
+
+// restoreAhead runs for each validated packet of a restore sequence read
+// back into b (its producer bytes at b.data[start:]), before the trusted
+// suffix is stamped. If the packet follows a loss — the buffer's (tr) or
+// the producer's own previous_packet_dropped (SMB_FULL) — and does not
+// clear the state itself, a restore is inserted ahead of it and the loss
+// moves onto the restore: the packet then carries previous_packet_dropped
+// = 0 (appended, so it overrides the producer's). The packet is then
+// folded. It returns the trusted fields to stamp on the packet.
+func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefile.Trusted) tracefile.Trusted {
+	pkt := b.data[start:]
+	sc := scanPacket(pkt, nil)
+	if (tr.PreviousPacketDropped != 0 || sc.loss != 0 || q.pending) && q.vm != nil && !sc.cleared {
+		r.survivor = append(r.survivor[:0], pkt...)
+		b.data = b.data[:start]
+		rt := tr
+		rt.PreviousPacketDropped |= sc.loss
+		r.appendRestore(b, q, r.survivor, rt)
+		tr.PreviousPacketDropped = 0
+		start = len(b.data)
+		b.data = append(b.data, r.survivor...)
+		if sc.loss != 0 {
+			b.data = protowire.AppendTag(b.data, tracefile.FieldPreviousPacketDropped, protowire.VarintType)
+			b.data = protowire.AppendVarint(b.data, 0)
+		}
+		pkt = b.data[start:]
+		if cap(r.survivor) > maxRetainedRestoreScratch {
+			r.survivor = nil
+		}
+	}
+	q.pending = false
+	r.fold(q, pkt)
+	return tr
+}
+
+// appendRestore writes the restore of q ahead of survivor: the restore
+// packet (CLEARED, the state's interned_data and trace_packet_defaults,
+// the loss flag of tr), then one packet per other payload field of the
+// state, TrackEvent last (a counter event needs its track's descriptor
+// before it in file order), each with the survivor's timestamp (and
+// clock) when it has one.
+func (r *restoreSet) appendRestore(b *batch, q *restoreSeq, survivor []byte, tr tracefile.Trusted) {
+	r.state = q.vm.SerializeIncrementalState(r.state[:0])
+	r.body = r.body[:0]
+	var events bool
+	walkTopLevel(r.state, func(num protowire.Number, field []byte) {
+		switch {
+		case num == tracefile.FieldInternedData || num == tracefile.FieldTracePacketDefaults:
+			r.body = append(r.body, field...)
+		case num == tracefile.FieldTrackEvent:
+			events = true
+		}
+	})
+	b.data = tracefile.AppendRestorePacket(b.data, r.body, tr)
+	b.ends = append(b.ends, len(b.data))
+	r.restores++
+
+	info, _ := tracefile.DecodePacket(survivor) // validated before
+	plain := tr
+	plain.PreviousPacketDropped = 0
+	emit := func(want bool) {
+		walkTopLevel(r.state, func(num protowire.Number, field []byte) {
+			if !tracefile.IsPayloadField(int32(num)) || (num == tracefile.FieldTrackEvent) != want {
+				return
+			}
+			start := len(b.data)
+			if info.HasTimestamp {
+				b.data = tracefile.AppendTimestamp(b.data, info.Timestamp)
+				if info.TimestampClockID != 0 {
+					b.data = protowire.AppendTag(b.data, tracefile.FieldTimestampClockID, protowire.VarintType)
+					b.data = protowire.AppendVarint(b.data, uint64(info.TimestampClockID))
+				}
+			} else if want {
+				b.data = b.data[:start] // a TrackEvent without timestamp would be dropped
+				return
+			}
+			b.data = append(b.data, field...)
+			b.data = tracefile.AppendTrusted(b.data, plain)
+			b.ends = append(b.ends, len(b.data))
+		})
+	}
+	emit(false)
+	if events {
+		emit(true)
+	}
+}
+
+// walkTopLevel calls fn with each well-formed top-level field of msg
+// (tag included), stopping at the first malformed one.
+func walkTopLevel(msg []byte, fn func(num protowire.Number, field []byte)) {
+	for off := 0; off < len(msg); {
+		num, typ, n := protowire.ConsumeTag(msg[off:])
+		if n < 0 {
+			return
+		}
+		m := protowire.ConsumeFieldValue(num, typ, msg[off+n:])
+		if m < 0 {
+			return
+		}
+		fn(num, msg[off:off+n+m])
+		off += n + m
+	}
+}
