@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/tracepipe/tracepipe/sinks"
@@ -148,6 +150,22 @@ func (s *Service) outputTotals() PassInfo {
 	s.outMu.Lock()
 	defer s.outMu.Unlock()
 	return s.outStat
+}
+
+// closeLanes closes every lane at once, so that one stuck sink costs the
+// session one close timeout, not one per sink.
+func (s *Service) closeLanes(ctx context.Context) []error {
+	errs := make([]error, len(s.lanes))
+	var wg sync.WaitGroup
+	for i, l := range s.lanes {
+		wg.Go(func() {
+			if err := l.Close(ctx); err != nil {
+				errs[i] = fmt.Errorf("sinks[%d] (%s): close: %w", i, l.Name(), err)
+			}
+		})
+	}
+	wg.Wait()
+	return slices.DeleteFunc(errs, func(e error) bool { return e == nil })
 }
 
 func (s *Service) closeSinks() {

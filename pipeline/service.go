@@ -41,11 +41,15 @@ type PassInfo struct {
 	Final   bool // the last pass of the session
 }
 
+// sinkCloseTime bounds the wait for the sinks at the end of a session:
+// for a blocked lane to take the last batches, then for every sink to
+// close (all at once). A variable so that tests can shorten it.
+var sinkCloseTime = 30 * time.Second
+
 // Stop and timing defaults that the config does not expose.
 const (
 	startTimeout    = 10 * time.Second
 	stopTimeout     = 5 * time.Second // Perfetto's data_source_stop_timeout_ms default
-	sinkCloseTime   = 30 * time.Second
 	commitQueueLen  = 256
 	readBatchTarget = 256 << 10 // bytes of packets per output batch: small enough to stay in cache between the service and the output goroutine
 	outputBatches   = 32
@@ -416,11 +420,7 @@ func (s *Service) finish() (*Result, error) {
 	if s.sinkErr != nil {
 		errs = append(errs, s.sinkErr)
 	}
-	for i, l := range s.lanes {
-		if err := l.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("sinks[%d]: close: %w", i, err))
-		}
-	}
+	errs = append(errs, s.closeLanes(ctx)...)
 	s.outCancel()
 	final.Tracepipe = withSinkTotals(final.Tracepipe, s.sinkTotals())
 	for _, p := range s.producers {

@@ -158,13 +158,39 @@ func byteSize(n uint64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// printSummary tells where the trace went and whether anything was lost.
+// printSummary tells, per sink, exactly what reached its destination,
+// and whether anything was lost.
 func printSummary(w io.Writer, res *pipeline.Result) {
-	files := strings.Join(res.Files, ", ")
-	if files == "" {
-		files = "(no file sink)"
+	for _, sr := range res.Sinks {
+		dest := sr.Destination
+		if n := len(sr.Files); n > 1 {
+			dest = fmt.Sprintf("%s (%d files: %s ... %s)", sr.Destination, n, sr.Files[0], sr.Files[n-1])
+		} else if n == 1 {
+			dest = sr.Files[0]
+		}
+		fmt.Fprintf(w, "tracepipe: %s: wrote %d packets (%s) to %s", sr.Name, sr.Stats.PacketsWritten, byteSize(sr.Stats.BytesWritten), dest)
+		st := sr.Stats
+		var notes []string
+		if st.PacketsFiltered > 0 {
+			notes = append(notes, fmt.Sprintf("%d filtered out", st.PacketsFiltered))
+		}
+		if st.FilterErrors > 0 {
+			notes = append(notes, fmt.Sprintf("%d filter errors", st.FilterErrors))
+		}
+		if n := st.PacketsDroppedQueue; n > 0 {
+			notes = append(notes, fmt.Sprintf("%d dropped (queue full)", n))
+		}
+		if n := st.PacketsDroppedError; n > 0 {
+			notes = append(notes, fmt.Sprintf("%d lost to errors", n))
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(w, "; %s", strings.Join(notes, ", "))
+		}
+		fmt.Fprintln(w)
+		if sr.Err != nil {
+			fmt.Fprintf(w, "tracepipe: %s: FAILED: %v\n", sr.Name, sr.Err)
+		}
 	}
-	fmt.Fprintf(w, "tracepipe: wrote %d packets (%s) to %s\n", res.Packets, byteSize(res.Bytes), files)
 	var lost []string
 	for _, r := range tracefile.LossReport(res.Stats) {
 		if r.Lost() {
