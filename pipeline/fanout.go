@@ -64,7 +64,6 @@ func (s *Service) released(b *batch) {
 func (s *Service) buildSinks() error {
 	now := time.Now()
 	env := sinks.Env{
-		Expand:      func(p string) string { return expandPath(p, now) },
 		SessionUUID: s.uuidBytes(),
 		Now:         now,
 		Logf:        s.logf,

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -236,12 +234,6 @@ func (s *Service) buildProducers() error {
 		s.producers = append(s.producers, p)
 	}
 	return nil
-}
-
-// expandPath replaces {timestamp} and {pid} in a sink path.
-func expandPath(path string, now time.Time) string {
-	r := strings.NewReplacer("{timestamp}", now.Format("20060102-150405"), "{pid}", strconv.Itoa(os.Getpid()))
-	return r.Replace(path)
 }
 
 func (s *Service) logf(format string, args ...any) {

@@ -542,8 +542,12 @@ func (s *FileSink) Stats() SinkStats {
 	return s.stats
 }
 
-// Files returns the names of the files written so far, in order.
+// Files returns the names of the files written so far, in order (none
+// when streaming to standard output).
 func (s *FileSink) Files() []string {
+	if s.opts.Path == StdoutPath {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, 0, s.index+1)

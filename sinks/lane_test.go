@@ -171,3 +171,39 @@ func (discardSink) Write(context.Context, [][]byte) error { return nil }
 func (discardSink) Flush(context.Context) error           { return nil }
 func (discardSink) Close(context.Context) error           { return nil }
 func (discardSink) Stats() SinkStats                      { return SinkStats{} }
+
+// Two sessions started in the same millisecond never collide on
+// {timestamp}: the second gets a suffix. A name without it is never
+// overwritten.
+func TestFileTimestampCollisionFree(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 24, 1, 2, 3, 456e6, time.Local)
+	b, err := Config{Type: "file", Path: filepath.Join(dir, "t-{timestamp}.pftrace")}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for range 3 {
+		s, err := b.Open(Env{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, s.(*FileSink).Files()...)
+		_ = s.Close(bg)
+	}
+	want := []string{"t-20261124-010203.456.pftrace", "t-20261124-010203.456-1.pftrace", "t-20261124-010203.456-2.pftrace"}
+	for i, f := range files {
+		if filepath.Base(f) != want[i] {
+			t.Errorf("file %d: %s, want %s", i, filepath.Base(f), want[i])
+		}
+	}
+	plain, _ := Config{Type: "file", Path: filepath.Join(dir, "fixed.pftrace")}.Build()
+	s, err := plain.Open(Env{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close(bg)
+	if _, err := plain.Open(Env{Now: now}); err == nil {
+		t.Error("an existing file without {timestamp} was reused")
+	}
+}
