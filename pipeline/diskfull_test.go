@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +52,9 @@ sinks: [{type: file, path: `+path+`}]
 	res, err := s.Run(ctx)
 	if err == nil || !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("Run returned %v; want the sink's ENOSPC", err)
+	}
+	if f := s.Status().SinkFailures; len(f) != 1 || !strings.Contains(f[0], "no space left") {
+		t.Errorf("status shows sink failures %q", f)
 	}
 	pkts := readTrace(t, path) // fails the test on a truncated record
 	ts := lastStats(t, pkts)

@@ -177,6 +177,17 @@ func (s *Service) closeSinks() {
 	}
 }
 
+// sinkFailures lists "name: error" for every lane whose sink failed.
+func (s *Service) sinkFailures() []string {
+	var out []string
+	for _, l := range s.lanes {
+		if err := l.Err(); err != nil {
+			out = append(out, l.Name()+": "+err.Error())
+		}
+	}
+	return out
+}
+
 // sinkResults reports every sink once the lanes are closed.
 func (s *Service) sinkResults() []SinkResult {
 	out := make([]SinkResult, 0, len(s.lanes))

@@ -202,6 +202,9 @@ func statusLine(st pipeline.Status) string {
 		}
 		fmt.Fprintf(&b, "  %s %.0f%%", name, 100*bs.Fill())
 	}
+	for _, f := range st.SinkFailures {
+		fmt.Fprintf(&b, "  SINK FAILED %s", f)
+	}
 	return b.String()
 }
 

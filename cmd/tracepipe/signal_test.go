@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -203,5 +204,13 @@ func TestRunNamesAndVersion(t *testing.T) {
 	stdout, _, code := runCLI(t, "--version")
 	if code != exitOK || !strings.HasPrefix(stdout, "tracepipe ") {
 		t.Errorf("--version: exit %d %q", code, stdout)
+	}
+}
+
+// A failed sink is on the status line.
+func TestStatusLineShowsSinkFailure(t *testing.T) {
+	line := statusLine(pipeline.Status{SinkFailures: []string{"sinks[0]: no space left on device"}})
+	if !strings.Contains(line, "SINK FAILED sinks[0]: no space left on device") {
+		t.Errorf("status line %q", line)
 	}
 }
