@@ -121,6 +121,17 @@ type FileSink struct {
 	broken     bool  // the stream cannot continue (a failed write into a compressed stream)
 	lastChance bool  // WriteLast is writing past a failure
 
+	// Rotation (MaxFileSize > 0): every file starts with a preamble built
+	// from the fold of what was written (rotation.go) and ends with a
+	// TraceStats.
+	restore     *restoreState
+	internal    bool  // writing the preamble or the trailer
+	preamble    int64 // fileBytes of the current file's preamble
+	compPending int64 // bytes handed to the compressor since its last Flush
+	trailerLen  int64 // size of the last trailer written
+	scratch     []byte
+	extra       func() SinkStats // the lane's own counters, for the trailer
+
 	stop chan struct{} // closed by Close to end the fsync goroutine
 	done chan struct{} // closed by the fsync goroutine when it ends
 }
@@ -141,6 +152,9 @@ func newFileSink(opts FileOptions, hooks fileHooks) (*FileSink, error) {
 		opts.BufferSize = DefaultFileBufferSize
 	}
 	s := &FileSink{opts: opts, hooks: hooks, buf: make([]byte, 0, opts.BufferSize)}
+	if opts.MaxFileSize > 0 {
+		s.restore = newRestoreState()
+	}
 	switch opts.Compression {
 	case "", CompressionNone:
 	case CompressionGzip:
@@ -320,7 +334,7 @@ func (s *FileSink) Write(ctx context.Context, packets [][]byte) error {
 // s.err and count the packet as dropped.
 func (s *FileSink) writeLocked(p []byte) {
 	rec := int64(tracefile.RecordSize(len(p)))
-	if s.opts.MaxFileSize > 0 && s.fileBytes > 0 && !s.lastChance && s.fileBytes+rec >= s.opts.MaxFileSize {
+	if s.opts.MaxFileSize > 0 && s.fileBytes > s.preamble && !s.lastChance && !s.internal && s.mustRotate(rec) {
 		if err := s.rotateLocked(); err != nil {
 			s.fail(err)
 			s.dropLocked([][]byte{p})
@@ -338,6 +352,9 @@ func (s *FileSink) writeLocked(p []byte) {
 		s.pendPkts++
 		s.pendBytes += uint64(len(p))
 	} else {
+		if s.comp != nil {
+			s.compPending += rec
+		}
 		h := tracefile.AppendRecordHeader(s.hdr[:0], len(p))
 		_, err := s.out.Write(h)
 		if err == nil {
@@ -354,6 +371,44 @@ func (s *FileSink) writeLocked(p []byte) {
 	s.fileBytes += rec
 	s.stats.PacketsWritten++
 	s.stats.BytesWritten += uint64(len(p))
+	if s.restore != nil && !s.internal {
+		s.restore.observe(p)
+		s.stats.RestoreOverflows = s.restore.overflows
+	}
+}
+
+// mustRotate reports whether a record of rec bytes, then the trailer,
+// would bring the file to MaxFileSize or beyond, counted in bytes on
+// disk. For a compressed file the bound is first estimated from the bytes
+// not yet compressed (at worst incompressible); only when it may be
+// reached is the compressor flushed to learn the exact size.
+func (s *FileSink) mustRotate(rec int64) bool {
+	if s.trailerLen == 0 || s.restore.statsChanged {
+		s.restore.statsChanged = false
+		s.scratch = s.restore.trailer(s.scratch[:0], s.stats)
+		s.trailerLen = int64(tracefile.RecordSize(len(s.scratch))) + 32 // counters grow
+	}
+	need := rec + s.trailerLen
+	if s.comp == nil {
+		return s.fileBytes+need >= s.opts.MaxFileSize
+	}
+	need += need/16 + 1<<10 // incompressible data grows a little; the stream's end
+	if s.disk+s.compPending+int64(len(s.buf))+need < s.opts.MaxFileSize {
+		return false
+	}
+	if s.flushLocked(true) != nil {
+		return false // the failure is recorded; the write path drops
+	}
+	return s.disk+need >= s.opts.MaxFileSize
+}
+
+// SetExtraStats gives the sink the counters kept in front of it (its
+// lane's filter and queue), so that the TraceStats ending a rotated file
+// counts them too.
+func (s *FileSink) SetExtraStats(f func() SinkStats) {
+	s.mu.Lock()
+	s.extra = f
+	s.mu.Unlock()
 }
 
 func (s *FileSink) fail(err error) {
@@ -376,6 +431,9 @@ func (s *FileSink) flushLocked(compFlush bool) error {
 		return s.err
 	}
 	if len(s.buf) > 0 {
+		if s.comp != nil {
+			s.compPending += int64(len(s.buf))
+		}
 		_, err := s.out.Write(s.buf)
 		s.buf = s.buf[:0]
 		if err != nil {
@@ -397,6 +455,7 @@ func (s *FileSink) flushLocked(compFlush bool) error {
 			s.writeFailed(err)
 			return s.err
 		}
+		s.compPending = 0
 	}
 	if s.err == nil {
 		return s.keepReserve()
@@ -452,13 +511,32 @@ func (s *FileSink) finishFileLocked() error {
 	return err
 }
 
+// rotateLocked ends the current file with a TraceStats, opens the next
+// one and starts it with the preamble (rotation.go).
 func (s *FileSink) rotateLocked() error {
+	s.internal = true
+	defer func() { s.internal = false }()
+	st := s.stats
+	if s.extra != nil {
+		st = st.Add(s.extra())
+	}
+	s.scratch = s.restore.trailer(s.scratch[:0], st)
+	s.writeLocked(s.scratch)
+	if s.err != nil {
+		return s.err
+	}
 	if err := s.finishFileLocked(); err != nil {
 		return err
 	}
 	s.index++
 	s.stats.FilesRotated++
-	return s.open()
+	if err := s.open(); err != nil {
+		return err
+	}
+	s.compPending = 0
+	s.scratch = s.restore.appendPreamble(s.scratch, s.writeLocked)
+	s.preamble = s.fileBytes
+	return s.err
 }
 
 // Failed returns the sink's first failure (a write error, or no room
