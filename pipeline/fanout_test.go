@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -191,3 +192,69 @@ sinks:
 }
 
 func isTraceStats(p tracePacket) bool { return p.info.PayloadField == tracefile.FieldTraceStats }
+
+// Rotation makes self-contained files: every file after the first starts
+// with the clock snapshot and trace_config, every file but the last ends
+// with a TraceStats whose sink_packets_written counts the packets of the
+// files so far, none reaches max_file_size, and the set holds every
+// scripted packet exactly once.
+func TestServiceRotationSelfContained(t *testing.T) {
+	// (Compressed rotation by bytes on disk: sinks.TestFileSinkCompression.)
+	for _, name := range []string{"t.pftrace"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), name)
+			cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 8192}]
+producers: {smb_size_kb: 4096}
+data_sources:
+  - name: test.scripted
+    buffer_exhausted_policy: stall
+    config: {writers: 3, packets: 4000, sizes: [300, 700]}
+sinks:
+  - type: file
+    file: {path: `+path+`, max_file_size: 1MiB}
+`)
+			res := runSession(t, cfg)
+			files := res.Sinks[0].Files
+			if len(files) < 3 {
+				t.Fatalf("%d files, want a rotation (%v)", len(files), files)
+			}
+			seen := map[[2]int]int{}
+			var total uint64
+			for i, f := range files {
+				pkts := readTrace(t, f)
+				total += uint64(len(pkts))
+				if st, err := os.Stat(f); err != nil || st.Size() >= 1<<20 {
+					t.Errorf("%s: %v bytes, cap 1 MiB (%v)", f, st.Size(), err)
+				}
+				if i > 0 {
+					if pkts[0].info.PayloadField != tracefile.FieldClockSnapshot {
+						t.Errorf("%s starts with %s, want the clock snapshot", f, pkts[0].info.Kind())
+					}
+					if pkts[1].info.PayloadField != tracefile.FieldTraceConfig {
+						t.Errorf("%s: packet 1 is %s, want trace_config", f, pkts[1].info.Kind())
+					}
+				}
+				if !isTraceStats(pkts[len(pkts)-1]) {
+					t.Fatalf("%s does not end with a TraceStats", f)
+				}
+				if ts := lastStats(t, pkts); ts.Tracepipe.SinkPacketsWritten != total {
+					t.Errorf("%s: last TraceStats counts %d written, the files so far hold %d", f, ts.Tracepipe.SinkPacketsWritten, total)
+				}
+				for k, n := range countScripted(pkts) {
+					seen[k] += n
+				}
+			}
+			if len(seen) != 12000 {
+				t.Errorf("the set holds %d distinct scripted packets, want 12000", len(seen))
+			}
+			for k, n := range seen {
+				if n != 1 {
+					t.Fatalf("packet %v is in the set %d times", k, n)
+				}
+			}
+		})
+	}
+}

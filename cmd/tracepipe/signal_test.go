@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -212,5 +214,39 @@ func TestStatusLineShowsSinkFailure(t *testing.T) {
 	line := statusLine(pipeline.Status{SinkFailures: []string{"sinks[0]: no space left on device"}})
 	if !strings.Contains(line, "SINK FAILED sinks[0]: no space left on device") {
 		t.Errorf("status line %q", line)
+	}
+}
+
+// Every rotated file opens alone (`stats` exits 0 on each), and `stats`
+// and `inspect` take the set (shell-glob order) as one trace with each
+// file's counters.
+func TestRotatedFilesOpenAloneAndAsASet(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "t.pftrace")
+	if _, stderr, code := runCLI(t, "run", "--duration", "3s", "-o", out, "--set", "max_file_size=1MiB"); code != exitOK {
+		t.Fatalf("run: exit %d %s", code, stderr)
+	}
+	files, _ := filepath.Glob(out + "*")
+	if len(files) < 2 {
+		t.Fatalf("%d files: no rotation", len(files))
+	}
+	for _, f := range files {
+		if stdout, stderr, code := runCLI(t, "stats", f); code != exitOK {
+			t.Errorf("stats %s: exit %d\n%s%s", f, code, stdout, stderr)
+		}
+	}
+	stdout, stderr, code := runCLI(t, append([]string{"stats"}, files...)...)
+	if code != exitOK {
+		t.Fatalf("stats on the set: exit %d %s", code, stderr)
+	}
+	if strings.Count(stdout, "\nfile ")+1 < len(files) || !strings.Contains(stdout, "its last TraceStats: sink_packets_written") ||
+		!strings.Contains(stdout, "set of "+strconv.Itoa(len(files))+" files") {
+		t.Errorf("stats on the set:\n%s", stdout)
+	}
+	stdout, _, code = runCLI(t, append([]string{"inspect", "-n", "0"}, files...)...)
+	if code != exitOK || !strings.Contains(stdout, "trace set of "+strconv.Itoa(len(files))+" files") {
+		t.Errorf("inspect on the set: exit %d\n%s", code, stdout)
+	}
+	if got := rotationOrder([]string{"t.pftrace.10", "t.pftrace", "t.pftrace.2", "t.pftrace.1"}); !slices.Equal(got, []string{"t.pftrace", "t.pftrace.1", "t.pftrace.2", "t.pftrace.10"}) {
+		t.Errorf("rotation order %v", got)
 	}
 }
