@@ -21,10 +21,12 @@ type Options struct {
 	// Sinks, when non-nil, replace the sinks built from Config.Sinks
 	// (for embedding and tests). The service closes them when it stops.
 	Sinks []sinks.Sink
-	// OnPassWritten, if set, is called on the output goroutine each time
-	// a read pass has been written to every sink and the sinks flushed
-	// (so the packets are in the OS's hands: a kill -9 of this process no
-	// longer loses them).
+	// OnPassWritten, if set, is called each time every sink's lane is
+	// done with a read pass: written and flushed (so the packets are in
+	// the OS's hands: a kill -9 of this process no longer loses them), or
+	// counted as dropped by a lane with when_full: drop. It runs on the
+	// goroutine of the last lane to finish, one call at a time, in pass
+	// order.
 	OnPassWritten func(PassInfo)
 	// Logf receives warnings (a data source that failed to stop, a sink
 	// error). Nil discards them.
