@@ -258,3 +258,52 @@ sinks:
 		})
 	}
 }
+
+// The user reports: `packet.kind == "process_tree"` also dropped the clock
+// snapshot and trace_config (an unreadable file), and a filter's runtime
+// error silently kept every packet. Service packets pass every filter; a
+// runtime error follows filter_error (drop by default) and is counted in
+// the sink's own sink_filter_errors.
+func TestServiceFiltersKeepServicePacketsAndCountErrors(t *testing.T) {
+	dir := t.TempDir()
+	kindOnly, divDrop, divKeep := filepath.Join(dir, "kind.pftrace"), filepath.Join(dir, "div.pftrace"), filepath.Join(dir, "keep.pftrace")
+	cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 4096}]
+data_sources:
+  - name: test.scripted
+    config: {writers: 1, packets: 500, sizes: [100]}
+sinks:
+  - {type: file, path: `+kindOnly+`, filter: 'packet.kind == "process_tree"'}
+  - {type: file, path: `+divDrop+`, filter: 'packet.size / (packet.sequence_id - 2) > 0'}
+  - {type: file, path: `+divKeep+`, filter: 'packet.size / (packet.sequence_id - 2) > 0', filter_error: keep}
+`)
+	runSession(t, cfg)
+	for _, c := range []struct {
+		path      string
+		scripted  int
+		errorsMin uint64
+	}{{kindOnly, 0, 0}, {divDrop, 0, 500}, {divKeep, 500, 500}} {
+		pkts := readTrace(t, c.path)
+		kinds := map[int32]bool{}
+		for _, p := range pkts {
+			kinds[p.info.PayloadField] = true
+		}
+		for _, k := range []int32{tracefile.FieldClockSnapshot, tracefile.FieldTraceConfig, tracefile.FieldSystemInfo, tracefile.FieldTraceStats} {
+			if !kinds[k] {
+				t.Errorf("%s: no %s packet: the filter removed a service packet", c.path, tracefile.PacketFieldName(k))
+			}
+		}
+		if n := len(countScripted(pkts)); n != c.scripted {
+			t.Errorf("%s: %d scripted packets, want %d", c.path, n, c.scripted)
+		}
+		tp := lastStats(t, pkts).Tracepipe
+		if tp.SinkFilterErrors < c.errorsMin || (c.errorsMin == 0 && tp.SinkFilterErrors != 0) {
+			t.Errorf("%s: sink_filter_errors %d, want >= %d", c.path, tp.SinkFilterErrors, c.errorsMin)
+		}
+		if tp.SinkPacketsWritten != uint64(len(pkts)) {
+			t.Errorf("%s: written %d, file holds %d", c.path, tp.SinkPacketsWritten, len(pkts))
+		}
+	}
+}
