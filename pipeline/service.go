@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,10 +21,12 @@ type Options struct {
 	// Sinks, when non-nil, replace the sinks built from Config.Sinks
 	// (for embedding and tests). The service closes them when it stops.
 	Sinks []sinks.Sink
-	// OnPassWritten, if set, is called on the output goroutine each time
-	// a read pass has been written to every sink and the sinks flushed
-	// (so the packets are in the OS's hands: a kill -9 of this process no
-	// longer loses them).
+	// OnPassWritten, if set, is called each time every sink's lane is
+	// done with a read pass: written and flushed (so the packets are in
+	// the OS's hands: a kill -9 of this process no longer loses them), or
+	// counted as dropped by a lane with when_full: drop. It runs on the
+	// goroutine of the last lane to finish, one call at a time, in pass
+	// order.
 	OnPassWritten func(PassInfo)
 	// Logf receives warnings (a data source that failed to stop, a sink
 	// error). Nil discards them.
@@ -42,11 +41,15 @@ type PassInfo struct {
 	Final   bool // the last pass of the session
 }
 
+// sinkCloseTime bounds the wait for the sinks at the end of a session:
+// for a blocked lane to take the last batches, then for every sink to
+// close (all at once). A variable so that tests can shorten it.
+var sinkCloseTime = 30 * time.Second
+
 // Stop and timing defaults that the config does not expose.
 const (
 	startTimeout    = 10 * time.Second
 	stopTimeout     = 5 * time.Second // Perfetto's data_source_stop_timeout_ms default
-	sinkCloseTime   = 30 * time.Second
 	commitQueueLen  = 256
 	readBatchTarget = 256 << 10 // bytes of packets per output batch: small enough to stay in cache between the service and the output goroutine
 	outputBatches   = 32
@@ -78,7 +81,7 @@ type Service struct {
 
 	buffers   []*bufferState
 	producers []*producer
-	sinks     []sinks.Sink
+	lanes     []*sinks.Lane // one per sink (fanout.go)
 
 	commits  chan commitMsg
 	finished chan struct{} // closed when Run stops accepting commits
@@ -100,14 +103,18 @@ type Service struct {
 	start      time.Time
 	running    []*producer // producers whose data source started
 
-	// Output stage.
-	free      chan *batch
-	out       chan *batch
-	cur       *batch
-	outDone   chan struct{}
-	outMu     sync.Mutex // guards outStat and sinkStats
-	outStat   PassInfo
-	sinkStats sinks.SinkStats
+	// Output stage (fanout.go).
+	free         chan *batch
+	out          chan *batch
+	cur          *batch
+	outDone      chan struct{}
+	outCtx       context.Context // bounds a blocked lane's Offer once the session stops
+	outCancel    context.CancelFunc
+	outMu        sync.Mutex // guards outStat
+	outStat      PassInfo
+	sinkStop     chan struct{} // closed when a sink with on_error: stop failed
+	sinkStopOnce sync.Once
+	sinkErr      error
 
 	status statusCell
 	ran    bool
@@ -141,13 +148,12 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		finished:  make(chan struct{}),
 		seqIDs:    map[uint32]uint32{},
 		nextSeqID: 2, // 1 is the service's own sequence
-		free:      make(chan *batch, outputBatches),
 		out:       make(chan *batch, outputBatches),
 		outDone:   make(chan struct{}),
+		sinkStop:  make(chan struct{}),
 	}
-	for i := 0; i < outputBatches; i++ {
-		s.free <- &batch{}
-	}
+	s.outCtx, s.outCancel = context.WithCancel(context.Background())
+	s.newUUID()
 	for i, bc := range cfg.Buffers {
 		policy := buffer.RingBuffer
 		if bc.FillPolicy == "discard" {
@@ -165,10 +171,13 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	}
 	if err == nil {
 		if opts.Sinks != nil {
-			s.sinks = opts.Sinks
+			s.wrapSinks(opts.Sinks)
 		} else {
 			err = s.buildSinks()
 		}
+	}
+	if err == nil {
+		s.makeBatches()
 	}
 	if err != nil {
 		for _, p := range s.producers {
@@ -230,58 +239,6 @@ func (s *Service) buildProducers() error {
 	return nil
 }
 
-// expandPath replaces {timestamp} and {pid} in a sink path.
-func expandPath(path string, now time.Time) string {
-	r := strings.NewReplacer("{timestamp}", now.Format("20060102-150405"), "{pid}", strconv.Itoa(os.Getpid()))
-	return r.Replace(path)
-}
-
-func (s *Service) buildSinks() error {
-	now := time.Now()
-	for i, sc := range s.cfg.Sinks {
-		sc.Path = expandPath(sc.Path, now)
-		if sc.MaxFileSize == 0 {
-			sc.MaxFileSize = s.cfg.MaxFileSize
-		}
-		if sc.Type == sinks.SinkTypeFile {
-			if dir := filepath.Dir(sc.Path); dir != "" {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					s.closeSinks()
-					return fmt.Errorf("sinks[%d].path: %w", i, err)
-				}
-			}
-		}
-		sk, err := sinks.New(sc)
-		if err != nil {
-			s.closeSinks()
-			return fmt.Errorf("sinks[%d]: %w", i, err)
-		}
-		s.sinks = append(s.sinks, sk)
-	}
-	return nil
-}
-
-func (s *Service) closeSinks() {
-	ctx, cancel := context.WithTimeout(context.Background(), sinkCloseTime)
-	defer cancel()
-	for _, sk := range s.sinks {
-		if err := sk.Close(ctx); err != nil {
-			s.logf("closing a sink: %v", err)
-		}
-	}
-}
-
-// Files lists the files the service's file sinks have written so far.
-func (s *Service) Files() []string {
-	var files []string
-	for _, sk := range s.sinks {
-		if f, ok := sk.(interface{ Files() []string }); ok {
-			files = append(files, f.Files()...)
-		}
-	}
-	return files
-}
-
 func (s *Service) logf(format string, args ...any) {
 	if s.opts.Logf != nil {
 		s.opts.Logf(format, args...)
@@ -296,6 +253,8 @@ type Result struct {
 	Packets, Bytes uint64
 	// Files written by file sinks.
 	Files []string
+	// Sinks reports, per sink, exactly what reached its destination.
+	Sinks []SinkResult
 }
 
 // ErrAlreadyRun is returned by a second call to Run.
@@ -357,6 +316,8 @@ func (s *Service) serve(ctx context.Context) {
 		case <-durationC:
 			return
 		case <-allDone:
+			return
+		case <-s.sinkStop:
 			return
 		case m := <-s.commits:
 			s.handleCommit(m)
@@ -446,6 +407,10 @@ func (s *Service) finish() (*Result, error) {
 	s.drainCommits()
 	s.scrape()
 	s.event(tracefile.EventTracingDisabled)
+	// A lane that blocks (when_full: block) holds the output goroutine at
+	// most this long from now on; then what it cannot take is counted.
+	stuck := time.AfterFunc(sinkCloseTime, s.outCancel)
+	defer stuck.Stop()
 	s.readPass(true, false)
 	final := s.traceStats()
 	close(s.out)
@@ -453,18 +418,19 @@ func (s *Service) finish() (*Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), sinkCloseTime)
 	defer cancel()
 	var errs []error
-	for i, sk := range s.sinks {
-		if err := sk.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("sinks[%d]: close: %w", i, err))
-		}
+	if s.sinkErr != nil {
+		errs = append(errs, s.sinkErr)
 	}
+	errs = append(errs, s.closeLanes(ctx)...)
+	s.outCancel()
+	final.Tracepipe = withSinkTotals(final.Tracepipe, s.sinkTotals())
 	for _, p := range s.producers {
 		p.side.close()
 		_ = p.smb.Close()
 	}
 	out := s.outputTotals()
 	s.publishStatus()
-	return &Result{Stats: final, Packets: out.Packets, Bytes: out.Bytes, Files: s.Files()}, errors.Join(errs...)
+	return &Result{Stats: final, Packets: out.Packets, Bytes: out.Bytes, Files: s.Files(), Sinks: s.sinkResults()}, errors.Join(errs...)
 }
 
 // allFiniteDone returns a channel closed when every data source has

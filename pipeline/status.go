@@ -18,6 +18,8 @@ type Status struct {
 	// Losses sums every data_loss counter of the session's stats.
 	Losses  uint64
 	Buffers []BufferStatus
+	// SinkFailures names each sink that failed, with its first error.
+	SinkFailures []string
 }
 
 // BufferStatus is one buffer's fill.
@@ -61,5 +63,6 @@ func (s *Service) publishStatus() {
 	for _, bs := range s.buffers {
 		st.Buffers = append(st.Buffers, BufferStatus{Name: bs.name, Size: bs.buf.Size(), Unread: bs.unread})
 	}
+	st.SinkFailures = s.sinkFailures()
 	s.status.p.Store(st)
 }

@@ -87,8 +87,8 @@ type TracepipeStats struct {
 	SMBChunksRejected      uint64 // 2: committed chunks the SMB reader refused as malformed
 	CommitsMalformed       uint64 // 3: CommitData messages that did not decode
 	CommitsAfterStop       uint64 // 4: commits that arrived after the session finished
-	SinkPacketsWritten     uint64 // 5: packets the sinks accepted (before this packet)
-	SinkBytesWritten       uint64 // 6
+	SinkPacketsWritten     uint64 // 5: packets this sink accepted, this TraceStats packet included
+	SinkBytesWritten       uint64 // 6: their bytes, this packet excluded
 	SinkPacketsFiltered    uint64 // 7: packets a sink's CEL filter rejected
 	SinkPacketsDropped     uint64 // 8: packets a sink lost (queue full, write error)
 	SinkErrors             uint64 // 9: failed sink operations
@@ -98,6 +98,8 @@ type TracepipeStats struct {
 	ProtoVMPacketsUnrouted uint64 // 13: overwritten packets of producers without a VM (their content is gone)
 	DataSourceErrors       uint64 // 14: data source start/flush/stop failures
 	SequenceRestores       uint64 // 15: sequence state restore packets written ahead of a sequence's packets after a loss
+	SinkFilterErrors       uint64 // 16: packets a sink's filter could not evaluate (fate: the sink's filter_error)
+	SinkRestoreOverflows   uint64 // 17: a rotated file started without a sequence's state (the fold outgrew its bound)
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -182,6 +184,8 @@ var tracepipeStatsFields = []counterField[TracepipeStats]{
 	{13, "protovm_packets_unrouted", func(s *TracepipeStats) *uint64 { return &s.ProtoVMPacketsUnrouted }, false},
 	{14, "data_source_errors", func(s *TracepipeStats) *uint64 { return &s.DataSourceErrors }, false},
 	{15, "sequence_restores", func(s *TracepipeStats) *uint64 { return &s.SequenceRestores }, false},
+	{16, "sink_filter_errors", func(s *TracepipeStats) *uint64 { return &s.SinkFilterErrors }, true},
+	{17, "sink_restore_overflows", func(s *TracepipeStats) *uint64 { return &s.SinkRestoreOverflows }, true},
 }
 
 // filterStatsFields lists FilterStats' scalar counters.
