@@ -23,7 +23,6 @@ import (
 // as the tracepipe binary would (see TestMain).
 const childArgsEnv = "TPCLI_TEST_CHILD_ARGS" // not TRACEPIPE_*: those are config overrides
 
-
 // startCLI starts the CLI in a child process.
 func startCLI(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
