@@ -68,6 +68,7 @@ type DataSourceConfig struct {
 	Config                map[string]any `koanf:"config"`                  // per-source section, validated by the source's factory
 	Plugin                string         `koanf:"plugin"`                  // path of an out-of-process plugin binary (optional); Validate resolves it against the config file's directory
 	ProtoVM               *ProtoVMConfig `koanf:"protovm"`
+	OnStartError          string         `koanf:"on_start_error"` // "continue" (default, also "") | "abort": what a failed Start does to the session
 }
 
 // ProtoVMConfig attaches a ProtoVM program to a data source: packets of the
@@ -106,8 +107,10 @@ const (
 	FillPolicyRingBuffer = "ring_buffer" // buffers[i].fill_policy: overwrite the oldest chunks
 	FillPolicyDiscard    = "discard"     // buffers[i].fill_policy: drop new chunks once full
 
-	BufferExhaustedDrop  = "drop"  // data_sources[i].buffer_exhausted_policy: drop packets when the SMB is full
-	BufferExhaustedStall = "stall" // data_sources[i].buffer_exhausted_policy: block the writer until chunks free up
+	OnStartErrorContinue = "continue" // data_sources[i].on_start_error: record the failure, record the other sources
+	OnStartErrorAbort    = "abort"    // data_sources[i].on_start_error: end the session
+	BufferExhaustedDrop  = "drop"     // data_sources[i].buffer_exhausted_policy: drop packets when the SMB is full
+	BufferExhaustedStall = "stall"    // data_sources[i].buffer_exhausted_policy: block the writer until chunks free up
 )
 
 // Defaults and limits (service.md §1, smb-abi.md §1.1).

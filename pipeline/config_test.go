@@ -558,6 +558,7 @@ data_sources:
     target_buffer_name: ""
     buffer_exhausted_policy: drop
     plugin: ""
+    on_start_error: ""
 write_into_file: false
 file_write_period: 5s
 max_file_size: 0

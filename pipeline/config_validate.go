@@ -206,6 +206,12 @@ func (c *Config) checkDataSource(k *checker, i int) {
 		k.bad(p+".target_buffer", "must be in 0..%d (there are %d buffers), got %d", n-1, n, ds.TargetBuffer)
 	}
 
+	switch ds.OnStartError {
+	case "", OnStartErrorContinue, OnStartErrorAbort:
+	default:
+		k.bad(p+".on_start_error", "must be continue or abort, got %q", ds.OnStartError)
+	}
+
 	switch ds.BufferExhaustedPolicy {
 	case BufferExhaustedDrop, BufferExhaustedStall:
 	default:

@@ -114,8 +114,28 @@ sinks: [{type: file, path: %q}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "packets") {
-		t.Fatalf("bad plugin config: Run returned %v", err)
+	res, err = s.Run(t.Context())
+	if err != nil {
+		t.Fatalf("on_start_error: continue (the default): Run returned %v", err)
+	}
+	want := fmt.Sprintf("data_sources[0] (%s): ", plugin)
+	if len(res.StartErrors) != 1 || !strings.HasPrefix(res.StartErrors[0].Error(), want) || !strings.Contains(res.StartErrors[0].Error(), "packets") {
+		t.Fatalf("bad plugin config: start errors %v, want one starting %q naming packets", res.StartErrors, want)
+	}
+	t.Logf("start error: %v", res.StartErrors[0])
+	if res.Stats.Tracepipe == nil || res.Stats.Tracepipe.DataSourceErrors != 1 {
+		t.Fatalf("the start failure is not recorded in the trace stats: %+v", res.Stats.Tracepipe)
+	}
+
+	// With on_start_error: abort the session ends and Run says why.
+	bad.DataSources[0].OnStartError = OnStartErrorAbort
+	bad.Sinks[0].Path = filepath.Join(t.TempDir(), "abort.pftrace")
+	s, err = New(bad, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "packets") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("on_start_error: abort: Run returned %v", err)
 	}
 }
 

@@ -38,6 +38,8 @@ var (
 	// gracefulExitTimeout bounds go-plugin's graceful shutdown before the
 	// child is killed.
 	gracefulExitTimeout = 3 * time.Second
+	// exitWait bounds the wait for a failing child's exit status.
+	exitWait = 500 * time.Millisecond
 )
 
 // Config says which plugin to launch and how to connect it.
@@ -90,6 +92,8 @@ type Plugin struct {
 
 	endOnce sync.Once
 	ended   chan struct{} // closed once the child is gone
+
+	finished chan struct{} // see Finished; nil until the protocol carries it
 }
 
 // Launch starts the plugin child, performs the go-plugin handshake, sets the
@@ -198,9 +202,15 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		return nil, fail("handshake: no answer within %v", timeout)
 	}
 	if d.err != nil {
+		// A child that exited on its own says more than the handshake error.
+		st, exited := waitExit(cmd, cli, exitWait)
 		killGroup(cmd, cli)
 		cli.Kill()
-		return nil, fail("handshake failed (not a tracepipe plugin built with plugins/sdk, or it crashed on start): %v", d.err)
+		err := fail("handshake failed (not a tracepipe plugin built with plugins/sdk, or it crashed on start): %v", d.err)
+		if exited {
+			return nil, &ExitError{Status: st, Err: err}
+		}
+		return nil, err
 	}
 	raw, err := d.rpc.Dispense(wire.PluginName)
 	if err != nil {

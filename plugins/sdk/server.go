@@ -3,8 +3,6 @@ package sdk
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -19,11 +17,9 @@ import (
 
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/plugins/internal/wire"
+	"github.com/tracepipe/tracepipe/plugins/producer"
 	"github.com/tracepipe/tracepipe/smb"
 )
-
-// commitFlushPeriod is how often pending commits are flushed.
-const commitFlushPeriod = 50 * time.Millisecond
 
 // commitQueueLen bounds the encoded commits waiting for the stream.
 const commitQueueLen = 64
@@ -45,20 +41,10 @@ type server struct {
 	smbFd     int // wire.SMBFd (tests map another descriptor)
 
 	// mu serialises the control RPCs and guards the fields below it.
-	mu     sync.Mutex
-	state  state
-	shm    *smb.SMB
-	arb    *smb.Arbiter
-	ds     plugins.DataSource
-	target uint32
-	policy smb.BufferExhaustedPolicy
-	ticker chan struct{} // closed to stop the flush ticker
-	tdone  chan struct{} // closed when the ticker goroutine returned
-
-	// wmu guards writers (NewWriter runs on data source goroutines).
-	wmu     sync.Mutex
-	writers []*smb.TraceWriter
-	closed  bool // no new writers (stopped)
+	mu    sync.Mutex
+	state state
+	shm   *smb.SMB
+	rt    *producer.Runtime // the same runtime in-process data sources run on
 
 	// The commit path: OnCommit → queue → Commits stream.
 	queue      chan []byte
@@ -129,13 +115,12 @@ func (s *server) Setup(_ context.Context, in *wrapperspb.BytesValue) (*emptypb.E
 		_ = shm.Close()
 		return nil, status.Errorf(codes.InvalidArgument, "setup: SMB on fd %d is %d bytes, host announced %d (page size %d)", s.smbFd, size, req.SMBSize, req.PageSize)
 	}
-	arb, err := smb.NewArbiter(shm, smb.ArbiterOptions{Commit: smb.CommitBatched, OnCommit: s.onCommit})
+	rt, err := producer.New(producer.Config{SMB: shm, TargetBuffer: req.TargetBuffer, Policy: policy, OnCommit: s.onCommit}, ds)
 	if err != nil {
 		_ = shm.Close()
-		return nil, status.Errorf(codes.Internal, "setup: arbiter: %v", err)
+		return nil, status.Errorf(codes.Internal, "setup: %v", err)
 	}
-	s.shm, s.arb, s.ds = shm, arb, ds
-	s.target, s.policy = req.TargetBuffer, policy
+	s.shm, s.rt = shm, rt
 	s.state = stateSetUp
 	return &emptypb.Empty{}, nil
 }
@@ -147,10 +132,8 @@ func (s *server) Start(context.Context, *emptypb.Empty) (*emptypb.Empty, error) 
 	if s.state != stateSetUp {
 		return nil, status.Errorf(codes.FailedPrecondition, "start: %s", s.stateProblem())
 	}
-	s.ticker, s.tdone = make(chan struct{}), make(chan struct{})
-	go s.flushTicker(s.ticker, s.tdone)
 	s.state = stateStarted
-	if err := s.ds.Start(dsHost{s}); err != nil {
+	if err := s.rt.Start(); err != nil {
 		return nil, status.Errorf(codes.Unknown, "start: %v", err)
 	}
 	return &emptypb.Empty{}, nil
@@ -160,17 +143,11 @@ func (s *server) Start(context.Context, *emptypb.Empty) (*emptypb.Empty, error) 
 func (s *server) Flush(_ context.Context, in *wrapperspb.UInt64Value) (*emptypb.Empty, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var err error
-	switch s.state {
-	case stateStarted:
-		err = s.ds.Flush()
-	case stateSetUp:
-		// Nothing written yet; still acknowledge.
-	default:
+	if s.state != stateStarted && s.state != stateSetUp {
+		// Set up but not started: nothing written yet, still acknowledged.
 		return nil, status.Errorf(codes.FailedPrecondition, "flush: %s", s.stateProblem())
 	}
-	s.arb.SendFlushAck(in.GetValue())
-	if err != nil {
+	if err := s.rt.Flush(in.GetValue()); err != nil {
 		return nil, status.Errorf(codes.Unknown, "flush: %v", err)
 	}
 	return &emptypb.Empty{}, nil
@@ -183,7 +160,7 @@ func (s *server) ClearIncrementalState(context.Context, *emptypb.Empty) (*emptyp
 	if s.state != stateStarted {
 		return nil, status.Errorf(codes.FailedPrecondition, "clear incremental state: %s", s.stateProblem())
 	}
-	s.ds.ClearIncrementalState()
+	s.rt.ClearIncrementalState()
 	return &emptypb.Empty{}, nil
 }
 
@@ -199,26 +176,12 @@ func (s *server) Stop(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
 }
 
 func (s *server) stopLocked() error {
-	var err error
-	switch s.state {
-	case stateStopped:
+	if s.state == stateStopped {
 		return nil
-	case stateStarted:
-		err = s.ds.Stop()
-		s.wmu.Lock()
-		writers := s.writers
-		s.writers, s.closed = nil, true
-		s.wmu.Unlock()
-		for _, w := range writers {
-			if cerr := w.Close(); cerr != nil && !errors.Is(cerr, smb.ErrWriterClosed) {
-				err = errors.Join(err, fmt.Errorf("closing writer %d: %w", w.ID(), cerr))
-			}
-		}
-		close(s.ticker)
-		<-s.tdone
 	}
-	if s.arb != nil {
-		s.arb.FlushPendingCommits()
+	var err error
+	if s.rt != nil {
+		err = s.rt.Stop()
 	}
 	s.state = stateStopped
 	close(s.stopped)
@@ -255,38 +218,6 @@ func (s *server) stateProblem() string {
 	default:
 		return "already stopped"
 	}
-}
-
-func (s *server) flushTicker(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(commitFlushPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			s.arb.FlushPendingCommits()
-		}
-	}
-}
-
-// dsHost is the plugins.Host given to the data source.
-type dsHost struct{ s *server }
-
-func (h dsHost) NewWriter() (plugins.PacketWriter, error) {
-	s := h.s
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.closed {
-		return nil, errors.New("sdk: data source is stopped")
-	}
-	w, err := s.arb.NewTraceWriter(s.target, s.policy)
-	if err != nil {
-		return nil, err
-	}
-	s.writers = append(s.writers, w)
-	return w, nil
 }
 
 // onCommit is the arbiter's OnCommit: it encodes cd (the arbiter reuses
