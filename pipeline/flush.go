@@ -52,6 +52,9 @@ func (s *Service) startFlush(final bool) bool {
 // flushAcked records a producer's flush acknowledgement (a CommitData
 // carrying the flush request id).
 func (s *Service) flushAcked(p *producer, id uint64) {
+	if p.flushOut != 0 && id >= p.flushOut {
+		p.flushOut = 0 // the ack is the last thing a flush call does
+	}
 	f := s.flush
 	if f == nil || id < f.id {
 		return

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -139,26 +138,52 @@ sinks: [{type: file, path: %q}]
 	}
 }
 
-// counterIndex reads the example plugin's packet index (for_testing bytes
-// 0..3, little endian).
+// counterIndex reads the example plugin's packet index: the seq_value
+// (field 2) of its for_testing TestEvent, which must decode whole.
 func counterIndex(p []byte) (uint32, bool) {
-	for len(p) > 0 {
-		num, typ, n := protowire.ConsumeTag(p)
+	event, ok := bytesField(p, tracefile.FieldForTesting)
+	if !ok {
+		return 0, false
+	}
+	var index uint32
+	found := false
+	for len(event) > 0 {
+		num, typ, n := protowire.ConsumeTag(event)
 		if n < 0 {
 			return 0, false
 		}
-		p = p[n:]
-		if num == tracefile.FieldForTesting && typ == protowire.BytesType {
-			b, n := protowire.ConsumeBytes(p)
-			if n < 0 || len(b) < 4 {
+		event = event[n:]
+		if num == 2 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(event)
+			if n < 0 {
 				return 0, false
 			}
-			return binary.LittleEndian.Uint32(b), true
+			index, found = uint32(v), true
 		}
-		if n = protowire.ConsumeFieldValue(num, typ, p); n < 0 {
+		if n = protowire.ConsumeFieldValue(num, typ, event); n < 0 {
 			return 0, false
+		}
+		event = event[n:]
+	}
+	return index, found
+}
+
+// bytesField returns the first length-delimited field num of p.
+func bytesField(p []byte, num protowire.Number) ([]byte, bool) {
+	for len(p) > 0 {
+		n0, typ, n := protowire.ConsumeTag(p)
+		if n < 0 {
+			return nil, false
+		}
+		p = p[n:]
+		if n0 == num && typ == protowire.BytesType {
+			b, n := protowire.ConsumeBytes(p)
+			return b, n >= 0
+		}
+		if n = protowire.ConsumeFieldValue(n0, typ, p); n < 0 {
+			return nil, false
 		}
 		p = p[n:]
 	}
-	return 0, false
+	return nil, false
 }
