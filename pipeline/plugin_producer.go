@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -27,6 +28,8 @@ type pluginSide struct {
 	// handshake is not waited for.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// configPath is "data_sources[i].config", for config problems.
+	configPath string
 }
 
 // pluginSpec is what a plugin producer needs beyond producerSpec.
@@ -49,7 +52,7 @@ func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIde
 	p := newProducer(spec, s, client, commits, notes, finished)
 	stderr := &lineLogger{prefix: p.label() + " plugin: ", logf: ps.logf}
 	ctx, cancel := context.WithCancel(context.Background())
-	p.side = &pluginSide{ctx: ctx, cancel: cancel, stderr: stderr, cfg: host.Config{
+	p.side = &pluginSide{ctx: ctx, cancel: cancel, stderr: stderr, configPath: fmt.Sprintf("data_sources[%d].config", spec.index), cfg: host.Config{
 		Path:             ps.path,
 		Name:             spec.name,
 		DataSourceConfig: ps.config,
@@ -91,6 +94,10 @@ func (ps *pluginSide) describe(err error) error {
 	ps.mu.Lock()
 	pl := ps.plugin
 	ps.mu.Unlock()
+	var cfgErr *host.ConfigError
+	if errors.As(err, &cfgErr) {
+		return ps.configError(cfgErr)
+	}
 	st, exited := host.ExitOf(err)
 	if pl != nil && ps.ctx.Err() == nil {
 		st, exited = pl.WaitExit(exitWait)
@@ -103,6 +110,20 @@ func (ps *pluginSide) describe(err error) error {
 		msg += ": " + lines
 	}
 	return fmt.Errorf("%s", msg)
+}
+
+// configError names each problem the plugin found by its full config
+// path, data_sources[i].config.<key>.
+func (ps *pluginSide) configError(e *host.ConfigError) error {
+	lines := make([]string, 0, len(e.Problems))
+	for _, q := range e.Problems {
+		path := ps.configPath
+		if q.Path != "" {
+			path += "." + q.Path
+		}
+		lines = append(lines, path+": "+q.Message)
+	}
+	return errors.New(strings.Join(lines, "\n"))
 }
 
 func (ps *pluginSide) flush(flushID uint64) error { return ps.plugin.Flush(flushID) }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -118,8 +120,8 @@ sinks: [{type: file, path: %q}]
 		t.Fatalf("on_start_error: continue (the default): Run returned %v", err)
 	}
 	want := fmt.Sprintf("data_sources[0] (%s): ", plugin)
-	if len(res.StartErrors) != 1 || !strings.HasPrefix(res.StartErrors[0].Error(), want) || !strings.Contains(res.StartErrors[0].Error(), "packets") {
-		t.Fatalf("bad plugin config: start errors %v, want one starting %q naming packets", res.StartErrors, want)
+	if len(res.StartErrors) != 1 || !strings.HasPrefix(res.StartErrors[0].Error(), want) || !strings.Contains(res.StartErrors[0].Error(), "data_sources[0].config.packets: must be >= 0") {
+		t.Fatalf("bad plugin config: start errors %v, want one starting %q naming data_sources[0].config.packets", res.StartErrors, want)
 	}
 	t.Logf("start error: %v", res.StartErrors[0])
 	if res.Stats.Tracepipe == nil || res.Stats.Tracepipe.DataSourceErrors != 1 {
@@ -186,4 +188,46 @@ func bytesField(p []byte, num protowire.Number) ([]byte, bool) {
 		p = p[n:]
 	}
 	return nil, false
+}
+
+// plugins.Finite crosses the protocol: a session without a duration ends
+// once the plugin's data source is done, with all its packets.
+func TestServicePluginFinite(t *testing.T) {
+	plugin := counterPlugin(t)
+	out := filepath.Join(t.TempDir(), "finite.pftrace")
+	s, err := New(loadYAML(t, fmt.Sprintf(`
+duration: 0s
+buffers: [{size_kb: 4096}]
+data_sources:
+  - name: example.counter
+    plugin: %q
+    buffer_exhausted_policy: stall
+    config: {packets: 500, size: 100}
+sinks: [{type: file, path: %q}]
+`, plugin, out)), Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the data source's end can stop this session before ctx does.
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	res, err := s.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the session ran until its context ended: the plugin's Done did not reach the service")
+	}
+	n := 0
+	for _, p := range readTrace(t, out) {
+		if i, ok := counterIndex(p.raw); ok {
+			if int(i) != n {
+				t.Fatalf("packet %d, want %d", i, n)
+			}
+			n++
+		}
+	}
+	if n != 500 || res.Stats.FinalFlushOutcome != tracefile.FlushOutcomeSucceeded {
+		t.Fatalf("%d packets, final flush %d", n, res.Stats.FinalFlushOutcome)
+	}
 }

@@ -39,7 +39,15 @@ const Name = "example.counter"
 const maxSize = 16 << 20
 
 func main() {
-	sdk.Serve(map[string]plugins.Factory{Name: newCounter})
+	sdk.ServeSources(sdk.Source{
+		Name:        Name,
+		Description: "writes a fixed number of TestEvent packets, then is done (plugins.Finite)",
+		ConfigKeys: []sdk.ConfigKey{
+			{Name: "packets", Type: "integer", Default: "100", Description: "number of packets to write (>= 0)"},
+			{Name: "size", Type: "integer", Default: "64", Description: "length of each TestEvent's str, in bytes (0..16 MiB)"},
+		},
+		Factory: newCounter,
+	})
 }
 
 // counter writes config.packets packets, then is done.
@@ -90,7 +98,9 @@ func newCounter(config map[string]any) (plugins.DataSource, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("%s", strings.Join(problems, "; "))
+		// One "key: message" line per problem: the service shows each as
+		// data_sources[i].config.key.
+		return nil, fmt.Errorf("%s", strings.Join(problems, "\n"))
 	}
 	return c, nil
 }
