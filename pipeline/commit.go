@@ -28,10 +28,13 @@ func (s *Service) handleCommit(m commitMsg) {
 	p := m.p
 	if err := p.cd.Unmarshal(m.data); err != nil {
 		s.counters.commitsMalformed++
+		p.faults.commitsMalformed++
+		s.producerFault(p, "a malformed CommitData")
 		p.recycle(m.data)
 		return
 	}
 	p.reader.ReadCommit(&p.cd, p.onChunk, p.onPatch)
+	s.checkRejected(p)
 	if id := p.cd.FlushRequestID; id != 0 {
 		s.flushAcked(p, id)
 	}
@@ -44,6 +47,8 @@ func (s *Service) copyChunk(p *producer, v *smb.ChunkView) {
 	if v.TargetBuffer != 0 && int(v.TargetBuffer) != p.target+1 {
 		// A producer may only write into the buffers of its data sources.
 		s.counters.chunksDiscarded++
+		p.faults.chunksDiscarded++
+		s.producerFault(p, "a chunk for a buffer it may not write")
 		return
 	}
 	payload, n := v.Payload, v.Fragments

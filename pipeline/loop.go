@@ -149,6 +149,8 @@ func (s *Service) handleNote(n note) {
 		p.state = stateDead
 		p.dataSourceErrs.Add(1)
 		s.counters.producersDied++
+		p.faults.died++
+		p.faults.err = n.err.Error()
 		s.logf("%s: %v; the session goes on without it (what it committed is kept)", p.label(), n.err)
 		s.flushGone(p)
 		// Keep what it completed; its control goroutine ends on its own.
@@ -171,6 +173,7 @@ func (s *Service) startFailed(p *producer, err error) {
 		return
 	}
 	p.state = stateStartFailed
+	p.faults.err = "start: " + err.Error()
 	err = fmt.Errorf("%s: %w", p.label(), err)
 	s.startErrs = append(s.startErrs, err)
 	s.counters.startFailures++

@@ -187,6 +187,7 @@ type lineLogger struct {
 	logf   func(string, ...any)
 	buf    []byte
 	tail   []string
+	panic  string // the first "panic: " / "fatal error: " line, if any
 }
 
 func (l *lineLogger) Write(b []byte) (int, error) {
@@ -212,8 +213,11 @@ func (l *lineLogger) line(s string) {
 	if l.logf != nil {
 		l.logf("%s%s", l.prefix, s)
 	}
-	if strings.TrimSpace(s) == "" {
-		return
+	if strings.TrimSpace(s) == "" || strings.Contains(s, " plugin-host") {
+		return // go-plugin's own log lines say nothing about the plugin
+	}
+	if l.panic == "" && (strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ")) {
+		l.panic = s
 	}
 	l.tail = append(l.tail, s)
 	if len(l.tail) > stderrLines {
@@ -228,6 +232,9 @@ func (l *lineLogger) last() string {
 	t := l.tail
 	if len(l.buf) > 0 {
 		t = append(t[:len(t):len(t)], string(l.buf))
+	}
+	if l.panic != "" && (len(t) == 0 || t[0] != l.panic) {
+		t = append([]string{l.panic, "..."}, t...)
 	}
 	return strings.Join(t, " | ")
 }

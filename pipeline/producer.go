@@ -39,6 +39,7 @@ type producer struct {
 	dataSourceErrs atomic.Uint64
 
 	// Service side, used only on the service goroutine.
+	faults     producerFaults
 	state      producerState
 	finiteDone bool   // the data source said it wrote everything it will
 	flushOut   uint64 // a flush request the control goroutine has not finished (0: none)

@@ -149,6 +149,7 @@ func (s *Service) appendBufferPacket(b *batch, bs *bufferState, p *buffer.Packet
 	if tracefile.ValidateProducerPacket(b.data[start:]) != nil {
 		b.data = b.data[:start]
 		s.counters.invalidPackets++
+		s.invalidPacket(p.Seq.ProducerID)
 		return
 	}
 	b.data = tracefile.AppendTrusted(b.data, tracefile.Trusted{

@@ -1,6 +1,9 @@
 package pipeline
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // stopProducers asks every producer whose data source runs to stop (each
 // on its own control goroutine, all at once, without blocking) and serves
@@ -34,6 +37,9 @@ func (s *Service) stopProducers() {
 		}
 		s.logf("%s: %v (after %v); its SMB is scraped as it is", p.label(), errStopTimeout, stopTimeout)
 		p.dataSourceErrs.Add(1)
+		if p.faults.err == "" {
+			p.faults.err = fmt.Sprintf("%v (after %v): killed", errStopTimeout, stopTimeout)
+		}
 		p.side.close()
 		p.state = stateStopped
 	}

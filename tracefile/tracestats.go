@@ -97,6 +97,8 @@ type TracepipeStats struct {
 	ProtoVMPatchesFailed   uint64 // 12: patches a VM aborted (program bug, memory limit): state lost
 	ProtoVMPacketsUnrouted uint64 // 13: overwritten packets of producers without a VM (their content is gone)
 	DataSourceErrors       uint64 // 14: data source start/flush/stop failures
+	// Producers (15) attributes faults to the producers that had any.
+	Producers []ProducerStats
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -242,7 +244,7 @@ func appendTraceStatsBody(b []byte, ts *TraceStats) []byte {
 	}
 	if tp := ts.Tracepipe; tp != nil {
 		b = appendNested(b, tsTracepipe, func(b []byte) []byte {
-			return appendCounters(b, tracepipeStatsFields, tp)
+			return appendProducerStats(appendCounters(b, tracepipeStatsFields, tp), tp.Producers)
 		})
 	}
 	for i := range ts.WriterStats {
@@ -386,7 +388,7 @@ func DecodeTraceStats(b []byte) (TraceStats, error) {
 			ts.FilterStats = fs
 		case num == tsTracepipe && typ == protowire.BytesType:
 			tp := &TracepipeStats{}
-			err = decodeCounters(payload, "TraceStats.tracepipe", tracepipeStatsFields, tp, nil)
+			err = decodeCounters(payload, "TraceStats.tracepipe", tracepipeStatsFields, tp, decodeTracepipeExtra(tp))
 			ts.Tracepipe = tp
 		case num == tsHistogramDef:
 			var vals []uint64
