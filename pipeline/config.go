@@ -44,6 +44,7 @@ type Config struct {
 	IncrementalState IncrementalStateConfig `koanf:"incremental_state"`
 	Producers        ProducersConfig        `koanf:"producers"`
 	Sinks            []sinks.Config         `koanf:"sinks"`
+	PluginDir        string                 `koanf:"plugin_dir"` // directory of data-source plugins: data_sources[i].name alone finds the plugin serving it
 
 	// baseDir is the directory relative paths (data_sources[i].plugin,
 	// data_sources[i].protovm.program) are resolved against: the config

@@ -578,6 +578,7 @@ sinks:
     fsync_period: 0s
     filter: ""
     queue_capacity: 0
+plugin_dir: ""
 `
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)

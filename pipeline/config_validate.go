@@ -78,6 +78,12 @@ func (k *checker) bad(path, format string, args ...any) {
 func (c *Config) check(skip []Problem) []Problem {
 	k := &checker{skip: skip}
 
+	if c.PluginDir != "" {
+		c.PluginDir = c.resolve(c.PluginDir)
+		if fi, err := os.Stat(c.PluginDir); err != nil || !fi.IsDir() {
+			k.bad("plugin_dir", "%q is not a directory", c.PluginDir)
+		}
+	}
 	if c.Duration < 0 || c.Duration > MaxDuration {
 		k.bad("duration", "must be >= 0 and <= 7 days (168h), got %v", c.Duration)
 	}
@@ -171,6 +177,11 @@ func (c *Config) checkDataSource(k *checker, i int) {
 		checkExecutable(k, p+".plugin", ds.Plugin)
 	} else if ds.Name != "" {
 		f, ok := plugins.Lookup(ds.Name)
+		if !ok && c.PluginDir != "" {
+			// A plugin in plugin_dir may serve it: ResolvePlugins (run by
+			// New and `tracepipe validate`) finds it or says why not.
+			ok = true
+		}
 		if !ok {
 			reg := strings.Join(plugins.Names(), ", ")
 			if reg == "" {

@@ -16,6 +16,9 @@ import (
 // must stay cheap and side-effect free) does not call it; `tracepipe
 // validate` does. stderr receives the plugins' own output (nil: dropped).
 func ValidatePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
+	if err := ResolvePlugins(ctx, cfg, stderr); err != nil {
+		return err
+	}
 	var problems []Problem
 	for i, ds := range cfg.DataSources {
 		if ds.Plugin == "" {

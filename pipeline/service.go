@@ -140,6 +140,9 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := ResolvePlugins(context.Background(), cfg, nil); err != nil {
+		return nil, err
+	}
 	s := &Service{
 		cfg: cfg, opts: opts,
 		uid: int32(os.Getuid()), pid: int32(os.Getpid()),

@@ -85,6 +85,7 @@ func newRootCmd() *cobra.Command {
 		newStatsCmd(),
 		newInspectCmd(),
 		newProtoVMCmd(),
+		newPluginsCmd(), // plugins_cmd.go: `tracepipe plugins`
 	)
 	classifyUsageErrors(root)
 	return root
