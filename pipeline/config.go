@@ -45,6 +45,7 @@ type Config struct {
 	IncrementalState IncrementalStateConfig `koanf:"incremental_state"`
 	Producers        ProducersConfig        `koanf:"producers"`
 	Sinks            []sinks.Config         `koanf:"sinks"`
+	PluginDir        string                 `koanf:"plugin_dir"` // directory of data-source plugins: data_sources[i].name alone finds the plugin serving it
 
 	// baseDir is the directory relative paths (data_sources[i].plugin,
 	// data_sources[i].protovm.program) are resolved against: the config
@@ -69,6 +70,7 @@ type DataSourceConfig struct {
 	Config                map[string]any `koanf:"config"`                  // per-source section, validated by the source's factory
 	Plugin                string         `koanf:"plugin"`                  // path of an out-of-process plugin binary (optional); Validate resolves it against the config file's directory
 	ProtoVM               *ProtoVMConfig `koanf:"protovm"`
+	OnStartError          string         `koanf:"on_start_error"` // "continue" (default, also "") | "abort": what a failed Start does to the session
 }
 
 // ProtoVMConfig attaches a ProtoVM program to a data source: packets of the
@@ -120,8 +122,10 @@ const (
 	FillPolicyRingBuffer = "ring_buffer" // buffers[i].fill_policy: overwrite the oldest chunks
 	FillPolicyDiscard    = "discard"     // buffers[i].fill_policy: drop new chunks once full
 
-	BufferExhaustedDrop  = "drop"  // data_sources[i].buffer_exhausted_policy: drop packets when the SMB is full
-	BufferExhaustedStall = "stall" // data_sources[i].buffer_exhausted_policy: block the writer until chunks free up
+	OnStartErrorContinue = "continue" // data_sources[i].on_start_error: record the failure, record the other sources
+	OnStartErrorAbort    = "abort"    // data_sources[i].on_start_error: end the session
+	BufferExhaustedDrop  = "drop"     // data_sources[i].buffer_exhausted_policy: drop packets when the SMB is full
+	BufferExhaustedStall = "stall"    // data_sources[i].buffer_exhausted_policy: block the writer until chunks free up
 )
 
 // Defaults and limits (service.md §1, smb-abi.md §1.1).

@@ -559,6 +559,7 @@ data_sources:
     target_buffer_name: ""
     buffer_exhausted_policy: drop
     plugin: ""
+    on_start_error: ""
 write_into_file: false
 file_write_period: 5s
 max_file_size: 0
@@ -582,6 +583,7 @@ sinks:
     compression: ""
     max_file_size: 0
     fsync_period: 0s
+plugin_dir: ""
 `
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)

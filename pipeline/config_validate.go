@@ -79,6 +79,12 @@ func (k *checker) bad(path, format string, args ...any) {
 func (c *Config) check(skip []Problem) []Problem {
 	k := &checker{skip: skip}
 
+	if c.PluginDir != "" {
+		c.PluginDir = c.resolve(c.PluginDir)
+		if fi, err := os.Stat(c.PluginDir); err != nil || !fi.IsDir() {
+			k.bad("plugin_dir", "%q is not a directory", c.PluginDir)
+		}
+	}
 	if c.Duration < 0 || c.Duration > MaxDuration {
 		k.bad("duration", "must be >= 0 and <= 7 days (168h), got %v", c.Duration)
 	}
@@ -174,6 +180,11 @@ func (c *Config) checkDataSource(k *checker, i int) {
 		checkExecutable(k, p+".plugin", ds.Plugin)
 	} else if ds.Name != "" {
 		f, ok := plugins.Lookup(ds.Name)
+		if !ok && c.PluginDir != "" {
+			// A plugin in plugin_dir may serve it: ResolvePlugins (run by
+			// New and `tracepipe validate`) finds it or says why not.
+			ok = true
+		}
 		if !ok {
 			reg := strings.Join(plugins.Names(), ", ")
 			if reg == "" {
@@ -207,6 +218,12 @@ func (c *Config) checkDataSource(k *checker, i int) {
 		}
 	} else if n := len(c.Buffers); n > 0 && (ds.TargetBuffer < 0 || ds.TargetBuffer >= n) {
 		k.bad(p+".target_buffer", "must be in 0..%d (there are %d buffers), got %d", n-1, n, ds.TargetBuffer)
+	}
+
+	switch ds.OnStartError {
+	case "", OnStartErrorContinue, OnStartErrorAbort:
+	default:
+		k.bad(p+".on_start_error", "must be continue or abort, got %q", ds.OnStartError)
 	}
 
 	switch ds.BufferExhaustedPolicy {

@@ -2,9 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/plugins/host"
@@ -12,47 +14,116 @@ import (
 )
 
 // pluginSide is the side of a data source served by a plugin process: the
-// service creates the SMB as a memfd, the plugin maps it and writes into
-// it, and its commits arrive over the plugin's gRPC stream. The plugin is
-// untrusted: its commits go through the same validation as anyone's, and
-// its trusted pid is the one the service started, not one it reports.
+// service creates the SMB as a memfd, the plugin maps it and runs the same
+// producer runtime as an in-process source on it, and its commits arrive
+// over the plugin's gRPC stream. The plugin is untrusted: its commits go
+// through the same validation as anyone's, and its trusted pid is the one
+// the service started, not one it reports.
 type pluginSide struct {
 	cfg    host.Config
+	stderr *lineLogger
 	plugin *host.Plugin
+	mu     sync.Mutex // guards plugin against close from the service goroutine
+	// ctx bounds the launch; close cancels it so a child hung in its
+	// handshake is not waited for.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// configPath is "data_sources[i].config", for config problems.
+	configPath string
+}
+
+// pluginSpec is what a plugin producer needs beyond producerSpec.
+type pluginSpec struct {
+	path     string
+	config   map[string]any
+	smbSize  int
+	pageSize int
+	logf     func(string, ...any)
 }
 
 // newPluginProducer builds a producer whose data source runs in the
-// plugin executable path. Nothing is started until Run.
-func newPluginProducer(id uint16, index int, name string, target int, path string, config map[string]any,
-	smbSize, pageSize int, policy smb.BufferExhaustedPolicy, client buffer.ClientIdentity,
-	commits chan<- commitMsg, finished <-chan struct{}, logf func(string, ...any)) (*producer, error) {
-	s, err := smb.NewMemfdSMB(fmt.Sprintf("tracepipe-ds%d", index), smbSize, pageSize)
+// plugin executable ps.path. Nothing is started until Run.
+func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIdentity,
+	commits chan<- commitMsg, notes chan<- note, finished <-chan struct{}) (*producer, error) {
+	s, err := smb.NewMemfdSMB(fmt.Sprintf("tracepipe-ds%d", spec.index), ps.smbSize, ps.pageSize)
 	if err != nil {
 		return nil, err
 	}
-	p := newProducer(id, index, name, target, s, client, commits, finished)
-	p.side = &pluginSide{cfg: host.Config{
-		Path:             path,
-		Name:             name,
-		DataSourceConfig: config,
+	p := newProducer(spec, s, client, commits, notes, finished)
+	stderr := &lineLogger{prefix: p.label() + " plugin: ", logf: ps.logf}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.side = &pluginSide{ctx: ctx, cancel: cancel, stderr: stderr, configPath: fmt.Sprintf("data_sources[%d].config", spec.index), cfg: host.Config{
+		Path:             ps.path,
+		Name:             spec.name,
+		DataSourceConfig: ps.config,
 		SMB:              s,
-		TargetBuffer:     bufferID(target),
-		Policy:           policy,
+		TargetBuffer:     bufferID(spec.target),
+		Policy:           spec.policy,
 		OnCommit:         p.deliver,
-		Stderr:           &lineLogger{prefix: fmt.Sprintf("data_sources[%d] (%s) plugin: ", index, name), logf: logf},
+		Stderr:           stderr,
 	}}
 	return p, nil
 }
 
 func (ps *pluginSide) start(p *producer) error {
-	pl, err := host.Launch(context.Background(), ps.cfg)
+	pl, err := host.Launch(ps.ctx, ps.cfg)
 	if err != nil {
+		return ps.describe(err)
+	}
+	ps.mu.Lock()
+	ps.plugin = pl
+	closed := ps.ctx.Err() != nil
+	ps.mu.Unlock()
+	if closed { // close ran during the launch
+		pl.Kill()
+		return fmt.Errorf("plugin %s: ended by the service during Start", ps.cfg.Path)
+	}
+	// The pid the service itself started, whatever the plugin claims.
+	p.pid.Store(int32(pl.Pid()))
+	if err := pl.Start(); err != nil {
+		return ps.describe(err)
+	}
+	return nil
+}
+
+// describe turns a launch or start error into what the user needs: when
+// the plugin exited on its own, how it exited and the last lines it wrote
+// to stderr ("exited with status 2 during Start: <lines>"); else the
+// error, which carries the plugin's own reason.
+func (ps *pluginSide) describe(err error) error {
+	ps.mu.Lock()
+	pl := ps.plugin
+	ps.mu.Unlock()
+	var cfgErr *host.ConfigError
+	if errors.As(err, &cfgErr) {
+		return ps.configError(cfgErr)
+	}
+	st, exited := host.ExitOf(err)
+	if pl != nil && ps.ctx.Err() == nil {
+		st, exited = pl.WaitExit(exitWait)
+	}
+	if !exited {
 		return err
 	}
-	ps.plugin = pl
-	// The pid the service itself started, whatever the plugin claims.
-	p.client.PID = int32(pl.Pid())
-	return pl.Start()
+	msg := st + " during Start"
+	if lines := ps.stderr.last(); lines != "" {
+		msg += ": " + lines
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+// configError names each problem the plugin found by its full config
+// path, data_sources[i].config.<key>.
+func (ps *pluginSide) configError(e *host.ConfigError) error {
+	lines := make([]string, 0, len(e.Problems))
+	for _, q := range e.Problems {
+		path := ps.configPath
+		if q.Path != "" {
+			path += "." + q.Path
+		}
+		lines = append(lines, path+": "+q.Message)
+	}
+	return errors.New(strings.Join(lines, "\n"))
 }
 
 func (ps *pluginSide) flush(flushID uint64) error { return ps.plugin.Flush(flushID) }
@@ -66,29 +137,57 @@ func (ps *pluginSide) stop() error {
 	return ps.plugin.Stop()
 }
 
-// tick does nothing: the plugin's SDK pushes its batched commits itself.
-func (ps *pluginSide) tick() {}
-
 // packetsDropped is 0: a plugin's own writer counters are not trusted; its
 // losses show up in the buffer (trace_writer_packet_loss) and in the
 // previous_packet_dropped flags of its sequences.
 func (ps *pluginSide) packetsDropped() uint64 { return 0 }
 
-func (ps *pluginSide) done() <-chan struct{} { return nil }
+func (ps *pluginSide) done() <-chan struct{} { return ps.plugin.Finished() }
+
+func (ps *pluginSide) exited() <-chan struct{} { return ps.plugin.Done() }
+
+// exitErr says how the plugin went: its exit status when it exited, the
+// stream error otherwise, and the last lines of its stderr.
+func (ps *pluginSide) exitErr() error {
+	msg := "commit stream ended"
+	if err := ps.plugin.Err(); err != nil {
+		msg = err.Error()
+	}
+	if st, ok := ps.plugin.WaitExit(exitWait); ok {
+		msg = st
+	}
+	if lines := ps.stderr.last(); lines != "" {
+		msg += ": " + lines
+	}
+	return fmt.Errorf("%s", msg)
+}
 
 // close ends the plugin process if it is still running.
 func (ps *pluginSide) close() {
-	if ps.plugin != nil {
-		ps.plugin.Kill()
+	ps.cancel()
+	ps.mu.Lock()
+	pl := ps.plugin
+	ps.mu.Unlock()
+	if pl != nil {
+		pl.Kill()
 	}
 }
 
-// lineLogger turns a plugin's stderr into log lines.
+// stderrLines is how many of a plugin's last stderr lines its errors quote.
+const stderrLines = 3
+
+// exitWait bounds the wait for a failing plugin's exit status.
+const exitWait = 500 * time.Millisecond
+
+// lineLogger turns a plugin's stderr into log lines and keeps the last
+// few for error messages.
 type lineLogger struct {
 	mu     sync.Mutex
 	prefix string
 	logf   func(string, ...any)
 	buf    []byte
+	tail   []string
+	panic  string // the first "panic: " / "fatal error: " line, if any
 }
 
 func (l *lineLogger) Write(b []byte) (int, error) {
@@ -100,16 +199,42 @@ func (l *lineLogger) Write(b []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		if l.logf != nil {
-			l.logf("%s%s", l.prefix, l.buf[:i])
-		}
+		l.line(string(l.buf[:i]))
 		l.buf = l.buf[i+1:]
 	}
 	if len(l.buf) > 4096 { // a line that never ends is logged in pieces
-		if l.logf != nil {
-			l.logf("%s%s", l.prefix, l.buf)
-		}
+		l.line(string(l.buf))
 		l.buf = l.buf[:0]
 	}
 	return len(b), nil
+}
+
+func (l *lineLogger) line(s string) {
+	if l.logf != nil {
+		l.logf("%s%s", l.prefix, s)
+	}
+	if strings.TrimSpace(s) == "" || strings.Contains(s, " plugin-host") {
+		return // go-plugin's own log lines say nothing about the plugin
+	}
+	if l.panic == "" && (strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ")) {
+		l.panic = s
+	}
+	l.tail = append(l.tail, s)
+	if len(l.tail) > stderrLines {
+		l.tail = l.tail[len(l.tail)-stderrLines:]
+	}
+}
+
+// last returns the last stderr lines, joined by " | ".
+func (l *lineLogger) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tail
+	if len(l.buf) > 0 {
+		t = append(t[:len(t):len(t)], string(l.buf))
+	}
+	if l.panic != "" && (len(t) == 0 || t[0] != l.panic) {
+		t = append([]string{l.panic, "..."}, t...)
+	}
+	return strings.Join(t, " | ")
 }

@@ -1,7 +1,7 @@
 package pipeline
 
 import (
-	"encoding/binary"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -114,31 +115,119 @@ sinks: [{type: file, path: %q}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "packets") {
-		t.Fatalf("bad plugin config: Run returned %v", err)
+	res, err = s.Run(t.Context())
+	if err != nil {
+		t.Fatalf("on_start_error: continue (the default): Run returned %v", err)
+	}
+	want := fmt.Sprintf("data_sources[0] (%s): ", plugin)
+	if len(res.StartErrors) != 1 || !strings.HasPrefix(res.StartErrors[0].Error(), want) || !strings.Contains(res.StartErrors[0].Error(), "data_sources[0].config.packets: must be >= 0") {
+		t.Fatalf("bad plugin config: start errors %v, want one starting %q naming data_sources[0].config.packets", res.StartErrors, want)
+	}
+	t.Logf("start error: %v", res.StartErrors[0])
+	if res.Stats.Tracepipe == nil || res.Stats.Tracepipe.DataSourceErrors != 1 {
+		t.Fatalf("the start failure is not recorded in the trace stats: %+v", res.Stats.Tracepipe)
+	}
+
+	// With on_start_error: abort the session ends and Run says why.
+	bad.DataSources[0].OnStartError = OnStartErrorAbort
+	bad.Sinks[0].Path = filepath.Join(t.TempDir(), "abort.pftrace")
+	s, err = New(bad, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "packets") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("on_start_error: abort: Run returned %v", err)
 	}
 }
 
-// counterIndex reads the example plugin's packet index (for_testing bytes
-// 0..3, little endian).
+// counterIndex reads the example plugin's packet index: the seq_value
+// (field 2) of its for_testing TestEvent, which must decode whole.
 func counterIndex(p []byte) (uint32, bool) {
-	for len(p) > 0 {
-		num, typ, n := protowire.ConsumeTag(p)
+	event, ok := bytesField(p, tracefile.FieldForTesting)
+	if !ok {
+		return 0, false
+	}
+	var index uint32
+	found := false
+	for len(event) > 0 {
+		num, typ, n := protowire.ConsumeTag(event)
 		if n < 0 {
 			return 0, false
 		}
-		p = p[n:]
-		if num == tracefile.FieldForTesting && typ == protowire.BytesType {
-			b, n := protowire.ConsumeBytes(p)
-			if n < 0 || len(b) < 4 {
+		event = event[n:]
+		if num == 2 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(event)
+			if n < 0 {
 				return 0, false
 			}
-			return binary.LittleEndian.Uint32(b), true
+			index, found = uint32(v), true
 		}
-		if n = protowire.ConsumeFieldValue(num, typ, p); n < 0 {
+		if n = protowire.ConsumeFieldValue(num, typ, event); n < 0 {
 			return 0, false
+		}
+		event = event[n:]
+	}
+	return index, found
+}
+
+// bytesField returns the first length-delimited field num of p.
+func bytesField(p []byte, num protowire.Number) ([]byte, bool) {
+	for len(p) > 0 {
+		n0, typ, n := protowire.ConsumeTag(p)
+		if n < 0 {
+			return nil, false
+		}
+		p = p[n:]
+		if n0 == num && typ == protowire.BytesType {
+			b, n := protowire.ConsumeBytes(p)
+			return b, n >= 0
+		}
+		if n = protowire.ConsumeFieldValue(n0, typ, p); n < 0 {
+			return nil, false
 		}
 		p = p[n:]
 	}
-	return 0, false
+	return nil, false
+}
+
+// plugins.Finite crosses the protocol: a session without a duration ends
+// once the plugin's data source is done, with all its packets.
+func TestServicePluginFinite(t *testing.T) {
+	plugin := counterPlugin(t)
+	out := filepath.Join(t.TempDir(), "finite.pftrace")
+	s, err := New(loadYAML(t, fmt.Sprintf(`
+duration: 0s
+buffers: [{size_kb: 4096}]
+data_sources:
+  - name: example.counter
+    plugin: %q
+    buffer_exhausted_policy: stall
+    config: {packets: 500, size: 100}
+sinks: [{type: file, path: %q}]
+`, plugin, out)), Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the data source's end can stop this session before ctx does.
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	res, err := s.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the session ran until its context ended: the plugin's Done did not reach the service")
+	}
+	n := 0
+	for _, p := range readTrace(t, out) {
+		if i, ok := counterIndex(p.raw); ok {
+			if int(i) != n {
+				t.Fatalf("packet %d, want %d", i, n)
+			}
+			n++
+		}
+	}
+	if n != 500 || res.Stats.FinalFlushOutcome != tracefile.FlushOutcomeSucceeded {
+		t.Fatalf("%d packets, final flush %d", n, res.Stats.FinalFlushOutcome)
+	}
 }

@@ -5,52 +5,89 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/plugins"
+	pruntime "github.com/tracepipe/tracepipe/plugins/producer"
 	"github.com/tracepipe/tracepipe/smb"
 )
 
 // producer is one data source instance with its own SMB, seen from the
 // service: the chunk reader and decoded CommitData (service side), and a
 // control goroutine that drives the instance through its side — the data
-// source running in this process, or a plugin process. Either way commits
-// reach the service as CommitData bytes, which it decodes and validates as
-// untrusted input.
+// source running in this process, or a plugin process. Either way the data
+// source runs on plugins/producer's runtime and its commits reach the
+// service as CommitData bytes, which the service decodes and validates as
+// untrusted input; the sides differ only in the transport.
 type producer struct {
-	id       uint16 // service ProducerID (1..)
-	index    int    // data_sources[index]
-	name     string // data source name
-	target   int    // buffer index the instance may write into
-	client   buffer.ClientIdentity
+	producerSpec
+	client   buffer.ClientIdentity // trusted uid/pid; the pid is pid's once set
+	pid      atomic.Int32          // the plugin process the service started (0: this process)
 	side     side
 	smb      *smb.SMB
 	commits  chan<- commitMsg
-	finished <-chan struct{} // closed when the service stops accepting commits
+	notes    chan<- note
+	finished <-chan struct{} // closed when the service stops accepting commits and notes
 
 	// free recycles CommitData encodings.
 	free           chan []byte
 	commitsLate    atomic.Uint64 // commits produced after the service finished
-	ctrl           chan ctrlMsg
-	ctrlDone       chan struct{}
+	ctrl           chan ctrlMsg  // flush and clear requests
+	stopC          chan struct{} // closed to ask the control goroutine to stop the data source
+	stopOnce       sync.Once
+	ctrlDone       chan struct{} // closed when the control goroutine returned
 	dataSourceErrs atomic.Uint64
 
 	// Service side, used only on the service goroutine.
-	reader    *smb.Reader
-	cd        smb.CommitData
-	patches   []buffer.Patch
-	scrapeBuf []byte
+	faults     producerFaults
+	state      producerState
+	finiteDone bool   // the data source said it wrote everything it will
+	flushOut   uint64 // a flush request the control goroutine has not finished (0: none)
+	reader     *smb.Reader
+	cd         smb.CommitData
+	patches    []buffer.Patch
+	scrapeBuf  []byte
 	// onChunk and onPatch are bound once so ReadCommit calls allocate nothing.
 	onChunk func(*smb.ChunkView)
 	onPatch func(*smb.ChunkToPatch)
 }
 
+// producerSpec is what the service knows of a producer before it runs.
+type producerSpec struct {
+	id     uint16 // service ProducerID (1..)
+	index  int    // data_sources[index]
+	name   string // data source name
+	target int    // buffer index the instance may write into
+	// source names the producer in messages: the plugin path, else the name.
+	source string
+	policy smb.BufferExhaustedPolicy
+	// abortOnStartError ends the session when this data source fails to start.
+	abortOnStartError bool
+}
+
+// label is how messages name the producer: data_sources[i] (source).
+func (p *producer) label() string { return fmt.Sprintf("data_sources[%d] (%s)", p.index, p.source) }
+
+// producerState is where a producer is in its lifecycle (service goroutine).
+type producerState int
+
+const (
+	stateStarting producerState = iota
+	stateRunning
+	stateStartFailed
+	stateDead // exited on its own (crash, kill): not waited for any more
+	stateStopping
+	stateStopped
+)
+
+// live reports whether the data source may still write and answer.
+func (st producerState) live() bool { return st == stateRunning }
+
 // side runs a producer's data source. Its methods are called from the
-// producer's control goroutine only, one at a time, except packetsDropped
-// (any goroutine).
+// producer's control goroutine only, one at a time, except packetsDropped,
+// done and exited (any goroutine, after start returned).
 type side interface {
-	// start starts the data source; it may set p.client (a plugin's pid).
+	// start starts the data source; it may set p.pid (a plugin's pid).
 	start(p *producer) error
 	// flush makes the data source commit everything it wrote, then
 	// delivers a CommitData acknowledging flushID.
@@ -58,15 +95,18 @@ type side interface {
 	clearIncrementalState()
 	// stop stops the data source and delivers its last commits.
 	stop() error
-	// tick pushes batched commits (every commitFlushTick).
-	tick()
 	// packetsDropped counts packets lost to a full SMB, as far as the
 	// service can know.
 	packetsDropped() uint64
 	// done is closed when the data source ended on its own (nil: never).
 	done() <-chan struct{}
+	// exited is closed when the data source is gone without being stopped
+	// (a plugin process that died); nil if it cannot happen. exitErr then
+	// says why.
+	exited() <-chan struct{}
+	exitErr() error
 	// close releases what stop left behind (a plugin process that did
-	// not stop in time). Called once, after stop or its timeout.
+	// not stop in time) at once. Called once, at the end of the session.
 	close()
 }
 
@@ -76,13 +116,31 @@ type commitMsg struct {
 	data []byte
 }
 
+type noteKind int
+
+const (
+	noteStarted noteKind = iota
+	noteStartFailed
+	noteFlushReturned
+	noteFinished // plugins.Finite: the data source is done
+	noteDied
+	noteStopped
+)
+
+// note tells the service goroutine what a producer's control goroutine
+// saw. The service loop handles notes beside commits, in every phase.
+type note struct {
+	p       *producer
+	kind    noteKind
+	flushID uint64
+	err     error
+}
+
 type ctrlKind int
 
 const (
-	ctrlStart ctrlKind = iota
-	ctrlFlush
+	ctrlFlush ctrlKind = iota
 	ctrlClear
-	ctrlStop
 )
 
 // ctrlMsg is a request to the producer's control goroutine, which makes
@@ -90,7 +148,6 @@ const (
 type ctrlMsg struct {
 	kind    ctrlKind
 	flushID uint64
-	done    chan error // for start and stop: the result
 }
 
 // bufferID is the target_buffer value writers put in their commits: the
@@ -98,16 +155,26 @@ type ctrlMsg struct {
 func bufferID(index int) uint32 { return uint32(index + 1) }
 
 // newProducer builds the service side of a producer around its SMB.
-func newProducer(id uint16, index int, name string, target int, s *smb.SMB,
-	client buffer.ClientIdentity, commits chan<- commitMsg, finished <-chan struct{}) *producer {
+func newProducer(spec producerSpec, s *smb.SMB, client buffer.ClientIdentity, commits chan<- commitMsg, notes chan<- note, finished <-chan struct{}) *producer {
 	return &producer{
-		id: id, index: index, name: name, target: target, client: client, smb: s,
-		commits: commits, finished: finished,
+		producerSpec: spec, client: client, smb: s,
+		commits: commits, notes: notes, finished: finished,
 		free:     make(chan []byte, 16),
 		ctrl:     make(chan ctrlMsg, 4),
+		stopC:    make(chan struct{}),
 		ctrlDone: make(chan struct{}),
 		reader:   smb.NewReader(s),
 	}
+}
+
+// trustedClient is the identity the service stamps on the producer's
+// packets: the pid of the plugin process it started, else its own.
+func (p *producer) trustedClient() buffer.ClientIdentity {
+	c := p.client
+	if pid := p.pid.Load(); pid != 0 {
+		c.PID = pid
+	}
+	return c
 }
 
 // deliver hands one CommitData encoding to the service, as an IPC channel
@@ -118,6 +185,15 @@ func (p *producer) deliver(data []byte) {
 	case p.commits <- commitMsg{p: p, data: data}:
 	case <-p.finished:
 		p.commitsLate.Add(1)
+	}
+}
+
+// post sends a note to the service unless it finished.
+func (p *producer) post(n note) {
+	n.p = p
+	select {
+	case p.notes <- n:
+	case <-p.finished:
 	}
 }
 
@@ -139,49 +215,61 @@ func (p *producer) recycle(b []byte) {
 	}
 }
 
-// run is the control goroutine: every call into the side happens here,
-// one at a time. It ends after a stop request.
+// run is the control goroutine: it starts the data source, serves flush
+// and clear requests one at a time, and stops the data source when asked.
+// Every outcome is posted to the service as a note; nothing here waits for
+// the service except through its bounded queues.
 func (p *producer) run() {
 	defer close(p.ctrlDone)
-	tick := time.NewTicker(commitFlushTick)
-	defer tick.Stop()
+	if err := p.side.start(p); err != nil {
+		p.dataSourceErrs.Add(1)
+		p.post(note{kind: noteStartFailed, err: err})
+		return
+	}
+	p.post(note{kind: noteStarted})
+	go p.watch()
 	for {
-		var m ctrlMsg
 		select {
-		case m = <-p.ctrl:
-		case <-tick.C:
-			// Batched commits reach the service at least this often, so
-			// a slow data source's chunks do not wait for a flush.
-			p.side.tick()
-			continue
-		}
-		switch m.kind {
-		case ctrlStart:
-			err := p.side.start(p)
-			if err != nil {
-				p.dataSourceErrs.Add(1)
-			}
-			m.done <- err
-		case ctrlFlush:
-			if err := p.side.flush(m.flushID); err != nil {
-				p.dataSourceErrs.Add(1)
-			}
-		case ctrlClear:
-			p.side.clearIncrementalState()
-		case ctrlStop:
+		case <-p.stopC:
 			err := p.side.stop()
 			if err != nil {
 				p.dataSourceErrs.Add(1)
 			}
-			m.done <- err
+			p.post(note{kind: noteStopped, err: err})
+			return
+		case m := <-p.ctrl:
+			switch m.kind {
+			case ctrlFlush:
+				if err := p.side.flush(m.flushID); err != nil {
+					p.dataSourceErrs.Add(1)
+				}
+				p.post(note{kind: noteFlushReturned, flushID: m.flushID})
+			case ctrlClear:
+				p.side.clearIncrementalState()
+			}
+		}
+	}
+}
+
+// watch tells the service when the data source is done (Finite) or gone.
+func (p *producer) watch() {
+	done, exited := p.side.done(), p.side.exited()
+	for done != nil || exited != nil {
+		select {
+		case <-done:
+			p.post(note{kind: noteFinished})
+			done = nil
+		case <-exited:
+			p.post(note{kind: noteDied, err: p.side.exitErr()})
+			return
+		case <-p.stopC:
 			return
 		}
 	}
 }
 
 // request posts a control message without blocking the service: a
-// producer whose control goroutine is stuck simply misses it (its flush
-// then times out, which is counted).
+// producer whose control goroutine is stuck simply misses it.
 func (p *producer) request(m ctrlMsg) bool {
 	select {
 	case p.ctrl <- m:
@@ -191,109 +279,47 @@ func (p *producer) request(m ctrlMsg) bool {
 	}
 }
 
-// start runs the side's start on the control goroutine and waits for it.
-func (p *producer) start(timeout time.Duration) error {
-	go p.run()
-	done := make(chan error, 1)
-	p.ctrl <- ctrlMsg{kind: ctrlStart, done: done}
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("data_sources[%d] (%s): start: %w", p.index, p.name, err)
-		}
-		return nil
-	case <-time.After(timeout):
-		return fmt.Errorf("data_sources[%d] (%s): start did not return within %v", p.index, p.name, timeout)
-	}
-}
+// requestStop asks the control goroutine to stop the data source once the
+// call it is in (if any) returned. It never blocks.
+func (p *producer) requestStop() { p.stopOnce.Do(func() { close(p.stopC) }) }
 
 // errStopTimeout says a data source did not stop in time.
 var errStopTimeout = errors.New("did not stop in time")
 
-// inProcess is the side of a data source running in this process: it
-// writes through its own arbiter into a heap SMB, exactly as a plugin
-// writes into its memfd SMB.
+// inProcess is the side of a data source running in this process: the
+// producer runtime writes into a heap SMB, and its CommitData is encoded
+// and handed to the service over a channel (the whole transport).
 type inProcess struct {
-	p         *producer
-	ds        plugins.DataSource
-	arbiter   *smb.Arbiter
-	policy    smb.BufferExhaustedPolicy
-	writersMu sync.Mutex
-	writers   []*smb.TraceWriter
+	rt *pruntime.Runtime
+	ds plugins.DataSource
 }
 
-// newInProcess builds an in-process producer: heap SMB, arbiter, and the
-// data source instance ds.
-func newInProcess(id uint16, index int, name string, target int, ds plugins.DataSource, smbSize, pageSize int,
-	policy smb.BufferExhaustedPolicy, client buffer.ClientIdentity, commits chan<- commitMsg, finished <-chan struct{}) (*producer, error) {
+// newInProcess builds an in-process producer: heap SMB and the producer
+// runtime of the data source instance ds.
+func newInProcess(spec producerSpec, ds plugins.DataSource, smbSize, pageSize int,
+	client buffer.ClientIdentity, commits chan<- commitMsg, notes chan<- note, finished <-chan struct{}) (*producer, error) {
 	s, err := smb.NewHeapSMB(smbSize, pageSize)
 	if err != nil {
 		return nil, err
 	}
-	p := newProducer(id, index, name, target, s, client, commits, finished)
-	ip := &inProcess{p: p, ds: ds, policy: policy}
-	ip.arbiter, err = smb.NewArbiter(s, smb.ArbiterOptions{
-		Layout:       smb.LayoutDiv1,
-		Commit:       smb.CommitBatched,
-		OnCommit:     func(cd *smb.CommitData) { p.deliver(cd.AppendMarshal(p.commitBuffer())) },
-		StallTimeout: 5 * time.Second,
-	})
+	p := newProducer(spec, s, client, commits, notes, finished)
+	rt, err := pruntime.New(pruntime.Config{
+		SMB: s, TargetBuffer: bufferID(spec.target), Policy: spec.policy,
+		OnCommit: func(cd *smb.CommitData) { p.deliver(cd.AppendMarshal(p.commitBuffer())) },
+	}, ds)
 	if err != nil {
 		return nil, err
 	}
-	p.side = ip
+	p.side = &inProcess{rt: rt, ds: ds}
 	return p, nil
 }
 
-// NewWriter implements plugins.Host: a new sequence in this producer's SMB
-// aimed at the instance's buffer.
-func (ip *inProcess) NewWriter() (plugins.PacketWriter, error) {
-	w, err := ip.arbiter.NewTraceWriter(bufferID(ip.p.target), ip.policy)
-	if err != nil {
-		return nil, err
-	}
-	ip.writersMu.Lock()
-	ip.writers = append(ip.writers, w)
-	ip.writersMu.Unlock()
-	return w, nil
-}
-
-func (ip *inProcess) start(*producer) error { return ip.ds.Start(ip) }
-
-func (ip *inProcess) flush(flushID uint64) error {
-	err := ip.ds.Flush()
-	// The flush ack rides on the next CommitData, sent even when empty,
-	// after every chunk returned so far.
-	ip.arbiter.SendFlushAck(flushID)
-	return err
-}
-
-func (ip *inProcess) clearIncrementalState() { ip.ds.ClearIncrementalState() }
-
-func (ip *inProcess) stop() error {
-	err := ip.ds.Stop()
-	ip.arbiter.FlushPendingCommits()
-	return err
-}
-
-func (ip *inProcess) tick() { ip.arbiter.FlushPendingCommits() }
-
-// packetsDropped sums the SMB-full drops of every writer ever created.
-func (ip *inProcess) packetsDropped() uint64 {
-	ip.writersMu.Lock()
-	defer ip.writersMu.Unlock()
-	var n uint64
-	for _, w := range ip.writers {
-		n += w.Stats().PacketsDropped
-	}
-	return n
-}
-
-func (ip *inProcess) done() <-chan struct{} {
-	if f, ok := ip.ds.(plugins.Finite); ok {
-		return f.Done()
-	}
-	return nil
-}
-
-func (ip *inProcess) close() {}
+func (ip *inProcess) start(*producer) error      { return ip.rt.Start() }
+func (ip *inProcess) flush(flushID uint64) error { return ip.rt.Flush(flushID) }
+func (ip *inProcess) clearIncrementalState()     { ip.rt.ClearIncrementalState() }
+func (ip *inProcess) stop() error                { return ip.rt.Stop() }
+func (ip *inProcess) packetsDropped() uint64     { return ip.rt.PacketsDropped() }
+func (ip *inProcess) done() <-chan struct{}      { return ip.rt.Done() }
+func (ip *inProcess) exited() <-chan struct{}    { return nil }
+func (ip *inProcess) exitErr() error             { return nil }
+func (ip *inProcess) close()                     {}

@@ -159,6 +159,7 @@ func (s *Service) appendBufferPacket(b *batch, bs *bufferState, p *buffer.Packet
 	if tracefile.ValidateProducerPacket(b.data[start:]) != nil {
 		b.data = b.data[:start]
 		s.counters.invalidPackets++
+		s.invalidPacket(p.Seq.ProducerID)
 		return
 	}
 	tr := tracefile.Trusted{

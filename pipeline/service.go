@@ -57,10 +57,6 @@ const (
 	// data (or an eighth of its size, if less) is read at once instead of
 	// at the next file_write_period, so that bursts find room in the ring.
 	earlyReadBytes = 8 << 20
-	// commitFlushTick is how often producers' batched commits are pushed
-	// to the service, so a slow data source's chunks do not wait for the
-	// next flush.
-	commitFlushTick = 50 * time.Millisecond
 )
 
 // Service runs one tracing session: it owns the trace buffers (on the
@@ -84,24 +80,36 @@ type Service struct {
 	lanes     []*sinks.Lane // one per sink (fanout.go)
 
 	commits  chan commitMsg
+	notes    chan note     // producers' lifecycle reports
 	finished chan struct{} // closed when Run stops accepting commits
 
 	// Service-goroutine state.
-	seqIDs     map[uint32]uint32 // producer<<16|writer → trusted_packet_sequence_id
-	nextSeqID  uint32
-	flush      *pendingFlush
-	flushID    uint64
-	counters   counters
-	events     []serviceEvent // lifecycle events not yet written
-	firstPass  bool           // the first read pass has been written
-	traceUUID  [2]int64
-	startClock []tracefile.Clock
-	lastStats  time.Time
-	pkt        buffer.Packet
-	readSoon   bool
-	scratch    []byte // service packets are built here
-	start      time.Time
-	running    []*producer // producers whose data source started
+	seqIDs    map[uint32]uint32 // producer<<16|writer → trusted_packet_sequence_id
+	nextSeqID uint32
+	flush     *pendingFlush
+	flushID   uint64
+	// finalFlushOK is the final flush's outcome.
+	finalFlushOK bool
+	timers       loopTimers
+	phase        int
+	// stopRecording fires when the duration elapsed or Run's ctx ended;
+	// recordingStopped records that it did.
+	stopRecording    <-chan struct{}
+	recordingStopped bool
+	sinkStopped      bool // sinkStop was seen (a sink with on_error: stop failed)
+	allStarted       bool
+	startErrs        []error // data sources that failed to start, in order
+	abort            error   // a start failure with on_start_error: abort
+	counters         counters
+	events           []serviceEvent // lifecycle events not yet written
+	firstPass        bool           // the first read pass has been written
+	traceUUID        [2]int64
+	startClock       []tracefile.Clock
+	lastStats        time.Time
+	pkt              buffer.Packet
+	readSoon         bool
+	scratch          []byte // service packets are built here
+	start            time.Time
 
 	// Output stage (fanout.go).
 	free         chan *batch
@@ -141,10 +149,14 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := ResolvePlugins(context.Background(), cfg, nil); err != nil {
+		return nil, err
+	}
 	s := &Service{
 		cfg: cfg, opts: opts,
 		uid: int32(os.Getuid()), pid: int32(os.Getpid()),
 		commits:   make(chan commitMsg, commitQueueLen),
+		notes:     make(chan note, 4*len(cfg.DataSources)+1),
 		finished:  make(chan struct{}),
 		seqIDs:    map[uint32]uint32{},
 		nextSeqID: 2, // 1 is the service's own sequence
@@ -188,18 +200,6 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	return s, nil
 }
 
-// targetBuffer resolves a data source's buffer index.
-func (s *Service) targetBuffer(dc *DataSourceConfig) int {
-	if dc.TargetBufferName != "" {
-		for i, b := range s.cfg.Buffers {
-			if b.Name == dc.TargetBufferName {
-				return i
-			}
-		}
-	}
-	return dc.TargetBuffer
-}
-
 func (s *Service) buildProducers() error {
 	pageSize := int(s.cfg.Producers.SMBPageSizeKB) * 1024
 	smbSize := int(s.cfg.Producers.SMBSizeKB) * 1024
@@ -210,11 +210,16 @@ func (s *Service) buildProducers() error {
 		if dc.BufferExhaustedPolicy == "stall" {
 			policy = smb.Stall
 		}
+		spec := producerSpec{
+			id: uint16(i + 1), index: i, name: dc.Name, target: dc.TargetBuffer,
+			source: dc.Name, policy: policy, abortOnStartError: dc.OnStartError == OnStartErrorAbort,
+		}
 		var p *producer
 		var err error
 		if dc.Plugin != "" {
-			p, err = newPluginProducer(uint16(i+1), i, dc.Name, s.targetBuffer(dc), dc.Plugin, dc.Config,
-				smbSize, pageSize, policy, client, s.commits, s.finished, s.logf)
+			spec.source = dc.Plugin
+			p, err = newPluginProducer(spec, pluginSpec{path: dc.Plugin, config: dc.Config, smbSize: smbSize, pageSize: pageSize, logf: s.logf},
+				client, s.commits, s.notes, s.finished)
 			if err != nil {
 				return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
 			}
@@ -227,7 +232,7 @@ func (s *Service) buildProducers() error {
 			if err != nil {
 				return fmt.Errorf("data_sources[%d].config: %w", i, err)
 			}
-			p, err = newInProcess(uint16(i+1), i, dc.Name, s.targetBuffer(dc), ds, smbSize, pageSize, policy, client, s.commits, s.finished)
+			p, err = newInProcess(spec, ds, smbSize, pageSize, client, s.commits, s.notes, s.finished)
 			if err != nil {
 				return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
 			}
@@ -255,16 +260,24 @@ type Result struct {
 	Files []string
 	// Sinks reports, per sink, exactly what reached its destination.
 	Sinks []SinkResult
+	// StartErrors lists the data sources that failed to start (the
+	// session went on without them unless one had on_start_error: abort,
+	// whose error Run also returns), each as
+	// "data_sources[i] (source): <why>".
+	StartErrors []error
 }
 
 // ErrAlreadyRun is returned by a second call to Run.
 var ErrAlreadyRun = errors.New("pipeline: a Service runs once")
 
-// Run runs the session until its duration elapses or ctx is cancelled,
-// then stops it gracefully. The returned error reports what prevented the
-// session from running or finishing (a data source that failed to start,
-// a sink that failed to close); losses are not errors: they are counted
-// in Result.Stats.
+// Run runs the session until its duration elapses, ctx is cancelled or
+// every data source ended on its own, then stops it gracefully. The data
+// sources start at once, while the session already serves; one that fails
+// to start is reported (and recorded in the trace's stats) and the session
+// goes on without it, unless its on_start_error is abort. The returned
+// error reports what prevented the session from running or finishing (a
+// data source that failed to start, a sink that failed to close); losses
+// are not errors: they are counted in Result.Stats.
 func (s *Service) Run(ctx context.Context) (*Result, error) {
 	if s.ran {
 		return nil, ErrAlreadyRun
@@ -272,91 +285,21 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	s.ran = true
 	go s.output()
 	s.begin()
+	s.startTimers()
+	defer s.timers.close()
 
-	var startErr error
-	for _, p := range s.producers {
-		if err := p.start(startTimeout); err != nil {
-			startErr = err
-			break
-		}
-		s.running = append(s.running, p)
-	}
-	if startErr == nil {
-		s.event(tracefile.EventAllDataSourcesStarted)
-		s.serve(ctx)
-	}
-	res, err := s.finish()
-	return res, errors.Join(startErr, err)
-}
-
-// serve is the session's main loop; it returns when the session should
-// stop.
-func (s *Service) serve(ctx context.Context) {
-	var durationC <-chan time.Time
+	recCtx, cancel := context.WithCancel(ctx)
 	if s.cfg.Duration > 0 {
-		t := time.NewTimer(s.cfg.Duration)
-		defer t.Stop()
-		durationC = t.C
+		recCtx, cancel = context.WithTimeout(ctx, s.cfg.Duration)
 	}
-	readC := tickerC(s.cfg.WriteIntoFile, s.cfg.FileWritePeriod)
-	flushC := tickerC(s.cfg.FlushPeriod > 0, s.cfg.FlushPeriod)
-	clearC := tickerC(s.cfg.IncrementalState.ClearPeriod > 0, s.cfg.IncrementalState.ClearPeriod)
-	statusTick := time.NewTicker(250 * time.Millisecond)
-	defer statusTick.Stop()
-	allDone := s.allFiniteDone()
-
-	for {
-		var flushTimeout <-chan time.Time
-		if s.flush != nil {
-			flushTimeout = s.flush.timer.C
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-durationC:
-			return
-		case <-allDone:
-			return
-		case <-s.sinkStop:
-			return
-		case m := <-s.commits:
-			s.handleCommit(m)
-			// Drain what is already queued before looking at timers.
-		drain:
-			for n := 0; n < commitQueueLen; n++ {
-				select {
-				case m := <-s.commits:
-					s.handleCommit(m)
-				default:
-					break drain
-				}
-			}
-			if s.readSoon {
-				s.readSoon = false
-				s.readPass(false, true)
-			}
-		case <-readC:
-			s.readPass(false, false)
-		case <-flushC:
-			s.startFlush(nil)
-		case <-flushTimeout:
-			s.completeFlush(false)
-		case <-clearC:
-			for _, p := range s.running {
-				p.request(ctrlMsg{kind: ctrlClear})
-			}
-		case <-statusTick.C:
-			s.publishStatus()
-		}
-	}
-}
-
-// tickerC returns a ticker channel, or nil (never fires) when !on.
-func tickerC(on bool, period time.Duration) <-chan time.Time {
-	if !on || period <= 0 {
-		return nil
-	}
-	return time.NewTicker(period).C
+	defer cancel()
+	s.stopRecording = recCtx.Done()
+	s.startProducers()
+	s.serveUntil(func() bool { return s.recordingStopped || s.recordingOver() }, nil)
+	s.phase = phaseEnding
+	res, err := s.finish()
+	res.StartErrors = s.startErrs
+	return res, errors.Join(s.abort, err)
 }
 
 // buildProtoVMs gives every data source with a `protovm` section a VM in
@@ -402,9 +345,9 @@ func (s *Service) finish() (*Result, error) {
 		s.counters.finalFlush = tracefile.FlushOutcomeFailed
 	}
 	s.stopProducers()
-	s.drainCommits()
+	s.drain()
 	close(s.finished) // late commits are now counted instead of sent
-	s.drainCommits()
+	s.drain()
 	s.scrape()
 	s.event(tracefile.EventTracingDisabled)
 	// A lane that blocks (when_full: block) holds the output goroutine at
@@ -428,36 +371,8 @@ func (s *Service) finish() (*Result, error) {
 		p.side.close()
 		_ = p.smb.Close()
 	}
+	s.timers.close()
 	out := s.outputTotals()
 	s.publishStatus()
 	return &Result{Stats: final, Packets: out.Packets, Bytes: out.Bytes, Files: s.Files(), Sinks: s.sinkResults()}, errors.Join(errs...)
-}
-
-// allFiniteDone returns a channel closed when every data source has
-// ended on its own (all implement plugins.Finite), or nil if some never
-// end.
-func (s *Service) allFiniteDone() <-chan struct{} {
-	var dones []<-chan struct{}
-	for _, p := range s.producers {
-		d := p.side.done()
-		if d == nil {
-			return nil
-		}
-		dones = append(dones, d)
-	}
-	if len(dones) == 0 {
-		return nil
-	}
-	all := make(chan struct{})
-	go func() {
-		for _, d := range dones {
-			select {
-			case <-d:
-			case <-s.finished:
-				return
-			}
-		}
-		close(all)
-	}()
-	return all
 }

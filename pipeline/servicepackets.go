@@ -216,7 +216,7 @@ func (s *Service) traceStats() tracefile.TraceStats {
 			ts.WriterStats = append(ts.WriterStats, w)
 		}
 	}
-	tp := &tracefile.TracepipeStats{CommitsMalformed: c.commitsMalformed, ReadbackDeferred: c.readbackDeferred}
+	tp := &tracefile.TracepipeStats{CommitsMalformed: c.commitsMalformed, ReadbackDeferred: c.readbackDeferred, Producers: s.producerStats()}
 	for _, p := range s.producers {
 		tp.ProducerPacketsDropped += p.side.packetsDropped()
 		tp.SMBChunksRejected += p.reader.Stats().TotalRejected()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"github.com/tracepipe/tracepipe/smb"
 )
 
 // PacketWriter is one packet sequence as a data source sees it. The
@@ -13,6 +15,11 @@ type PacketWriter interface {
 	// WritePacket appends one complete, proto-encoded TracePacket (without the
 	// Trace framing) to the sequence.
 	WritePacket(packet []byte) error
+	// NewTracePacket starts a packet written field by field straight into
+	// chunk memory (no intermediate encoding; nested messages' sizes are
+	// patched when they end). Finish it (or start the next packet) to
+	// commit it. plugins/trackevent builds TrackEvent packets on it.
+	NewTracePacket() smb.TracePacket
 	// Flush commits whatever the writer holds in a partially written chunk.
 	Flush() error
 }

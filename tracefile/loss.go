@@ -90,6 +90,7 @@ func LossReport(ts TraceStats) []LossRow {
 		for _, f := range tracepipeStatsFields {
 			rows = append(rows, LossRow{Name: f.name, Index: -1, Severity: severity(f.loss), Value: *f.ptr(tp)})
 		}
+		rows = append(rows, producerLossRows(tp)...)
 	}
 	return rows
 }

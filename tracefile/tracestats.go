@@ -100,6 +100,8 @@ type TracepipeStats struct {
 	SequenceRestores       uint64 // 15: sequence state restore packets written ahead of a sequence's packets after a loss
 	SinkFilterErrors       uint64 // 16: packets a sink's filter could not evaluate (fate: the sink's filter_error)
 	SinkRestoreOverflows   uint64 // 17: a rotated file started without a sequence's state (the fold outgrew its bound)
+	// Producers (20) attributes faults to the producers that had any.
+	Producers []ProducerStats
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -248,7 +250,7 @@ func appendTraceStatsBody(b []byte, ts *TraceStats) []byte {
 	}
 	if tp := ts.Tracepipe; tp != nil {
 		b = appendNested(b, tsTracepipe, func(b []byte) []byte {
-			return appendCounters(b, tracepipeStatsFields, tp)
+			return appendProducerStats(appendCounters(b, tracepipeStatsFields, tp), tp.Producers)
 		})
 	}
 	for i := range ts.WriterStats {
@@ -392,7 +394,7 @@ func DecodeTraceStats(b []byte) (TraceStats, error) {
 			ts.FilterStats = fs
 		case num == tsTracepipe && typ == protowire.BytesType:
 			tp := &TracepipeStats{}
-			err = decodeCounters(payload, "TraceStats.tracepipe", tracepipeStatsFields, tp, nil)
+			err = decodeCounters(payload, "TraceStats.tracepipe", tracepipeStatsFields, tp, decodeTracepipeExtra(tp))
 			ts.Tracepipe = tp
 		case num == tsHistogramDef:
 			var vals []uint64

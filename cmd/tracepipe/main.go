@@ -90,6 +90,7 @@ func newRootCmd() *cobra.Command {
 		newInspectCmd(),
 		newProtoVMCmd(),
 		newCheckCmd(), // check_cmd.go
+		newPluginsCmd(), // plugins_cmd.go: `tracepipe plugins`
 	)
 	classifyUsageErrors(root)
 	return root

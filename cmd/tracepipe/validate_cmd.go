@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -52,6 +53,10 @@ func newValidateCmd() *cobra.Command {
 
 func runValidate(path string, sets []string, printCfg bool, stdout io.Writer) error {
 	cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ()})
+	if err == nil {
+		// Plugins check their own config sections (a validate-only call).
+		err = pipeline.ValidatePlugins(context.Background(), cfg, nil)
+	}
 	if err != nil {
 		// A *ValidationError lists its problems one per line without
 		// naming the file; other errors (unreadable file, bad syntax, bad

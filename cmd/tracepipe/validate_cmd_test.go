@@ -17,7 +17,11 @@ var configOK = regexp.MustCompile(`config OK: (\d+) buffers, (\d+) data sources,
 func goodConfig(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "fake-plugin"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+	plugin, err := os.ReadFile(examplePlugin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "counter-plugin"), plugin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "good.yaml")
@@ -28,8 +32,8 @@ buffers:
   - size_kb: 256
     fill_policy: discard
 data_sources:
-  - name: example.source
-    plugin: fake-plugin
+  - name: example.counter
+    plugin: counter-plugin
     target_buffer_name: main
 sinks:
   - type: file
@@ -109,5 +113,16 @@ func TestValidateBad(t *testing.T) {
 	_, stderr, code = runCLI(t, "validate", "-c", goodConfig(t), "--set", "duration=forever")
 	if code != exitError || !strings.Contains(stderr, "duration") {
 		t.Errorf("--set duration=forever: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// validate asks a plugin to check its config section and reports what it
+// rejects under data_sources[i].config.
+func TestValidateAsksThePlugin(t *testing.T) {
+	path := goodConfig(t)
+	_, stderr, code := runCLI(t, "validate", "-c", path, "--set", "data_sources[0].config.packets=-1", "--set", "data_sources[0].config.pakets=1")
+	if code == exitOK || !strings.Contains(stderr, "data_sources[0].config.packets: must be >= 0, got -1") ||
+		!strings.Contains(stderr, "data_sources[0].config.pakets: unknown key") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 }

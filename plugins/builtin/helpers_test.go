@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/tracepipe/tracepipe/smb"
 	"runtime"
 	"slices"
 	"strconv"
@@ -272,4 +273,13 @@ func all(fs []field, num protowire.Number) []field {
 		}
 	}
 	return out
+}
+
+// NewTracePacket returns an inert packet: the builtin sources under test
+// write whole packets with WritePacket.
+func (w *fakeWriter) NewTracePacket() smb.TracePacket {
+	w.mu.Lock()
+	w.misuse = append(w.misuse, "NewTracePacket on the fake writer")
+	w.mu.Unlock()
+	return smb.TracePacket{}
 }

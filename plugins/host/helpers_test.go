@@ -2,7 +2,6 @@ package host
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -99,11 +98,18 @@ func counterPacket(i, size int) []byte {
 		b = protowire.AppendTag(b, 87, protowire.VarintType)
 		b = protowire.AppendVarint(b, 1)
 	}
-	payload := make([]byte, size)
-	binary.LittleEndian.PutUint32(payload, uint32(i))
-	for j := 4; j < size; j++ {
-		payload[j] = byte(j)
+	// TestEvent{str: size letters, seq_value: i, counter: i}.
+	str := make([]byte, size)
+	for j := range str {
+		str[j] = 'a' + byte(j%26)
 	}
+	var payload []byte
+	payload = protowire.AppendTag(payload, 1, protowire.BytesType)
+	payload = protowire.AppendBytes(payload, str)
+	payload = protowire.AppendTag(payload, 2, protowire.VarintType)
+	payload = protowire.AppendVarint(payload, uint64(i))
+	payload = protowire.AppendTag(payload, 3, protowire.VarintType)
+	payload = protowire.AppendVarint(payload, uint64(i))
 	b = protowire.AppendTag(b, 8, protowire.VarintType)
 	b = protowire.AppendVarint(b, uint64(i+1))
 	b = protowire.AppendTag(b, 900, protowire.BytesType)

@@ -2,12 +2,12 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,9 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tracepipe/tracepipe/plugins/internal/wire"
 	"github.com/tracepipe/tracepipe/smb"
@@ -38,6 +35,8 @@ var (
 	// gracefulExitTimeout bounds go-plugin's graceful shutdown before the
 	// child is killed.
 	gracefulExitTimeout = 3 * time.Second
+	// exitWait bounds the wait for a failing child's exit status.
+	exitWait = 500 * time.Millisecond
 )
 
 // Config says which plugin to launch and how to connect it.
@@ -48,7 +47,7 @@ type Config struct {
 	// serve.
 	Name string
 	// DataSourceConfig is the per-source config section, sent to the plugin
-	// JSON-encoded (numbers arrive as float64).
+	// as a google.protobuf.Struct (numbers arrive as float64).
 	DataSourceConfig map[string]any
 	// SMB is the memfd-backed SMB (smb.NewMemfdSMB) the plugin writes into;
 	// its Fd is passed to the child as fd 3. The caller keeps ownership and
@@ -75,7 +74,7 @@ type Plugin struct {
 	path string
 	cmd  *exec.Cmd
 	cli  *plugin.Client
-	conn *grpc.ClientConn
+	rpc  wire.DataSourceClient
 	pid  int
 
 	// ctx is cancelled by Kill and at the end of Stop; it bounds every RPC
@@ -90,47 +89,29 @@ type Plugin struct {
 
 	endOnce sync.Once
 	ended   chan struct{} // closed once the child is gone
+
+	finished     chan struct{} // see Finished; nil unless the data source is Finite
+	finishedOnce sync.Once
 }
 
-// Launch starts the plugin child, performs the go-plugin handshake, sets the
-// data source up (name, config, SMB geometry, target buffer, policy) and
-// opens the commit stream. Errors name the plugin path and the problem. ctx
-// bounds the launch only; the plugin outlives it.
-func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
-	if cfg.Path == "" {
-		return nil, errors.New("plugin: no executable path")
-	}
+// child is a started plugin process after the go-plugin handshake.
+type child struct {
+	cmd *exec.Cmd
+	cli *plugin.Client
+	rpc wire.DataSourceClient
+}
+
+// kill ends the child and its process group at once.
+func (c *child) kill() {
+	killGroup(c.cmd, c.cli)
+	c.cli.Kill()
+}
+
+// dial starts path (with smbFd, if >= 0, as its fd 3) and performs the
+// go-plugin handshake within timeout (or until ctx ends).
+func dial(ctx context.Context, path string, smbFd int, stderr io.Writer, timeout time.Duration) (*child, error) {
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("plugin %s: "+format, append([]any{cfg.Path}, args...)...)
-	}
-	switch {
-	case cfg.Name == "":
-		return nil, fail("no data source name")
-	case cfg.SMB == nil || cfg.SMB.Fd() < 0:
-		return nil, fail("needs a memfd-backed SMB (smb.NewMemfdSMB)")
-	case cfg.OnCommit == nil:
-		return nil, fail("no OnCommit callback")
-	case cfg.Policy != smb.Drop && cfg.Policy != smb.Stall:
-		return nil, fail("unknown buffer exhausted policy %d", cfg.Policy)
-	}
-	configJSON, err := json.Marshal(cfg.DataSourceConfig)
-	if err != nil {
-		return nil, fail("data source %q: config cannot be sent as JSON: %v", cfg.Name, err)
-	}
-	setup, err := json.Marshal(wire.SetupRequest{
-		Name:         cfg.Name,
-		Config:       configJSON,
-		PageSize:     uint32(cfg.SMB.PageSize()),
-		SMBSize:      uint32(cfg.SMB.Size()),
-		TargetBuffer: cfg.TargetBuffer,
-		Policy:       int(cfg.Policy),
-	})
-	if err != nil {
-		return nil, fail("encoding setup: %v", err)
-	}
-	timeout := cfg.StartTimeout
-	if timeout <= 0 {
-		timeout = DefaultStartTimeout
+		return fmt.Errorf("plugin %s: "+format, append([]any{path}, args...)...)
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
 		timeout = max(time.Until(dl), time.Millisecond)
@@ -138,21 +119,23 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	startCtx, cancelStart := context.WithTimeout(ctx, timeout)
 	defer cancelStart()
 
-	// A close-on-exec duplicate of the memfd: exec dup2s it to fd 3 of the
-	// child only, and closing it afterwards leaves the caller's fd alone.
-	dupFd, err := unix.FcntlInt(uintptr(cfg.SMB.Fd()), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, fail("duplicating the SMB fd: %v", err)
-	}
-	smbFile := os.NewFile(uintptr(dupFd), "tracepipe-smb")
-
-	stderr := cfg.Stderr
 	if stderr == nil {
 		stderr = io.Discard
 	}
 	stderr = &lockedWriter{w: stderr}
-	cmd := exec.Command(cfg.Path)
-	cmd.ExtraFiles = []*os.File{smbFile} // fd 3 == wire.SMBFd
+	cmd := exec.Command(path)
+	var smbFile *os.File
+	if smbFd >= 0 {
+		// A close-on-exec duplicate of the memfd: exec dup2s it to fd 3 of
+		// the child only, and closing it afterwards leaves the caller's fd
+		// alone.
+		dupFd, err := unix.FcntlInt(uintptr(smbFd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return nil, fail("duplicating the SMB fd: %v", err)
+		}
+		smbFile = os.NewFile(uintptr(dupFd), "tracepipe-smb")
+		cmd.ExtraFiles = []*os.File{smbFile} // fd 3 == wire.SMBFd
+	}
 	// Its own process group, so that ending it also ends whatever it
 	// spawned (and a terminal's Ctrl-C reaches only the host, which stops
 	// its plugins in order); SIGKILL if the host dies first (Linux
@@ -184,7 +167,9 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		rpc, err := cli.Client()
 		// The child has its copy (or never started): close ours. Only this
 		// goroutine may, since exec reads it until the child started.
-		_ = smbFile.Close()
+		if smbFile != nil {
+			_ = smbFile.Close()
+		}
 		ch <- dialed{rpc, err}
 	}()
 	var d dialed
@@ -197,49 +182,143 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		}
 		return nil, fail("handshake: no answer within %v", timeout)
 	}
+	c := &child{cmd: cmd, cli: cli}
 	if d.err != nil {
-		killGroup(cmd, cli)
-		cli.Kill()
-		return nil, fail("handshake failed (not a tracepipe plugin built with plugins/sdk, or it crashed on start): %v", d.err)
+		// A child that exited on its own says more than the handshake error.
+		st, exited := waitExit(cmd, cli, exitWait)
+		c.kill()
+		err := fail("handshake failed (not a tracepipe plugin built with plugins/sdk for protocol %d, or it crashed on start): %v", wire.Handshake.ProtocolVersion, d.err)
+		if exited {
+			return nil, &ExitError{Status: st, Err: err}
+		}
+		return nil, err
 	}
 	raw, err := d.rpc.Dispense(wire.PluginName)
 	if err != nil {
-		killGroup(cmd, cli)
-		cli.Kill()
+		c.kill()
 		return nil, fail("dispensing %q: %v", wire.PluginName, err)
 	}
-	conn, ok := raw.(*grpc.ClientConn)
+	rpc, ok := raw.(wire.DataSourceClient)
 	if !ok {
-		killGroup(cmd, cli)
-		cli.Kill()
+		c.kill()
 		return nil, fail("dispensing %q: unexpected client %T", wire.PluginName, raw)
 	}
+	c.rpc = rpc
+	return c, nil
+}
 
+// ConfigError is a data source config the plugin rejected, with one
+// problem per field (paths relative to the config section).
+type ConfigError struct {
+	Path     string // the plugin
+	Name     string // the data source
+	Problems []ConfigProblem
+}
+
+// ConfigProblem is one field the plugin found wrong ("" = the section).
+type ConfigProblem struct {
+	Path    string
+	Message string
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "plugin %s: data source %q: config: ", e.Path, e.Name)
+	for i, p := range e.Problems {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if p.Path != "" {
+			b.WriteString(p.Path + ": ")
+		}
+		b.WriteString(p.Message)
+	}
+	return b.String()
+}
+
+func configProblems(ps []*wire.ConfigProblem) []ConfigProblem {
+	out := make([]ConfigProblem, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, ConfigProblem{Path: p.GetPath(), Message: p.GetMessage()})
+	}
+	return out
+}
+
+// Launch starts the plugin child, performs the go-plugin handshake, sets the
+// data source up (name, config, SMB geometry, target buffer, policy) and
+// opens the commit stream. Errors name the plugin path and the problem; a
+// config the plugin rejects is a *ConfigError. ctx bounds the launch only;
+// the plugin outlives it.
+func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("plugin: no executable path")
+	}
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("plugin %s: "+format, append([]any{cfg.Path}, args...)...)
+	}
+	var policy wire.BufferExhaustedPolicy
+	switch {
+	case cfg.Name == "":
+		return nil, fail("no data source name")
+	case cfg.SMB == nil || cfg.SMB.Fd() < 0:
+		return nil, fail("needs a memfd-backed SMB (smb.NewMemfdSMB)")
+	case cfg.OnCommit == nil:
+		return nil, fail("no OnCommit callback")
+	case cfg.Policy == smb.Drop:
+		policy = wire.BufferExhaustedPolicy_BUFFER_EXHAUSTED_POLICY_DROP
+	case cfg.Policy == smb.Stall:
+		policy = wire.BufferExhaustedPolicy_BUFFER_EXHAUSTED_POLICY_STALL
+	default:
+		return nil, fail("unknown buffer exhausted policy %d", cfg.Policy)
+	}
+	config, err := wire.ConfigStruct(cfg.DataSourceConfig)
+	if err != nil {
+		return nil, fail("data source %q: %v", cfg.Name, err)
+	}
+	timeout := cfg.StartTimeout
+	if timeout <= 0 {
+		timeout = DefaultStartTimeout
+	}
+	c, err := dial(ctx, cfg.Path, cfg.SMB.Fd(), cfg.Stderr, timeout)
+	if err != nil {
+		return nil, err
+	}
 	p := &Plugin{
 		path:     cfg.Path,
-		cmd:      cmd,
-		cli:      cli,
-		conn:     conn,
+		cmd:      c.cmd,
+		cli:      c.cli,
+		rpc:      c.rpc,
 		onCommit: cfg.OnCommit,
 		done:     make(chan struct{}),
 		ended:    make(chan struct{}),
 	}
-	if cmd.Process != nil {
-		p.pid = cmd.Process.Pid
+	if c.cmd.Process != nil {
+		p.pid = c.cmd.Process.Pid
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 
-	if err := conn.Invoke(startCtx, wire.MethodSetup, &wrapperspb.BytesValue{Value: setup}, new(emptypb.Empty)); err != nil {
+	setupCtx, cancelSetup := context.WithTimeout(ctx, timeout)
+	defer cancelSetup()
+	resp, err := p.rpc.Setup(setupCtx, &wire.SetupRequest{
+		Name:         cfg.Name,
+		Config:       config,
+		PageSize:     uint32(cfg.SMB.PageSize()),
+		SmbSize:      uint32(cfg.SMB.Size()),
+		TargetBuffer: cfg.TargetBuffer,
+		Policy:       policy,
+	})
+	if err != nil {
 		p.Kill()
 		return nil, fail("setup: %s", describe(err))
 	}
-	stream, err := conn.NewStream(p.ctx, &wire.CommitsStream, wire.MethodCommits)
-	if err == nil {
-		err = stream.SendMsg(new(emptypb.Empty))
+	if len(resp.GetProblems()) > 0 {
+		p.Kill()
+		return nil, &ConfigError{Path: cfg.Path, Name: cfg.Name, Problems: configProblems(resp.GetProblems())}
 	}
-	if err == nil {
-		err = stream.CloseSend()
+	if resp.GetFinite() {
+		p.finished = make(chan struct{})
 	}
+	stream, err := p.rpc.Commits(p.ctx, &wire.CommitsRequest{})
 	if err != nil {
 		p.Kill()
 		return nil, fail("opening the commit stream: %s", describe(err))
@@ -249,11 +328,10 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 }
 
 // readCommits relays the commit stream to OnCommit until it ends.
-func (p *Plugin) readCommits(stream grpc.ClientStream) {
+func (p *Plugin) readCommits(stream grpc.ServerStreamingClient[wire.PluginMessage]) {
 	defer close(p.done)
 	for {
-		m := new(wrapperspb.BytesValue)
-		err := stream.RecvMsg(m)
+		m, err := stream.Recv()
 		if err == nil && p.ctx.Err() != nil {
 			err = p.ctx.Err() // killed: deliver nothing more
 		}
@@ -268,7 +346,14 @@ func (p *Plugin) readCommits(stream grpc.ClientStream) {
 			p.errMu.Unlock()
 			return
 		}
-		p.onCommit(m.Value)
+		switch k := m.GetKind().(type) {
+		case *wire.PluginMessage_CommitData:
+			p.onCommit(k.CommitData)
+		case *wire.PluginMessage_Done:
+			if p.finished != nil {
+				p.finishedOnce.Do(func() { close(p.finished) })
+			}
+		}
 	}
 }
 
@@ -281,10 +366,10 @@ func describe(err error) string {
 }
 
 // call performs one control RPC, bounded by rpcTimeout (10 s).
-func (p *Plugin) call(op, method string, in proto.Message) error {
+func (p *Plugin) call(op string, rpc func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(p.ctx, rpcTimeout)
 	defer cancel()
-	if err := p.conn.Invoke(ctx, method, in, new(emptypb.Empty)); err != nil {
+	if err := rpc(ctx); err != nil {
 		select {
 		case <-p.ended:
 			return fmt.Errorf("plugin %s: %s: plugin is gone: %s", p.path, op, describe(err))
@@ -297,7 +382,10 @@ func (p *Plugin) call(op, method string, in proto.Message) error {
 
 // Start starts the data source in the child.
 func (p *Plugin) Start() error {
-	return p.call("start", wire.MethodStart, new(emptypb.Empty))
+	return p.call("start", func(ctx context.Context) error {
+		_, err := p.rpc.Start(ctx, &wire.StartRequest{})
+		return err
+	})
 }
 
 // Flush flushes the data source in the child, which then acknowledges with
@@ -305,12 +393,18 @@ func (p *Plugin) Start() error {
 // nothing else is pending). Flush returns once the child queued that commit,
 // not once OnCommit saw it.
 func (p *Plugin) Flush(id uint64) error {
-	return p.call("flush", wire.MethodFlush, wrapperspb.UInt64(id))
+	return p.call("flush", func(ctx context.Context) error {
+		_, err := p.rpc.Flush(ctx, &wire.FlushRequest{FlushRequestId: id})
+		return err
+	})
 }
 
 // ClearIncrementalState forwards to the data source in the child.
 func (p *Plugin) ClearIncrementalState() error {
-	return p.call("clear incremental state", wire.MethodClearIncrementalState, new(emptypb.Empty))
+	return p.call("clear incremental state", func(ctx context.Context) error {
+		_, err := p.rpc.ClearIncrementalState(ctx, &wire.ClearIncrementalStateRequest{})
+		return err
+	})
 }
 
 // Stop stops the data source in the child (which flushes its last
@@ -320,7 +414,10 @@ func (p *Plugin) ClearIncrementalState() error {
 // Done: an OnCommit that blocks keeps the stream goroutine alive). The
 // child is ended even when Stop fails.
 func (p *Plugin) Stop() error {
-	err := p.call("stop", wire.MethodStop, new(emptypb.Empty))
+	err := p.call("stop", func(ctx context.Context) error {
+		_, err := p.rpc.Stop(ctx, &wire.StopRequest{})
+		return err
+	})
 	if err == nil {
 		select {
 		case <-p.done:

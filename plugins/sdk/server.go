@@ -2,9 +2,8 @@ package sdk
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -14,16 +13,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/plugins/internal/wire"
+	"github.com/tracepipe/tracepipe/plugins/producer"
 	"github.com/tracepipe/tracepipe/smb"
 )
-
-// commitFlushPeriod is how often pending commits are flushed.
-const commitFlushPeriod = 50 * time.Millisecond
 
 // commitQueueLen bounds the encoded commits waiting for the stream.
 const commitQueueLen = 64
@@ -38,187 +33,213 @@ const (
 )
 
 // server is the plugin side of one connection: at most one data source
-// instance per process.
+// instance per process. It implements wire.DataSourceServer.
 type server struct {
-	factories map[string]plugins.Factory
-	logger    hclog.Logger
-	smbFd     int // wire.SMBFd (tests map another descriptor)
+	wire.UnimplementedDataSourceServer
+	sources map[string]Source
+	logger  hclog.Logger
+	smbFd   int // wire.SMBFd (tests map another descriptor)
 
 	// mu serialises the control RPCs and guards the fields below it.
-	mu     sync.Mutex
-	state  state
-	shm    *smb.SMB
-	arb    *smb.Arbiter
-	ds     plugins.DataSource
-	target uint32
-	policy smb.BufferExhaustedPolicy
-	ticker chan struct{} // closed to stop the flush ticker
-	tdone  chan struct{} // closed when the ticker goroutine returned
-
-	// wmu guards writers (NewWriter runs on data source goroutines).
-	wmu     sync.Mutex
-	writers []*smb.TraceWriter
-	closed  bool // no new writers (stopped)
+	mu    sync.Mutex
+	state state
+	shm   *smb.SMB
+	rt    *producer.Runtime // the same runtime in-process data sources run on
 
 	// The commit path: OnCommit → queue → Commits stream.
-	queue      chan []byte
-	stopped    chan struct{} // closed after the last commit was queued
+	queue      chan *wire.PluginMessage
+	done       <-chan struct{} // the data source's plugins.Finite channel (nil: never)
+	stopped    chan struct{}   // closed after the last commit was queued
 	streamMu   sync.Mutex
 	streamOpen bool
 	streamGone chan struct{} // closed when the Commits handler returned
 }
 
-func newServer(factories map[string]plugins.Factory, logger hclog.Logger) *server {
+func newServer(sources map[string]Source, logger hclog.Logger) *server {
 	return &server{
-		factories:  factories,
+		sources:    sources,
 		logger:     logger,
 		smbFd:      wire.SMBFd,
-		queue:      make(chan []byte, commitQueueLen),
+		queue:      make(chan *wire.PluginMessage, commitQueueLen),
 		stopped:    make(chan struct{}),
 		streamGone: make(chan struct{}),
 	}
 }
 
-func (s *server) names() string {
-	names := make([]string, 0, len(s.factories))
-	for n := range s.factories {
+func (s *server) sortedNames() []string {
+	names := make([]string, 0, len(s.sources))
+	for n := range s.sources {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return strings.Join(names, ", ")
+	return names
+}
+
+func (s *server) names() string { return strings.Join(s.sortedNames(), ", ") }
+
+// Describe lists the data sources this plugin serves.
+func (s *server) Describe(context.Context, *wire.DescribeRequest) (*wire.DescribeResponse, error) {
+	out := &wire.DescribeResponse{}
+	for _, name := range s.sortedNames() {
+		src := s.sources[name]
+		info := &wire.DataSourceInfo{Name: name, Description: src.Description}
+		for _, k := range src.ConfigKeys {
+			info.ConfigKeys = append(info.ConfigKeys, &wire.ConfigKey{Name: k.Name, Type: k.Type, Description: k.Description, Default: k.Default})
+		}
+		out.DataSources = append(out.DataSources, info)
+	}
+	return out, nil
+}
+
+// Validate runs the data source's factory on the config and discards the
+// instance (factories must not start anything).
+func (s *server) Validate(_ context.Context, in *wire.ValidateRequest) (*wire.ValidateResponse, error) {
+	src, ok := s.sources[in.GetName()]
+	if !ok {
+		return &wire.ValidateResponse{UnknownDataSource: true}, nil
+	}
+	_, problems := build(src, wire.ConfigMap(in.GetConfig()))
+	return &wire.ValidateResponse{Problems: problems}, nil
+}
+
+// build runs a factory, turning its error (or panic) into config problems.
+func build(src Source, config map[string]any) (ds plugins.DataSource, problems []*wire.ConfigProblem) {
+	defer func() {
+		if r := recover(); r != nil {
+			ds, problems = nil, []*wire.ConfigProblem{{Message: fmt.Sprintf("the data source's factory panicked: %v", r)}}
+		}
+	}()
+	ds, err := src.Factory(config)
+	if err != nil {
+		return nil, configProblems(err)
+	}
+	if ds == nil {
+		return nil, []*wire.ConfigProblem{{Message: "the factory returned no data source"}}
+	}
+	return ds, nil
+}
+
+// problemLine is one "path: message" line of a factory error.
+var problemLine = regexp.MustCompile(`^([A-Za-z0-9_.\[\]]+): (.*)$`)
+
+// configProblems splits a factory error into problems: one per line that
+// reads "path: message" (path relative to the config section); other
+// lines continue the previous message, or start one without a path.
+func configProblems(err error) []*wire.ConfigProblem {
+	var out []*wire.ConfigProblem
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		if m := problemLine.FindStringSubmatch(line); m != nil {
+			out = append(out, &wire.ConfigProblem{Path: m[1], Message: m[2]})
+		} else if len(out) > 0 {
+			out[len(out)-1].Message += "\n" + line
+		} else if line != "" {
+			out = append(out, &wire.ConfigProblem{Message: line})
+		}
+	}
+	return out
 }
 
 // Setup builds the data source and maps the SMB.
-func (s *server) Setup(_ context.Context, in *wrapperspb.BytesValue) (*emptypb.Empty, error) {
+func (s *server) Setup(_ context.Context, req *wire.SetupRequest) (*wire.SetupResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != stateNew {
 		return nil, status.Error(codes.FailedPrecondition, "setup: already set up")
 	}
-	var req wire.SetupRequest
-	if err := json.Unmarshal(in.GetValue(), &req); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "setup: bad request: %v", err)
-	}
-	factory, ok := s.factories[req.Name]
+	src, ok := s.sources[req.GetName()]
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "unknown data source %q (this plugin serves: %s)", req.Name, s.names())
+		return nil, status.Errorf(codes.NotFound, "unknown data source %q (this plugin serves: %s)", req.GetName(), s.names())
 	}
-	policy := smb.BufferExhaustedPolicy(req.Policy)
-	if policy != smb.Drop && policy != smb.Stall {
-		return nil, status.Errorf(codes.InvalidArgument, "setup: unknown buffer exhausted policy %d", req.Policy)
+	var policy smb.BufferExhaustedPolicy
+	switch req.GetPolicy() {
+	case wire.BufferExhaustedPolicy_BUFFER_EXHAUSTED_POLICY_DROP:
+		policy = smb.Drop
+	case wire.BufferExhaustedPolicy_BUFFER_EXHAUSTED_POLICY_STALL:
+		policy = smb.Stall
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "setup: unknown buffer exhausted policy %d", req.GetPolicy())
 	}
-	var config map[string]any
-	if len(req.Config) > 0 {
-		if err := json.Unmarshal(req.Config, &config); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "data source %q: config is not a JSON object: %v", req.Name, err)
-		}
+	ds, problems := build(src, wire.ConfigMap(req.GetConfig()))
+	if len(problems) > 0 {
+		return &wire.SetupResponse{Problems: problems}, nil
 	}
-	ds, err := factory(config)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "data source %q: %v", req.Name, err)
-	}
-	if ds == nil {
-		return nil, status.Errorf(codes.Internal, "data source %q: factory returned no data source", req.Name)
-	}
-	shm, err := smb.MapFD(s.smbFd, int(req.PageSize))
+	shm, err := smb.MapFD(s.smbFd, int(req.GetPageSize()))
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "setup: mapping the SMB (fd %d): %v", s.smbFd, err)
 	}
-	if shm.Size() != int(req.SMBSize) || shm.PageSize() != int(req.PageSize) {
+	if shm.Size() != int(req.GetSmbSize()) || shm.PageSize() != int(req.GetPageSize()) {
 		size := shm.Size()
 		_ = shm.Close()
-		return nil, status.Errorf(codes.InvalidArgument, "setup: SMB on fd %d is %d bytes, host announced %d (page size %d)", s.smbFd, size, req.SMBSize, req.PageSize)
+		return nil, status.Errorf(codes.InvalidArgument, "setup: SMB on fd %d is %d bytes, host announced %d (page size %d)", s.smbFd, size, req.GetSmbSize(), req.GetPageSize())
 	}
-	arb, err := smb.NewArbiter(shm, smb.ArbiterOptions{Commit: smb.CommitBatched, OnCommit: s.onCommit})
+	rt, err := producer.New(producer.Config{SMB: shm, TargetBuffer: req.GetTargetBuffer(), Policy: policy, OnCommit: s.onCommit}, ds)
 	if err != nil {
 		_ = shm.Close()
-		return nil, status.Errorf(codes.Internal, "setup: arbiter: %v", err)
+		return nil, status.Errorf(codes.Internal, "setup: %v", err)
 	}
-	s.shm, s.arb, s.ds = shm, arb, ds
-	s.target, s.policy = req.TargetBuffer, policy
+	s.shm, s.rt = shm, rt
+	s.done = rt.Done()
 	s.state = stateSetUp
-	return &emptypb.Empty{}, nil
+	return &wire.SetupResponse{Finite: s.done != nil}, nil
 }
 
-// Start starts the data source and the commit flush ticker.
-func (s *server) Start(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
+// Start starts the data source on the producer runtime.
+func (s *server) Start(context.Context, *wire.StartRequest) (*wire.StartResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != stateSetUp {
 		return nil, status.Errorf(codes.FailedPrecondition, "start: %s", s.stateProblem())
 	}
-	s.ticker, s.tdone = make(chan struct{}), make(chan struct{})
-	go s.flushTicker(s.ticker, s.tdone)
 	s.state = stateStarted
-	if err := s.ds.Start(dsHost{s}); err != nil {
+	if err := s.rt.Start(); err != nil {
 		return nil, status.Errorf(codes.Unknown, "start: %v", err)
 	}
-	return &emptypb.Empty{}, nil
+	return &wire.StartResponse{}, nil
 }
 
 // Flush flushes the data source, then acknowledges the flush request.
-func (s *server) Flush(_ context.Context, in *wrapperspb.UInt64Value) (*emptypb.Empty, error) {
+func (s *server) Flush(_ context.Context, in *wire.FlushRequest) (*wire.FlushResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var err error
-	switch s.state {
-	case stateStarted:
-		err = s.ds.Flush()
-	case stateSetUp:
-		// Nothing written yet; still acknowledge.
-	default:
+	if s.state != stateStarted && s.state != stateSetUp {
+		// Set up but not started: nothing written yet, still acknowledged.
 		return nil, status.Errorf(codes.FailedPrecondition, "flush: %s", s.stateProblem())
 	}
-	s.arb.SendFlushAck(in.GetValue())
-	if err != nil {
+	if err := s.rt.Flush(in.GetFlushRequestId()); err != nil {
 		return nil, status.Errorf(codes.Unknown, "flush: %v", err)
 	}
-	return &emptypb.Empty{}, nil
+	return &wire.FlushResponse{}, nil
 }
 
 // ClearIncrementalState forwards to the data source.
-func (s *server) ClearIncrementalState(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
+func (s *server) ClearIncrementalState(context.Context, *wire.ClearIncrementalStateRequest) (*wire.ClearIncrementalStateResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != stateStarted {
 		return nil, status.Errorf(codes.FailedPrecondition, "clear incremental state: %s", s.stateProblem())
 	}
-	s.ds.ClearIncrementalState()
-	return &emptypb.Empty{}, nil
+	s.rt.ClearIncrementalState()
+	return &wire.ClearIncrementalStateResponse{}, nil
 }
 
 // Stop stops the data source, closes its writers, sends the last commits
 // and lets the Commits stream end. Stopping twice is a no-op.
-func (s *server) Stop(context.Context, *emptypb.Empty) (*emptypb.Empty, error) {
+func (s *server) Stop(context.Context, *wire.StopRequest) (*wire.StopResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.stopLocked(); err != nil {
 		return nil, status.Errorf(codes.Unknown, "stop: %v", err)
 	}
-	return &emptypb.Empty{}, nil
+	return &wire.StopResponse{}, nil
 }
 
 func (s *server) stopLocked() error {
-	var err error
-	switch s.state {
-	case stateStopped:
+	if s.state == stateStopped {
 		return nil
-	case stateStarted:
-		err = s.ds.Stop()
-		s.wmu.Lock()
-		writers := s.writers
-		s.writers, s.closed = nil, true
-		s.wmu.Unlock()
-		for _, w := range writers {
-			if cerr := w.Close(); cerr != nil && !errors.Is(cerr, smb.ErrWriterClosed) {
-				err = errors.Join(err, fmt.Errorf("closing writer %d: %w", w.ID(), cerr))
-			}
-		}
-		close(s.ticker)
-		<-s.tdone
 	}
-	if s.arb != nil {
-		s.arb.FlushPendingCommits()
+	var err error
+	if s.rt != nil {
+		err = s.rt.Stop()
 	}
 	s.state = stateStopped
 	close(s.stopped)
@@ -239,8 +260,8 @@ func (s *server) abandon() {
 	}()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
-		s.logger.Warn("data source did not stop within 5s after the host left")
+	case <-time.After(producer.StallTimeout):
+		s.logger.Warn("data source did not stop in time after the host left", "timeout", producer.StallTimeout)
 	}
 }
 
@@ -257,52 +278,21 @@ func (s *server) stateProblem() string {
 	}
 }
 
-func (s *server) flushTicker(stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(commitFlushPeriod)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			s.arb.FlushPendingCommits()
-		}
-	}
-}
-
-// dsHost is the plugins.Host given to the data source.
-type dsHost struct{ s *server }
-
-func (h dsHost) NewWriter() (plugins.PacketWriter, error) {
-	s := h.s
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.closed {
-		return nil, errors.New("sdk: data source is stopped")
-	}
-	w, err := s.arb.NewTraceWriter(s.target, s.policy)
-	if err != nil {
-		return nil, err
-	}
-	s.writers = append(s.writers, w)
-	return w, nil
-}
-
-// onCommit is the arbiter's OnCommit: it encodes cd (the arbiter reuses
+// onCommit is the runtime's OnCommit: it encodes cd (the runtime reuses
 // it) and queues the bytes for the stream. It blocks only while the queue
 // is full and the stream is alive; once the stream is gone, commits are
 // dropped (nobody could read the chunks anyway).
 func (s *server) onCommit(cd *smb.CommitData) {
-	b := cd.AppendMarshal(make([]byte, 0, 64))
+	m := &wire.PluginMessage{Kind: &wire.PluginMessage_CommitData{CommitData: cd.AppendMarshal(make([]byte, 0, 64))}}
 	select {
-	case s.queue <- b:
+	case s.queue <- m:
 	case <-s.streamGone:
 	}
 }
 
-// Commits sends the queued commits until Stop queued the last one.
-func (s *server) Commits(_ *emptypb.Empty, stream grpc.ServerStream) error {
+// Commits sends the queued commits, and DataSourceDone once a Finite data
+// source is done, until Stop queued the last commit.
+func (s *server) Commits(_ *wire.CommitsRequest, stream grpc.ServerStreamingServer[wire.PluginMessage]) error {
 	s.streamMu.Lock()
 	if s.streamOpen {
 		s.streamMu.Unlock()
@@ -312,29 +302,45 @@ func (s *server) Commits(_ *emptypb.Empty, stream grpc.ServerStream) error {
 	s.streamMu.Unlock()
 	defer close(s.streamGone)
 
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
 	ctx := stream.Context()
-	send := func(b []byte) error { return stream.SendMsg(&wrapperspb.BytesValue{Value: b}) }
 	for {
 		select {
-		case b := <-s.queue:
-			if err := send(b); err != nil {
+		case m := <-s.queue:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case <-done:
+			done = nil
+			// Commits queued before Done closed go first.
+			if err := s.sendQueued(stream); err != nil {
+				return err
+			}
+			if err := stream.Send(&wire.PluginMessage{Kind: &wire.PluginMessage_Done{Done: &wire.DataSourceDone{}}}); err != nil {
 				return err
 			}
 		case <-s.stopped:
 			// Stop queued its last commit before closing stopped, and no
 			// writer or ticker runs any more: drain and end the stream.
-			for {
-				select {
-				case b := <-s.queue:
-					if err := send(b); err != nil {
-						return err
-					}
-				default:
-					return nil
-				}
-			}
+			return s.sendQueued(stream)
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// sendQueued sends what is queued now.
+func (s *server) sendQueued(stream grpc.ServerStreamingServer[wire.PluginMessage]) error {
+	for {
+		select {
+		case m := <-s.queue:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		default:
+			return nil
 		}
 	}
 }

@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -17,8 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/plugins/internal/wire"
@@ -76,10 +74,10 @@ func (f *fakeSource) Stop() error {
 // rig is an in-process sdk server behind a real gRPC connection, with the
 // SMB on a memfd instead of fd 3.
 type rig struct {
-	srv  *server
-	conn *grpc.ClientConn
-	shm  *smb.SMB // the "host" mapping
-	src  *fakeSource
+	srv *server
+	rpc wire.DataSourceClient
+	shm *smb.SMB // the "host" mapping
+	src *fakeSource
 }
 
 func newRig(t *testing.T, n int) *rig {
@@ -94,14 +92,14 @@ func newRig(t *testing.T, n int) *rig {
 		t.Fatal(err)
 	}
 	r := &rig{shm: shm, src: &fakeSource{n: n, done: make(chan struct{})}}
-	r.srv = newServer(map[string]plugins.Factory{
-		"fake": func(cfg map[string]any) (plugins.DataSource, error) {
+	r.srv = newServer(map[string]Source{
+		"fake": {Name: "fake", Description: "a fake", ConfigKeys: []ConfigKey{{Name: "fail", Type: "string"}}, Factory: func(cfg map[string]any) (plugins.DataSource, error) {
 			if v, ok := cfg["fail"]; ok {
-				return nil, errors.New("fail: " + v.(string))
+				return nil, errors.New("fail: " + v.(string) + "\nother.key: also bad")
 			}
 			return r.src, nil
-		},
-		"other": func(map[string]any) (plugins.DataSource, error) { return nil, errors.New("unused") },
+		}},
+		"other": {Name: "other", Factory: func(map[string]any) (plugins.DataSource, error) { panic("boom") }},
 	}, hclog.NewNullLogger())
 	r.srv.smbFd = fd
 	t.Cleanup(func() {
@@ -109,26 +107,54 @@ func newRig(t *testing.T, n int) *rig {
 			unix.Close(fd)
 		}
 	})
-	conn, gs := plugin.TestGRPCConn(t, func(s *grpc.Server) { s.RegisterService(&wire.ServiceDesc, r.srv) })
+	conn, gs := plugin.TestGRPCConn(t, func(s *grpc.Server) { wire.RegisterDataSourceServer(s, r.srv) })
 	t.Cleanup(func() { conn.Close(); gs.Stop() })
-	r.conn = conn
+	r.rpc = wire.NewDataSourceClient(conn)
 	return r
 }
 
-func (r *rig) setup(req wire.SetupRequest) error {
-	b, err := json.Marshal(req)
+// setup calls Setup; config problems come back as an error listing them.
+func (r *rig) setup(req *wire.SetupRequest) error {
+	resp, err := r.rpc.Setup(context.Background(), req)
 	if err != nil {
 		return err
 	}
-	return r.conn.Invoke(context.Background(), wire.MethodSetup, wrapperspb.Bytes(b), new(emptypb.Empty))
+	if len(resp.GetProblems()) > 0 {
+		var msgs []string
+		for _, p := range resp.GetProblems() {
+			msgs = append(msgs, p.GetPath()+": "+p.GetMessage())
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return nil
 }
 
-func (r *rig) call(method string) error {
-	return r.conn.Invoke(context.Background(), method, new(emptypb.Empty), new(emptypb.Empty))
+func (r *rig) start() error {
+	_, err := r.rpc.Start(context.Background(), &wire.StartRequest{})
+	return err
 }
 
-func (r *rig) goodSetup() wire.SetupRequest {
-	return wire.SetupRequest{Name: "fake", PageSize: uint32(r.shm.PageSize()), SMBSize: uint32(r.shm.Size()), TargetBuffer: 2, Policy: int(smb.Stall)}
+func (r *rig) stop() error {
+	_, err := r.rpc.Stop(context.Background(), &wire.StopRequest{})
+	return err
+}
+
+func (r *rig) clear() error {
+	_, err := r.rpc.ClearIncrementalState(context.Background(), &wire.ClearIncrementalStateRequest{})
+	return err
+}
+
+func (r *rig) goodSetup() *wire.SetupRequest {
+	return &wire.SetupRequest{Name: "fake", PageSize: uint32(r.shm.PageSize()), SmbSize: uint32(r.shm.Size()), TargetBuffer: 2, Policy: wire.BufferExhaustedPolicy_BUFFER_EXHAUSTED_POLICY_STALL}
+}
+
+func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
+	t.Helper()
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func TestSetupErrors(t *testing.T) {
@@ -141,9 +167,9 @@ func TestSetupErrors(t *testing.T) {
 	}{
 		{"unknown name", func(q *wire.SetupRequest) { q.Name = "nope" }, codes.NotFound, `unknown data source "nope" (this plugin serves: fake, other)`},
 		{"bad policy", func(q *wire.SetupRequest) { q.Policy = 9 }, codes.InvalidArgument, "policy 9"},
-		{"config not an object", func(q *wire.SetupRequest) { q.Config = json.RawMessage(`[1]`) }, codes.InvalidArgument, "not a JSON object"},
-		{"factory error", func(q *wire.SetupRequest) { q.Config = json.RawMessage(`{"fail":"x"}`) }, codes.InvalidArgument, `data source "fake": fail: x`},
-		{"size mismatch", func(q *wire.SetupRequest) { q.SMBSize *= 2 }, codes.InvalidArgument, "host announced"},
+		{"factory error", func(q *wire.SetupRequest) { q.Config = mustStruct(t, map[string]any{"fail": "x"}) }, codes.Unknown, `fail: x; other.key: also bad`},
+		{"factory panic", func(q *wire.SetupRequest) { q.Name = "other" }, codes.Unknown, `: the data source's factory panicked: boom`},
+		{"size mismatch", func(q *wire.SetupRequest) { q.SmbSize *= 2 }, codes.InvalidArgument, "host announced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "size mismatch" {
@@ -152,17 +178,55 @@ func TestSetupErrors(t *testing.T) {
 				r = newRig(t, 0)
 			}
 			q := r.goodSetup()
-			tc.mod(&q)
+			tc.mod(q)
 			err := r.setup(q)
-			if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.want) {
+			if err == nil || status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.want) {
 				t.Fatalf("err = %v, want %v containing %q", err, tc.code, tc.want)
 			}
 		})
 	}
-	for _, m := range []string{wire.MethodStart, wire.MethodClearIncrementalState} {
-		if err := newRig(t, 0).call(m); status.Code(err) != codes.FailedPrecondition {
-			t.Errorf("%s before Setup: %v, want FailedPrecondition", m, err)
-		}
+	if err := newRig(t, 0).start(); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("Start before Setup: %v, want FailedPrecondition", err)
+	}
+	if err := newRig(t, 0).clear(); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("ClearIncrementalState before Setup: %v, want FailedPrecondition", err)
+	}
+}
+
+// Validate runs the factory only and reports its problems with paths;
+// Describe lists what the plugin serves.
+func TestValidateAndDescribe(t *testing.T) {
+	r := newRig(t, 0)
+	ctx := context.Background()
+	resp, err := r.rpc.Validate(ctx, &wire.ValidateRequest{Name: "fake", Config: mustStruct(t, map[string]any{"fail": "bad value"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range resp.GetProblems() {
+		got = append(got, p.GetPath()+"="+p.GetMessage())
+	}
+	if strings.Join(got, ",") != "fail=bad value,other.key=also bad" {
+		t.Fatalf("problems %q", got)
+	}
+	resp, err = r.rpc.Validate(ctx, &wire.ValidateRequest{Name: "fake"})
+	if err != nil || len(resp.GetProblems()) != 0 || resp.GetUnknownDataSource() {
+		t.Fatalf("good config: %v %v", resp, err)
+	}
+	if r.srv.rt != nil || r.srv.state != stateNew {
+		t.Fatal("Validate set the data source up")
+	}
+	resp, err = r.rpc.Validate(ctx, &wire.ValidateRequest{Name: "nope"})
+	if err != nil || !resp.GetUnknownDataSource() {
+		t.Fatalf("unknown name: %v %v", resp, err)
+	}
+	d, err := r.rpc.Describe(ctx, &wire.DescribeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.GetDataSources()) != 2 || d.GetDataSources()[0].GetName() != "fake" || d.GetDataSources()[0].GetDescription() != "a fake" ||
+		len(d.GetDataSources()[0].GetConfigKeys()) != 1 || d.GetDataSources()[1].GetName() != "other" {
+		t.Fatalf("describe: %v", d)
 	}
 }
 
@@ -179,21 +243,15 @@ func TestSession(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := r.conn.NewStream(ctx, &wire.CommitsStream, wire.MethodCommits)
+	stream, err := r.rpc.Commits(ctx, &wire.CommitsRequest{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.SendMsg(new(emptypb.Empty)); err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
 
 	// The host side: one goroutine reading commits and freeing chunks.
 	type result struct {
-		packets, flushAck int
-		err               error
+		packets, flushAck, done int
+		err                     error
 	}
 	res := make(chan result, 1)
 	reader := smb.NewReader(r.shm)
@@ -201,15 +259,19 @@ func TestSession(t *testing.T) {
 		var out result
 		var cd smb.CommitData
 		for {
-			m := new(wrapperspb.BytesValue)
-			if err := stream.RecvMsg(m); err != nil {
+			m, err := stream.Recv()
+			if err != nil {
 				if !errors.Is(err, io.EOF) {
 					out.err = err
 				}
 				res <- out
 				return
 			}
-			if err := cd.Unmarshal(m.Value); err != nil {
+			if m.GetDone() != nil {
+				out.done++
+				continue
+			}
+			if err := cd.Unmarshal(m.GetCommitData()); err != nil {
 				out.err = err
 				res <- out
 				return
@@ -237,23 +299,23 @@ func TestSession(t *testing.T) {
 		}
 	}()
 
-	if err := r.call(wire.MethodStart); err != nil {
+	if err := r.start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.call(wire.MethodStart); status.Code(err) != codes.FailedPrecondition {
+	if err := r.start(); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("second Start: %v, want FailedPrecondition", err)
 	}
 	<-r.src.done
-	if err := r.conn.Invoke(context.Background(), wire.MethodFlush, wrapperspb.UInt64(9), new(emptypb.Empty)); err != nil {
+	if _, err := r.rpc.Flush(context.Background(), &wire.FlushRequest{FlushRequestId: 9}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.call(wire.MethodClearIncrementalState); err != nil {
+	if err := r.clear(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.call(wire.MethodStop); err != nil {
+	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.call(wire.MethodStop); err != nil {
+	if err := r.stop(); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
 	select {
@@ -262,8 +324,8 @@ func TestSession(t *testing.T) {
 			t.Fatal(out.err)
 		}
 		// Small packets never span chunks: one fragment each.
-		if out.packets != n || out.flushAck != 1 {
-			t.Fatalf("read %d packets and %d acks of flush 9, want %d and 1", out.packets, out.flushAck, n)
+		if out.packets != n || out.flushAck != 1 || out.done != 1 {
+			t.Fatalf("read %d packets, %d acks of flush 9 and %d DataSourceDone, want %d, 1 and 1", out.packets, out.flushAck, out.done, n)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the commit stream did not end after Stop")
@@ -278,3 +340,7 @@ func TestSession(t *testing.T) {
 		t.Fatalf("second Commits stream: %v, want AlreadyExists", err)
 	}
 }
+
+// Done makes fakeSource plugins.Finite: the SDK forwards it as
+// DataSourceDone on the Commits stream.
+func (f *fakeSource) Done() <-chan struct{} { return f.done }

@@ -5,11 +5,13 @@
 // Config (data_sources[i].config):
 //
 //	packets: number of packets to write (default 100, >= 0)
-//	size:    size in bytes of each packet's for_testing payload (default 64, 4..16 MiB)
+//	size:    length in bytes of each packet's TestEvent.str (default 64, 0..16 MiB)
 //
 // Packet i (0-based) is a TracePacket with timestamp (field 8) = i+1 and
-// for_testing (field 900) = size bytes: i as 4 little-endian bytes, then
-// byte j at offset j (j >= 4, truncated to 8 bits). The packets go through
+// for_testing (field 900) = a valid TestEvent (Perfetto's test_event.proto):
+// seq_value (2) = i, counter (3) = i, str (1) = size ASCII letters, byte j
+// being 'a' + j%26. Strict decoders (protoc --decode, Python protobuf)
+// accept it. The packets go through
 // one writer, which is flushed at the end; the source is plugins.Finite and
 // its Done channel closes once every packet is written.
 //
@@ -17,7 +19,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"fmt"
 	"log"
 	"math"
@@ -38,7 +39,15 @@ const Name = "example.counter"
 const maxSize = 16 << 20
 
 func main() {
-	sdk.Serve(map[string]plugins.Factory{Name: newCounter})
+	sdk.ServeSources(sdk.Source{
+		Name:        Name,
+		Description: "writes a fixed number of TestEvent packets, then is done (plugins.Finite)",
+		ConfigKeys: []sdk.ConfigKey{
+			{Name: "packets", Type: "integer", Default: "100", Description: "number of packets to write (>= 0)"},
+			{Name: "size", Type: "integer", Default: "64", Description: "length of each TestEvent's str, in bytes (0..16 MiB)"},
+		},
+		Factory: newCounter,
+	})
 }
 
 // counter writes config.packets packets, then is done.
@@ -79,8 +88,8 @@ func newCounter(config map[string]any) (plugins.DataSource, error) {
 			switch {
 			case p != "":
 				problems = append(problems, "size: "+p)
-			case n < 4 || n > maxSize:
-				problems = append(problems, fmt.Sprintf("size: must be in [4, %d], got %d", maxSize, n))
+			case n < 0 || n > maxSize:
+				problems = append(problems, fmt.Sprintf("size: must be in [0, %d], got %d", maxSize, n))
 			default:
 				c.size = n
 			}
@@ -89,7 +98,9 @@ func newCounter(config map[string]any) (plugins.DataSource, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("%s", strings.Join(problems, "; "))
+		// One "key: message" line per problem: the service shows each as
+		// data_sources[i].config.key.
+		return nil, fmt.Errorf("%s", strings.Join(problems, "\n"))
 	}
 	return c, nil
 }
@@ -127,11 +138,11 @@ func (c *counter) Start(h plugins.Host) error {
 
 func (c *counter) run(w plugins.PacketWriter) {
 	defer close(c.done)
-	payload := make([]byte, c.size)
-	for j := 4; j < len(payload); j++ {
-		payload[j] = byte(j)
+	str := make([]byte, c.size)
+	for j := range str {
+		str[j] = 'a' + byte(j%26)
 	}
-	var pkt []byte
+	var pkt, event []byte
 	for i := int64(0); i < c.packets; i++ {
 		select {
 		case <-c.stop:
@@ -141,11 +152,11 @@ func (c *counter) run(w plugins.PacketWriter) {
 			reply <- w.Flush()
 		default:
 		}
-		binary.LittleEndian.PutUint32(payload, uint32(i))
+		event = appendTestEvent(event[:0], i, str)
 		pkt = protowire.AppendTag(pkt[:0], 8, protowire.VarintType)
 		pkt = protowire.AppendVarint(pkt, uint64(i+1))
 		pkt = protowire.AppendTag(pkt, 900, protowire.BytesType)
-		pkt = protowire.AppendBytes(pkt, payload)
+		pkt = protowire.AppendBytes(pkt, event)
 		if err := w.WritePacket(pkt); err != nil {
 			// Under the stall policy a timed-out packet is lost (and
 			// accounted by the writer); keep going.
@@ -153,6 +164,23 @@ func (c *counter) run(w plugins.PacketWriter) {
 		}
 	}
 	c.err = w.Flush()
+}
+
+// TestEvent field numbers (Perfetto's protos/perfetto/trace/test_event.proto).
+const (
+	testEventStr      = 1 // string
+	testEventSeqValue = 2 // uint32
+	testEventCounter  = 3 // uint64
+)
+
+// appendTestEvent appends the TestEvent of packet i.
+func appendTestEvent(b []byte, i int64, str []byte) []byte {
+	b = protowire.AppendTag(b, testEventStr, protowire.BytesType)
+	b = protowire.AppendBytes(b, str)
+	b = protowire.AppendTag(b, testEventSeqValue, protowire.VarintType)
+	b = protowire.AppendVarint(b, uint64(uint32(i)))
+	b = protowire.AppendTag(b, testEventCounter, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(i))
 }
 
 // Flush asks the writing goroutine (the writer's only user) to flush. Once

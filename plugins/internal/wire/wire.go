@@ -1,40 +1,31 @@
 // Package wire holds what the plugin host (plugins/host) and the plugin SDK
 // (plugins/sdk) must agree on byte for byte: the go-plugin handshake, the
-// name under which the data source plugin is dispensed, the hand-written
-// gRPC service description and the Setup request.
-//
-// The service is defined without protoc: every message is a well-known
-// protobuf type (wrapperspb, emptypb), so gRPC's default proto codec carries
-// them and no generated code is needed. Methods:
-//
-//	Setup(BytesValue: JSON SetupRequest) → Empty
-//	Commits(Empty) → stream BytesValue     one CommitDataRequest encoding each
-//	Start(Empty) → Empty
-//	Flush(UInt64Value: flush request id) → Empty
-//	ClearIncrementalState(Empty) → Empty
-//	Stop(Empty) → Empty
+// name under which the data source plugin is dispensed, and the gRPC
+// protocol, defined in datasource.proto (package tracepipe.plugins.v2) with
+// the code protoc generates from it (datasource.pb.go,
+// datasource_grpc.pb.go; `go generate` regenerates them).
 //
 // This package must not contain behaviour: no goroutines, no SMB access, no
-// trust decisions. Changing anything here is a protocol change and needs a
-// new Handshake.ProtocolVersion.
+// trust decisions. Changing datasource.proto incompatibly is a protocol
+// change and needs a new Handshake.ProtocolVersion.
 package wire
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 
 	plugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Handshake is the go-plugin handshake shared by host and SDK. The magic
 // cookie only keeps a plugin binary from being run by hand by mistake; it is
-// not a security measure.
+// not a security measure. ProtocolVersion 2 is datasource.proto's
+// tracepipe.plugins.v2 (1 was a hand-written service with JSON setup).
 var Handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  1,
+	ProtocolVersion:  2,
 	MagicCookieKey:   "TRACEPIPE_PLUGIN",
 	MagicCookieValue: "d2a7c1f0-tracepipe-datasource-v1",
 }
@@ -46,103 +37,12 @@ const PluginName = "datasource"
 // (the first of exec.Cmd.ExtraFiles).
 const SMBFd = 3
 
-// ServiceName is the gRPC service name.
-const ServiceName = "tracepipe.plugins.v1.DataSource"
-
-// Full method names, as passed to grpc.ClientConn.Invoke and NewStream.
-const (
-	MethodSetup                 = "/" + ServiceName + "/Setup"
-	MethodCommits               = "/" + ServiceName + "/Commits"
-	MethodStart                 = "/" + ServiceName + "/Start"
-	MethodFlush                 = "/" + ServiceName + "/Flush"
-	MethodClearIncrementalState = "/" + ServiceName + "/ClearIncrementalState"
-	MethodStop                  = "/" + ServiceName + "/Stop"
-)
-
-// SetupRequest is the Setup RPC's argument, JSON-encoded in a BytesValue.
-type SetupRequest struct {
-	// Name is the data source name the plugin must serve.
-	Name string `json:"name"`
-	// Config is the per-source config section as JSON (null when absent).
-	Config json.RawMessage `json:"config"`
-	// PageSize and SMBSize describe the SMB passed as fd SMBFd.
-	PageSize uint32 `json:"page_size"`
-	SMBSize  uint32 `json:"smb_size"`
-	// TargetBuffer is the buffer id every writer of the plugin must use.
-	TargetBuffer uint32 `json:"target_buffer"`
-	// Policy is the smb.BufferExhaustedPolicy of the writers.
-	Policy int `json:"policy"`
-}
-
-// Server is what the plugin side implements.
-type Server interface {
-	Setup(context.Context, *wrapperspb.BytesValue) (*emptypb.Empty, error)
-	Start(context.Context, *emptypb.Empty) (*emptypb.Empty, error)
-	Flush(context.Context, *wrapperspb.UInt64Value) (*emptypb.Empty, error)
-	ClearIncrementalState(context.Context, *emptypb.Empty) (*emptypb.Empty, error)
-	Stop(context.Context, *emptypb.Empty) (*emptypb.Empty, error)
-	// Commits sends one BytesValue per CommitData until the data source is
-	// stopped and every commit is sent (then it returns nil) or the stream
-	// breaks.
-	Commits(*emptypb.Empty, grpc.ServerStream) error
-}
-
-// unary builds the method description of a unary RPC taking a Req.
-func unary[Req any, PReq interface{ *Req }](name string, call func(Server, context.Context, PReq) (*emptypb.Empty, error)) grpc.MethodDesc {
-	full := "/" + ServiceName + "/" + name
-	return grpc.MethodDesc{
-		MethodName: name,
-		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-			in := PReq(new(Req))
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			if icpt == nil {
-				return call(srv.(Server), ctx, in)
-			}
-			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: full}
-			return icpt(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-				return call(srv.(Server), ctx, req.(PReq))
-			})
-		},
-	}
-}
-
-// CommitsStream describes the server-streaming Commits RPC (for
-// grpc.ClientConn.NewStream).
-var CommitsStream = grpc.StreamDesc{
-	StreamName: "Commits",
-	Handler: func(srv any, stream grpc.ServerStream) error {
-		in := new(emptypb.Empty)
-		if err := stream.RecvMsg(in); err != nil {
-			return err
-		}
-		return srv.(Server).Commits(in, stream)
-	},
-	ServerStreams: true,
-}
-
-// ServiceDesc is the hand-written gRPC service description.
-var ServiceDesc = grpc.ServiceDesc{
-	ServiceName: ServiceName,
-	HandlerType: (*Server)(nil),
-	Methods: []grpc.MethodDesc{
-		unary[wrapperspb.BytesValue]("Setup", Server.Setup),
-		unary[emptypb.Empty]("Start", Server.Start),
-		unary[wrapperspb.UInt64Value]("Flush", Server.Flush),
-		unary[emptypb.Empty]("ClearIncrementalState", Server.ClearIncrementalState),
-		unary[emptypb.Empty]("Stop", Server.Stop),
-	},
-	Streams:  []grpc.StreamDesc{CommitsStream},
-	Metadata: "tracepipe/plugins/internal/wire",
-}
-
 // Plugin is the go-plugin plugin of both sides: the SDK sets Impl and
-// serves; the host leaves Impl nil and gets the *grpc.ClientConn from
+// serves; the host leaves Impl nil and gets a DataSourceClient from
 // Dispense.
 type Plugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	Impl Server
+	Impl DataSourceServer
 }
 
 // GRPCServer registers Impl (plugin side).
@@ -150,12 +50,69 @@ func (p *Plugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	if p.Impl == nil {
 		return errors.New("wire: Plugin.Impl is nil")
 	}
-	s.RegisterService(&ServiceDesc, p.Impl)
+	RegisterDataSourceServer(s, p.Impl)
 	return nil
 }
 
-// GRPCClient returns the connection itself (host side): the host calls the
-// methods by name with its own deadlines.
+// GRPCClient returns the typed client (host side).
 func (p *Plugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return c, nil
+	return NewDataSourceClient(c), nil
+}
+
+// ConfigStruct encodes a data source's config section for the wire.
+// Values must be what a config file decodes to: nil, bool, numbers,
+// strings, lists and string-keyed maps.
+func ConfigStruct(config map[string]any) (*structpb.Struct, error) {
+	if config == nil {
+		return nil, nil
+	}
+	s, err := structpb.NewStruct(normalize(config).(map[string]any))
+	if err != nil {
+		return nil, fmt.Errorf("config cannot be sent to the plugin: %w", err)
+	}
+	return s, nil
+}
+
+// ConfigMap decodes a config section from the wire (numbers arrive as
+// float64, as from JSON); nil stays nil.
+func ConfigMap(s *structpb.Struct) map[string]any {
+	if s == nil {
+		return nil
+	}
+	return s.AsMap()
+}
+
+// normalize turns the shapes config decoders produce ([]string,
+// map[any]any...) into the ones structpb accepts.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = normalize(e)
+		}
+		return out
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = normalize(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = normalize(e)
+		}
+		return out
+	case []string:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = e
+		}
+		return out
+	case fmt.Stringer:
+		return x.String()
+	default:
+		return v
+	}
 }

@@ -1,0 +1,213 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+var (
+	faultOnce sync.Once
+	faultPath string
+	faultErr  error
+)
+
+// faultPlugin builds plugins/internal/faultplugin once per test binary.
+func faultPlugin(t *testing.T) string {
+	t.Helper()
+	faultOnce.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		dir, err := os.MkdirTemp("", "tracepipe-faultplugin-")
+		if err != nil {
+			faultErr = err
+			return
+		}
+		faultPath = filepath.Join(dir, "faultplugin")
+		cmd := exec.Command(goBin, "build", "-o", faultPath, "./plugins/internal/faultplugin")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			faultErr = fmt.Errorf("building the fault plugin: %v\n%s", err, out)
+			return
+		}
+		faultErr = os.Symlink(faultPath, filepath.Join(dir, "faultplugin-raw"))
+	})
+	if faultErr != nil {
+		t.Fatal(faultErr)
+	}
+	return faultPath
+}
+
+// faultIndex reads the fault plugin's packet index (TestEvent.seq_value).
+func faultIndex(p []byte) (uint32, bool) { return counterIndex(p) }
+
+// Fault containment with real plugin processes: whatever the plugin does,
+// the session ends within duration + flush_timeout + the stop bound, the
+// other data source's packets are all there, and the fault is counted in
+// the trace and attributed to data_sources[0].
+func TestPluginFaultContainment(t *testing.T) {
+	const (
+		duration     = 1500 * time.Millisecond
+		flushTimeout = time.Second
+		goodPackets  = 100
+	)
+	// The stop bound is stopTimeout plus the teardown after it: killing
+	// the plugin, the final read pass and closing the sink.
+	const teardown = time.Second
+	bound := duration + flushTimeout + stopTimeout + teardown
+	plugin := faultPlugin(t)
+	raw := filepath.Join(filepath.Dir(plugin), "faultplugin-raw")
+	for _, tc := range []struct {
+		mode   string
+		plugin string
+		// want checks the outcome: the fault plugin's packets (by index),
+		// its attributed stats and the start errors.
+		want func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result)
+	}{
+		{"kill", plugin, func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result) {
+			wantAll(t, got, goodPackets) // committed before the crash: kept
+			if ps == nil || ps.Died != 1 || !strings.Contains(ps.Error, "killed by signal 9") {
+				t.Errorf("attributed stats %+v, want died=1 and the signal", ps)
+			}
+		}},
+		{"panic", plugin, func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result) {
+			wantAll(t, got, goodPackets)
+			if ps == nil || ps.Died != 1 || !strings.Contains(ps.Error, "exited with status 2") || !strings.Contains(ps.Error, "panic: fault: the data source panicked on purpose") {
+				t.Errorf("attributed stats %+v, want died=1, status 2 and the panic line", ps)
+			}
+		}},
+		{"hang_flush", plugin, func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result) {
+			wantAll(t, got, goodPackets)
+			if res.Stats.FinalFlushOutcome != tracefile.FlushOutcomeFailed {
+				t.Errorf("final flush outcome %d, want failed", res.Stats.FinalFlushOutcome)
+			}
+			if ps == nil || !strings.Contains(ps.Error, "did not stop in time") {
+				t.Errorf("attributed stats %+v, want the stop timeout", ps)
+			}
+		}},
+		{"hang_start", plugin, func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result) {
+			if len(got) != 0 {
+				t.Errorf("%d packets from a plugin that never started", len(got))
+			}
+			if ps == nil || ps.Error == "" {
+				t.Errorf("attributed stats %+v, want an error", ps)
+			}
+		}},
+		{"exit_start", plugin, func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result) {
+			want := fmt.Sprintf("data_sources[0] (%s): exited with status 2 during Start: ", plugin)
+			if len(res.StartErrors) != 1 || !strings.HasPrefix(res.StartErrors[0].Error(), want) ||
+				!strings.Contains(res.StartErrors[0].Error(), "fault: opening /dev/fault0: no such device") ||
+				!strings.HasSuffix(res.StartErrors[0].Error(), "fault: giving up") {
+				t.Errorf("start errors %v, want %q + the last stderr lines", res.StartErrors, want)
+			}
+			if ps == nil || !strings.HasPrefix(ps.Error, "start: exited with status 2") {
+				t.Errorf("attributed stats %+v, want the start failure", ps)
+			}
+		}},
+		{"spoof", plugin, func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result) {
+			for i := uint32(0); i < goodPackets; i++ {
+				if want := int(1 - i%2); got[i] != want {
+					t.Fatalf("packet %d arrived %d times, want %d (odd ones are spoofed)", i, got[i], want)
+				}
+			}
+			if ps == nil || ps.InvalidPackets != goodPackets/2 || res.Stats.InvalidPackets != goodPackets/2 {
+				t.Errorf("attributed stats %+v (total invalid %d), want %d invalid packets", ps, res.Stats.InvalidPackets, goodPackets/2)
+			}
+		}},
+		{"garbage_smb", plugin, func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result) {
+			for i, n := range got {
+				if n != 1 || i >= goodPackets {
+					t.Fatalf("packet %d arrived %d times", i, n)
+				}
+			}
+			if ps == nil || ps.SMBChunksRejected+ps.InvalidPackets == 0 {
+				t.Errorf("attributed stats %+v, want rejected chunks or invalid packets", ps)
+			}
+		}},
+		{"bad_commits", raw, func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result) {
+			if ps == nil || ps.SMBChunksRejected < 2 || ps.CommitsMalformed != 1 || ps.SMBChunksRejected+ps.ChunksDiscarded < 3 {
+				t.Errorf("attributed stats %+v, want 2+ rejected chunks (out-of-range indices), 1 malformed commit, 3 bad chunks in all", ps)
+			}
+		}},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			out := filepath.Join(t.TempDir(), "fault.pftrace")
+			cfg := loadYAML(t, fmt.Sprintf(`
+duration: %v
+flush_timeout: %v
+write_into_file: true
+file_write_period: 200ms
+buffers: [{size_kb: 4096}]
+data_sources:
+  - name: fault.source
+    plugin: %q
+    config: {mode: %s, packets: %d}
+  - name: test.scripted
+    config: {writers: 2, packets: 300}
+sinks: [{type: file, path: %q}]
+`, duration, flushTimeout, tc.plugin, tc.mode, goodPackets, out))
+			s, err := New(cfg, Options{Logf: t.Logf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			start := time.Now()
+			res, err := s.Run(ctx)
+			elapsed := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: session took %v (bound %v)", tc.mode, elapsed.Round(time.Millisecond), bound)
+			if elapsed > bound {
+				t.Errorf("the session took %v, more than duration + flush_timeout + stop bound = %v", elapsed, bound)
+			}
+			got := map[uint32]int{}
+			scripted := map[[2]int]bool{}
+			for _, p := range readTrace(t, out) {
+				if w, i, _, ok := scriptedID(p.raw); ok && p.info.TrustedPID == int32(os.Getpid()) {
+					scripted[[2]int{w, i}] = true
+					continue
+				}
+				if i, ok := faultIndex(p.raw); ok {
+					got[i]++
+				}
+			}
+			if len(scripted) != 600 {
+				t.Errorf("the in-process source's packets: %d of 600", len(scripted))
+			}
+			var ps *tracefile.ProducerStats
+			if tp := res.Stats.Tracepipe; tp != nil {
+				for i := range tp.Producers {
+					if tp.Producers[i].Index == 0 && tp.Producers[i].Source == tc.plugin {
+						ps = &tp.Producers[i]
+					} else {
+						t.Errorf("a fault attributed to another producer: %+v", tp.Producers[i])
+					}
+				}
+			}
+			tc.want(t, got, ps, res)
+		})
+	}
+}
+
+func wantAll(t *testing.T, got map[uint32]int, n int) {
+	t.Helper()
+	for i := uint32(0); i < uint32(n); i++ {
+		if got[i] != 1 {
+			t.Fatalf("fault plugin packet %d arrived %d times, want once (all %d were committed before the fault)", i, got[i], n)
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/plugins/host"
+)
+
+// PluginInfo is one plugin executable and what it says it serves.
+type PluginInfo struct {
+	Path        string
+	DataSources []host.DataSourceInfo
+	Err         error // the plugin could not be asked
+}
+
+// ListPlugins asks every executable file in dir which data sources it
+// serves (one short-lived process each), sorted by path.
+func ListPlugins(ctx context.Context, dir string, stderr io.Writer) ([]PluginInfo, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("plugin_dir: %w", err)
+	}
+	var out []PluginInfo
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		fi, err := os.Stat(path) // follows symlinks
+		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			continue
+		}
+		ds, err := host.Describe(ctx, path, stderr)
+		out = append(out, PluginInfo{Path: path, DataSources: ds, Err: err})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// ResolvePlugins gives every data source that names neither a plugin nor
+// an in-process data source the plugin in plugin_dir that serves it. It
+// returns a *ValidationError naming each data source no plugin serves.
+func ResolvePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
+	var need []int
+	for i, ds := range cfg.DataSources {
+		if ds.Plugin == "" && ds.Name != "" {
+			if _, ok := plugins.Lookup(ds.Name); !ok {
+				need = append(need, i)
+			}
+		}
+	}
+	if len(need) == 0 || cfg.PluginDir == "" {
+		return nil
+	}
+	list, err := ListPlugins(ctx, cfg.PluginDir, stderr)
+	if err != nil {
+		return &ValidationError{Problems: []Problem{{Path: "plugin_dir", Message: err.Error()}}}
+	}
+	serves := map[string]string{}
+	var names []string
+	for _, pl := range list {
+		for _, d := range pl.DataSources {
+			if _, dup := serves[d.Name]; !dup {
+				serves[d.Name] = pl.Path
+				names = append(names, d.Name)
+			}
+		}
+	}
+	sort.Strings(names)
+	var problems []Problem
+	for _, i := range need {
+		ds := &cfg.DataSources[i]
+		path, ok := serves[ds.Name]
+		if !ok {
+			have := strings.Join(names, ", ")
+			if have == "" {
+				have = "none"
+			}
+			problems = append(problems, Problem{Path: fmt.Sprintf("data_sources[%d].name", i),
+				Message: fmt.Sprintf("unknown data source %q: not built in (%s) and no plugin in %s serves it (they serve: %s)", ds.Name, strings.Join(plugins.Names(), ", "), cfg.PluginDir, have)})
+			continue
+		}
+		ds.Plugin = path
+	}
+	if len(problems) > 0 {
+		return &ValidationError{Problems: problems}
+	}
+	return nil
+}
