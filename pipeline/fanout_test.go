@@ -320,7 +320,7 @@ func TestServiceRotatedFilesResolveInternedNames(t *testing.T) {
 	cfg := loadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
-buffers: [{size_kb: 8192}]
+buffers: [{size_kb: 16384}]
 producers: {smb_size_kb: 4096}
 data_sources:
   - name: tracepipe.synthetic
