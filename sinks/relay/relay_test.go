@@ -1,0 +1,212 @@
+package relay
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/sinks/remote"
+)
+
+// sendRange writes packets with timestamps [from, to) on sequences 2 and
+// 3 alternately, flushing every flushEvery packets. With paced, it waits
+// for room in the sink's queue before each write, as a producer slower
+// than the network would; otherwise it writes as fast as it can and the
+// queue bound decides what is dropped.
+func sendRange(t testing.TB, s *Sink, from, to, flushEvery int, paced bool) {
+	t.Helper()
+	batch := make([][]byte, 0, 10)
+	for n := from; n < to; n++ {
+		if paced && len(batch) == 0 {
+			waitFor(t, "room in the queue", 20*time.Second, func() bool { return s.QueueDepth() < s.out.MaxBatches()-1 })
+		}
+		batch = append(batch, testPacket(2+uint32(n%2), uint64(n), 100))
+		if len(batch) == cap(batch) || n == to-1 {
+			s.Write(context.Background(), batch) // drops are checked by the caller through Stats
+			batch = batch[:0]
+		}
+		if (n+1)%flushEvery == 0 {
+			s.Flush(context.Background())
+		}
+	}
+	s.Flush(context.Background())
+}
+
+func newSink(t testing.TB, addr, host string, batchBytes, maxBatches int) *Sink {
+	t.Helper()
+	s, err := New(Options{
+		Address:    addr,
+		Identity:   remote.Identity{Machine: remote.HashMachineID(host), Session: [16]byte{byte(len(host)), 1}, Hostname: host},
+		BatchBytes: batchBytes, MaxBatches: maxBatches,
+		BackoffMin: 5 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// checkExactlyOnce asserts that ts holds 0..n-1 in order.
+func checkExactlyOnce(t *testing.T, what string, ts []uint64, n int) {
+	t.Helper()
+	if len(ts) != n {
+		t.Errorf("%s: %d packets, want %d", what, len(ts), n)
+	}
+	for i, v := range ts {
+		if v != uint64(i) {
+			t.Fatalf("%s: packet %d has timestamp %d, want %d (lost, duplicated or reordered)", what, i, v, i)
+		}
+	}
+}
+
+func TestTwoSendersExactlyOnce(t *testing.T) {
+	for _, merge := range []bool{false, true} {
+		name := "split"
+		if merge {
+			name = "merge"
+		}
+		t.Run(name, func(t *testing.T) {
+			const n = 4000
+			dir := t.TempDir()
+			store, err := remote.OpenStore(dir, merge)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			addr := startServer(t, store, ServerOptions{Logf: t.Logf})
+			a := newSink(t, addr, "alpha", 8<<10, 0)
+			b := newSink(t, addr, "beta", 8<<10, 0)
+			var wg sync.WaitGroup
+			for _, s := range []*Sink{a, b} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sendRange(t, s, 0, n, 100, true)
+				}()
+			}
+			wg.Wait()
+			closeSink(t, a)
+			closeSink(t, b)
+			for _, s := range []*Sink{a, b} {
+				if st := s.Stats(); st.PacketsWritten != n || st.PacketsDropped() != 0 {
+					t.Errorf("%s: stats %+v, want %d written and nothing dropped", s.Identity().Hostname, st, n)
+				}
+			}
+			if !merge {
+				if files := traceFiles(t, dir); len(files) != 2 {
+					t.Fatalf("files %v, want one per sender", files)
+				}
+				for _, s := range []*Sink{a, b} {
+					var ts []uint64
+					for i, p := range readPackets(t, store.FileName(s.Identity())) {
+						if want := 2 + uint32(p.Timestamp%2); p.SequenceID != want {
+							t.Fatalf("packet %d: sequence %d, want %d", i, p.SequenceID, want)
+						}
+						ts = append(ts, p.Timestamp)
+					}
+					checkExactlyOnce(t, s.Identity().Hostname, ts, n)
+				}
+				return
+			}
+			pkts := readPackets(t, store.FileName(a.Identity()))
+			perMachine := map[uint32][]uint64{}
+			owner := map[uint32]uint32{}     // remapped sequence id → machine
+			origin := map[[2]uint32]uint32{} // (machine, original sequence) → remapped
+			for i, p := range pkts {
+				if p.MachineID == 0 {
+					t.Fatalf("packet %d has no machine_id", i)
+				}
+				perMachine[p.MachineID] = append(perMachine[p.MachineID], p.Timestamp)
+				if m, ok := owner[p.SequenceID]; ok && m != p.MachineID {
+					t.Fatalf("packet %d: sequence id %d used by machines %d and %d", i, p.SequenceID, m, p.MachineID)
+				}
+				owner[p.SequenceID] = p.MachineID
+				key := [2]uint32{p.MachineID, 2 + uint32(p.Timestamp%2)}
+				if id, ok := origin[key]; ok && id != p.SequenceID {
+					t.Fatalf("packet %d: one original sequence split into ids %d and %d", i, id, p.SequenceID)
+				}
+				origin[key] = p.SequenceID
+			}
+			if len(perMachine) != 2 {
+				t.Fatalf("machine ids %v, want 2 distinct", len(perMachine))
+			}
+			if len(owner) != 4 {
+				t.Errorf("%d distinct sequence ids, want 4 (2 per machine)", len(owner))
+			}
+			for m, ts := range perMachine {
+				checkExactlyOnce(t, "machine "+itoa(int(m)), ts, n)
+			}
+		})
+	}
+}
+
+func itoa(n int) string {
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + itoa(n%10)
+}
+
+// TestReceiverKilled kills the receiver process with SIGKILL mid-stream
+// and restarts it: with the queue big enough for the outage nothing is
+// lost and nothing duplicated; with a small queue exactly the packets the
+// sender counted as dropped are missing.
+func TestReceiverKilled(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		batch, maxBatches int
+		lossy             bool
+	}{
+		{"within-bound", 4 << 10, 512, false},
+		{"beyond-bound", 1 << 10, 4, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			addr := freeAddr(t)
+			child := startChild(t, addr, dir, false)
+			s := newSink(t, addr, "gamma", tc.batch, tc.maxBatches)
+			sendRange(t, s, 0, 2000, 20, true)
+			waitFor(t, "some batches acknowledged", 20*time.Second, func() bool { return s.Stats().PacketsWritten > 500 })
+			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			child.Wait()
+			sendRange(t, s, 2000, 3000, 20, false) // while the receiver is gone
+			startChild(t, addr, dir, false)
+			closeSink(t, s)
+
+			st := s.Stats()
+			store, err := remote.OpenStore(dir, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			pkts := readPackets(t, store.FileName(s.Identity()))
+			var ts []uint64
+			for _, p := range pkts {
+				ts = append(ts, p.Timestamp)
+			}
+			if !tc.lossy {
+				checkExactlyOnce(t, "after restart", ts, 3000)
+				if st.PacketsWritten != 3000 || st.PacketsDropped() != 0 {
+					t.Errorf("stats %+v, want 3000 written, none dropped", st)
+				}
+				return
+			}
+			for i := 1; i < len(ts); i++ {
+				if ts[i] <= ts[i-1] {
+					t.Fatalf("packet %d: timestamp %d after %d (duplicate or reorder)", i, ts[i], ts[i-1])
+				}
+			}
+			if st.PacketsDroppedQueue == 0 {
+				t.Fatalf("stats %+v: a 4-batch queue through an outage dropped nothing", st)
+			}
+			if got := uint64(len(ts)) + st.PacketsDroppedQueue; got != 3000 || st.PacketsWritten != uint64(len(ts)) {
+				t.Errorf("%d stored + %d counted dropped = %d, want 3000; written %d", len(ts), st.PacketsDroppedQueue, got, st.PacketsWritten)
+			}
+		})
+	}
+}
