@@ -159,10 +159,32 @@ func (c *Config) SetDefaults() {
 			d.BufferExhaustedPolicy = BufferExhaustedDrop
 		}
 	}
+	files := 0
+	for i := range c.Sinks {
+		if c.Sinks[i].Type == sinks.SinkTypeFile {
+			files++
+		}
+	}
 	for i := range c.Sinks {
 		s := &c.Sinks[i]
-		if s.Type == sinks.SinkTypeFile && s.MaxFileSize == 0 && c.MaxFileSize > 0 {
-			s.MaxFileSize = c.MaxFileSize
+		if s.Type != sinks.SinkTypeFile {
+			continue
+		}
+		sec := s.Sections[sinks.SinkTypeFile]
+		if s.MaxFileSize == 0 && sec["max_file_size"] == nil && c.MaxFileSize > 0 {
+			if sec != nil {
+				sec["max_file_size"] = c.MaxFileSize
+			} else {
+				s.MaxFileSize = c.MaxFileSize
+			}
+		}
+		if s.OnError == "" {
+			// The only file sink stops the session when it fails, so that
+			// its file ends cleanly; with several, the others carry on.
+			s.OnError = sinks.OnErrorDrop
+			if files == 1 {
+				s.OnError = sinks.OnErrorStop
+			}
 		}
 	}
 }
@@ -206,6 +228,7 @@ func yamlNode(v reflect.Value) (*yaml.Node, error) {
 	case v.Kind() == reflect.Struct:
 		n := &yaml.Node{Kind: yaml.MappingNode}
 		t := v.Type()
+		defer dumpSections(v, n)
 		for i := range t.NumField() {
 			f := t.Field(i)
 			key := f.Tag.Get("koanf")
@@ -237,6 +260,24 @@ func yamlNode(v reflect.Value) (*yaml.Node, error) {
 		return n, nil
 	default:
 		return scalarNode(v.Interface())
+	}
+}
+
+// dumpSections appends the sections a sink config holds beyond its
+// fields (sinks[i].file, sinks[i].nats, ...).
+func dumpSections(v reflect.Value, n *yaml.Node) {
+	if !v.CanAddr() {
+		return
+	}
+	sc, ok := v.Addr().Interface().(*sinks.Config)
+	if !ok {
+		return
+	}
+	for _, k := range sc.SectionKeys() {
+		vn := &yaml.Node{}
+		if vn.Encode(sc.Sections[k]) == nil {
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: k}, vn)
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"github.com/tracepipe/tracepipe/sinks"
+
 	"errors"
 	"fmt"
 	"os"
@@ -219,11 +221,23 @@ func TestBadConfigs(t *testing.T) {
 		{name: "ring buffer without sinks", content: "buffers: [{size_kb: 4}]\ndata_sources: [{name: test.any}]\n",
 			want: "sinks: at least one sink is required (or pass -o FILE to tracepipe run)", valErr: true},
 		{name: "sink problems re-prefixed", content: okYAML,
-			sets: []string{"sinks[1].type=nats", "sinks[2].type=file", "sinks[2].compression=lz4", "sinks[2].queue_capacity=-1"},
-			want: "sinks[1].type: \"nats\" is not a sink type; want \"file\" (relay and nats sinks are not built yet)\n" +
+			sets: []string{"sinks[1].type=pigeon", "sinks[2].type=file", "sinks[2].compression=lz4", "sinks[2].queue_capacity=-1"},
+			want: "sinks[1].type: \"pigeon\" is not a sink type; registered: " + strings.Join(sinks.Types(), ", ") + "\n" +
+				"sinks[2].queue_capacity: -1 is negative; want 0 (the default, 16) or a batch count\n" +
 				"sinks[2].path: required for a file sink\n" +
-				"sinks[2].compression: \"lz4\" is not supported; want \"none\", \"gzip\" or \"zstd\"\n" +
-				"sinks[2].queue_capacity: -1 is negative; want 0 (no queue) or a batch count", valErr: true},
+				"sinks[2].compression: \"lz4\" is not supported; want \"none\", \"gzip\" or \"zstd\"", valErr: true},
+		{name: "sink section problems", content: okYAML,
+			sets: []string{"sinks[1].type=file", "sinks[1].file.max_file_size=7", "sinks[1].file.nope=1", "sinks[1].when_full=later"},
+			want: "sinks[1].when_full: \"later\" is not block or drop\n" +
+				"sinks[1].file.path: required for a file sink\n" +
+				"sinks[1].file.max_file_size: 7 is below the minimum 1MiB (0 = unlimited)\n" +
+				"sinks[1].file.nope: unknown key", valErr: true},
+		{name: "sink flat and section key", content: okYAML,
+			sets: []string{"sinks[0].file.path=b.pftrace"},
+			want: "sinks[0].path: set both here and as file.path; keep one", valErr: true},
+		{name: "sink compression mismatch", content: okYAML,
+			sets: []string{"sinks[0].path=x.pftrace.gz", "sinks[0].compression=zstd"},
+			want: "sinks[0].compression: \"zstd\", but the name \"x.pftrace.gz\" implies gzip", valErr: true},
 		{name: "sink fsync_period", content: okYAML, sets: []string{"sinks[0].fsync_period=1ms"},
 			want: "sinks[0].fsync_period: 1ms is below the minimum 100ms", valErr: true},
 		{name: "duplicate sink paths", content: okYAML, sets: []string{"sinks[1].type=file", "sinks[1].path=./out.pftrace"},

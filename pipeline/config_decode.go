@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tracepipe/tracepipe/sinks"
 )
 
 // decoder turns the nested map koanf produced (values as the YAML, TOML or
@@ -77,11 +79,46 @@ func (d *decoder) decodeStruct(path string, raw any, v reflect.Value) {
 			}
 		}
 		if i < 0 {
+			if d.section(p, k, m[k], v) {
+				continue
+			}
 			d.bad(p, "unknown key%s", suggest(k, fields))
 			continue
 		}
 		d.decodeValue(p, k, m[k], v.Field(i))
 	}
+}
+
+// sectionDecoder is a struct with keys beyond its fields: a sink config
+// takes the section of its type (`file: {...}`, `nats: {...}`), which
+// the type's factory decodes.
+type sectionDecoder interface {
+	DecodeSection(key string, raw map[string]any) bool
+}
+
+// section offers an unknown key to v's DecodeSection; it reports whether
+// v took it.
+func (d *decoder) section(path, key string, raw any, v reflect.Value) bool {
+	if !v.CanAddr() {
+		return false
+	}
+	sd, ok := v.Addr().Interface().(sectionDecoder)
+	if !ok {
+		return false
+	}
+	m, isMap := asMap(raw)
+	if raw == nil {
+		m, isMap = map[string]any{}, true
+	}
+	if !isMap {
+		if sd.DecodeSection(key, nil) {
+			d.bad(path, "want a map of settings, got %s", describe(raw))
+			return true
+		}
+		return false
+	}
+	nm, _ := normalizeFree(m).(map[string]any)
+	return sd.DecodeSection(key, nm)
 }
 
 // decodeValue stores raw into v. A nil raw (a key without a value) leaves
@@ -378,48 +415,6 @@ func editDistance(a, b string, limit int) int {
 	return min(prev[len(rb)], limit)
 }
 
-// ParseByteSize parses a byte count for max_file_size: a non-negative
-// integer, optionally followed (spaces allowed) by a unit, case-insensitive:
-// B; KB, MB, GB, TB (powers of 1000); KiB, MiB, GiB, TiB (powers of 1024).
-// E.g. "1048576", "500KiB", "64MiB", "1GB", "2 GiB".
-func ParseByteSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := 0
-	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
-		i++
-	}
-	if i == 0 {
-		return 0, fmt.Errorf("size %q: want an integer and a unit like \"64MiB\"", s)
-	}
-	n, err := strconv.ParseInt(t[:i], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: too large", s)
-	}
-	var mult int64
-	switch strings.ToLower(strings.TrimSpace(t[i:])) {
-	case "", "b":
-		mult = 1
-	case "kb":
-		mult = 1000
-	case "mb":
-		mult = 1000 * 1000
-	case "gb":
-		mult = 1000 * 1000 * 1000
-	case "tb":
-		mult = 1000 * 1000 * 1000 * 1000
-	case "kib":
-		mult = 1 << 10
-	case "mib":
-		mult = 1 << 20
-	case "gib":
-		mult = 1 << 30
-	case "tib":
-		mult = 1 << 40
-	default:
-		return 0, fmt.Errorf("size %q: unknown unit %q (want B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", s, strings.TrimSpace(t[i:]))
-	}
-	if n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("size %q: too large", s)
-	}
-	return n * mult, nil
-}
+// ParseByteSize parses a byte count for max_file_size: see
+// sinks.ParseByteSize, which owns the syntax (sink sections use it too).
+func ParseByteSize(s string) (int64, error) { return sinks.ParseByteSize(s) }

@@ -453,6 +453,10 @@ func setPath(cur any, path []pathSeg, val any, where string) (any, error) {
 func (c *Config) setOutput(path string) {
 	for i := range c.Sinks {
 		if c.Sinks[i].Type == sinks.SinkTypeFile {
+			if sec := c.Sinks[i].Sections[sinks.SinkTypeFile]; sec != nil && c.Sinks[i].Path == "" {
+				sec["path"] = path
+				return
+			}
 			c.Sinks[i].Path = path
 			return
 		}

@@ -111,7 +111,7 @@ sinks:
   - type: file
     path: out/a.pftrace
     compression: zstd
-    max_file_size: 1000
+    max_file_size: 2MiB
     fsync_period: 1s
     filter: packet.kind != "sys_stats"
     queue_capacity: 8
@@ -162,7 +162,7 @@ protovm = { program = "prog.yaml", memory_limit_kb = 256 }
 type = "file"
 path = "out/a.pftrace"
 compression = "zstd"
-max_file_size = 1000
+max_file_size = "2MiB"
 fsync_period = "1s"
 filter = 'packet.kind != "sys_stats"'
 queue_capacity = 8
@@ -194,7 +194,7 @@ const goodJSON = `{
      "protovm": {"program": "prog.yaml", "memory_limit_kb": 256}}
   ],
   "sinks": [
-    {"type": "file", "path": "out/a.pftrace", "compression": "zstd", "max_file_size": 1000,
+    {"type": "file", "path": "out/a.pftrace", "compression": "zstd", "max_file_size": "2MiB",
      "fsync_period": "1s", "filter": "packet.kind != \"sys_stats\"", "queue_capacity": 8},
     {"type": "file", "path": "out/b.pftrace"}
   ]
@@ -234,10 +234,11 @@ func wantGood(t *testing.T, dir string) *Config {
 				ProtoVM: &ProtoVMConfig{Program: filepath.Join(dir, "prog.yaml"), MemoryLimitKB: 256, ProgramBytes: prog}},
 		},
 		Sinks: []sinks.Config{
-			{Type: "file", Path: "out/a.pftrace", Compression: "zstd", MaxFileSize: 1000, FsyncPeriod: time.Second,
-				Filter: `packet.kind != "sys_stats"`, QueueCapacity: 8},
-			// max_file_size inherited from the top level.
-			{Type: "file", Path: "out/b.pftrace", MaxFileSize: 64 << 20},
+			{Type: "file", Path: "out/a.pftrace", Compression: "zstd", MaxFileSize: 2 << 20, FsyncPeriod: time.Second,
+				Filter: `packet.kind != "sys_stats"`, QueueCapacity: 8, OnError: "drop"},
+			// max_file_size inherited from the top level; on_error drop
+			// since the session has another file sink.
+			{Type: "file", Path: "out/b.pftrace", MaxFileSize: 64 << 20, OnError: "drop"},
 		},
 		baseDir: dir,
 	}
@@ -343,7 +344,7 @@ func TestEnvOverrides(t *testing.T) {
 		"TRACEPIPE_BUFFERS__6__SIZE_KB=24", "TRACEPIPE_BUFFERS__7__SIZE_KB=28", "TRACEPIPE_BUFFERS__8__SIZE_KB=32",
 		"TRACEPIPE_BUFFERS__9__SIZE_KB=36", "TRACEPIPE_BUFFERS__10__SIZE_KB=40",
 		"TRACEPIPE_DATA_SOURCES__0__CONFIG__RATE=7",
-		"TRACEPIPE_SINKS__0__MAX_FILE_SIZE=1KiB",
+		"TRACEPIPE_SINKS__0__MAX_FILE_SIZE=1MiB",
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +362,7 @@ func TestEnvOverrides(t *testing.T) {
 	if got := cfg.DataSources[0].Config["rate"]; got != 7 {
 		t.Errorf("rate %#v", got)
 	}
-	if cfg.Sinks[0].MaxFileSize != 1024 {
+	if cfg.Sinks[0].MaxFileSize != 1<<20 {
 		t.Errorf("sink max_file_size %d", cfg.Sinks[0].MaxFileSize)
 	}
 }
@@ -465,7 +466,7 @@ func TestSetErrors(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	p := writeFile(t, t.TempDir(), "c.toml", `
-max_file_size = 5000
+max_file_size = 5000000
 [[buffers]]
 size_kb = 4
 [[data_sources]]
@@ -476,7 +477,7 @@ path = "x"
 [[sinks]]
 type = "file"
 path = "y"
-max_file_size = 7
+max_file_size = 7000000
 `)
 	c, err := Load(LoadOptions{Path: p})
 	if err != nil {
@@ -494,7 +495,7 @@ max_file_size = 7
 	if c.Buffers[0].FillPolicy != "ring_buffer" || c.DataSources[0].BufferExhaustedPolicy != "drop" || c.DataSources[0].TargetBuffer != 0 {
 		t.Errorf("policy defaults: %+v %+v", c.Buffers[0], c.DataSources[0])
 	}
-	if c.Sinks[0].MaxFileSize != 5000 || c.Sinks[1].MaxFileSize != 7 {
+	if c.Sinks[0].MaxFileSize != 5000000 || c.Sinks[1].MaxFileSize != 7000000 {
 		t.Errorf("sink max_file_size: %d %d", c.Sinks[0].MaxFileSize, c.Sinks[1].MaxFileSize)
 	}
 }
@@ -571,12 +572,16 @@ producers:
   smb_page_size_kb: 4
 sinks:
   - type: file
+    name: ""
+    filter: ""
+    filter_error: ""
+    queue_capacity: 0
+    when_full: ""
+    on_error: stop
     path: out.pftrace
     compression: ""
     max_file_size: 0
     fsync_period: 0s
-    filter: ""
-    queue_capacity: 0
 `
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)

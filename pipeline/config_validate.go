@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -302,12 +303,9 @@ func checkExecutable(k *checker, p, path string) {
 	}
 }
 
-// Lines of a sinks.Config.Validate error ("sinks: `path`: message") and of
-// a factory's joined errors ("rate: must be >= 0").
-var (
-	sinkLine    = regexp.MustCompile("^sinks: `([A-Za-z0-9_]+)`: (.*)$")
-	factoryLine = regexp.MustCompile(`^([A-Za-z0-9_.\[\]]+): (.*)$`)
-)
+// Lines of a data source factory's joined errors ("rate: must be >= 0").
+// (Sinks return typed sinks.FieldErrors instead.)
+var factoryLine = regexp.MustCompile(`^([A-Za-z0-9_.\[\]]+): (.*)$`)
 
 // splitProblems splits a multi-line error into problems: a line matching
 // re starts one (submatch 1 = path, 2 = message), any other line continues
@@ -335,22 +333,35 @@ func (c *Config) checkSinks(k *checker) {
 	paths := map[string]int{}
 	for i, s := range c.Sinks {
 		p := fmt.Sprintf("sinks[%d]", i)
-		if err := s.Validate(); err != nil {
-			for _, q := range splitProblems(err.Error(), sinkLine) {
-				if q.Path == "" {
-					k.bad(p, "%s", strings.TrimPrefix(q.Message, "sinks: "))
-				} else {
-					k.bad(p+"."+q.Path, "%s", q.Message)
-				}
+		if _, err := s.Build(); err != nil {
+			var fe sinks.FieldErrors
+			if !errors.As(err, &fe) {
+				fe = sinks.FieldErrors{{Message: err.Error()}}
+			}
+			for _, e := range fe.Prefixed(p) {
+				k.bad(e.Path, "%s", e.Message)
 			}
 		}
-		if s.Type == sinks.SinkTypeFile && s.Path != "" {
-			clean := filepath.Clean(s.Path)
+		if path, key := sinkFilePath(&s); path != "" && path != sinks.StdoutPath {
+			clean := filepath.Clean(path)
 			if j, dup := paths[clean]; dup {
-				k.bad(p+".path", "%q is already the path of sinks[%d]", s.Path, j)
+				k.bad(p+"."+key, "%q is already the path of sinks[%d]", path, j)
 			} else {
 				paths[clean] = i
 			}
 		}
 	}
+}
+
+// sinkFilePath returns a file sink's path and the key it was given under
+// ("path" or "file.path"), or "" for other sinks.
+func sinkFilePath(s *sinks.Config) (path, key string) {
+	if s.Type != sinks.SinkTypeFile {
+		return "", ""
+	}
+	if s.Path != "" {
+		return s.Path, "path"
+	}
+	p, _ := s.Sections[sinks.SinkTypeFile]["path"].(string)
+	return p, "file.path"
 }

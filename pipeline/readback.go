@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"context"
 	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
@@ -12,17 +11,24 @@ import (
 // batch is a run of stamped packets on its way to the sinks. Batches are
 // recycled between the service goroutine and the output goroutine, so a
 // steady-state read pass allocates nothing.
+//
+// The output goroutine offers each batch to every sink's lane as a
+// sinks.Item (Packets built from data and ends, Pass marking the service
+// packets, Stats the TraceStats each lane stamps with its own counters);
+// the last lane to release it returns it to the free list.
 type batch struct {
-	data    []byte   // packets back to back
-	ends    []int    // end offset of each packet in data
-	packets [][]byte // built by the output goroutine
-	// endOfPass asks the output goroutine to flush the sinks after
-	// writing the batch; final marks the session's last batch.
+	sinks.Item
+	data []byte // packets back to back
+	ends []int  // end offset of each packet in data
+	// endOfPass asks the lanes to flush their sinks after writing the
+	// batch; final marks the session's last batch.
 	endOfPass, final bool
+	info             PassInfo // output totals once this batch is written
 }
 
 func (b *batch) reset() {
-	b.data, b.ends, b.packets = b.data[:0], b.ends[:0], b.packets[:0]
+	b.data, b.ends, b.Packets, b.Pass = b.data[:0], b.ends[:0], b.Packets[:0], b.Pass[:0]
+	b.Stats, b.Flush, b.Final = nil, false, false
 	b.endOfPass, b.final = false, false
 }
 
@@ -62,10 +68,12 @@ func (s *Service) submit(final bool) {
 	s.out <- b
 }
 
-// appendPacket adds a packet the service made itself.
+// appendPacket adds a packet the service made itself; it passes every
+// sink's filter.
 func (b *batch) appendPacket(pkt []byte) {
 	b.data = append(b.data, pkt...)
 	b.ends = append(b.ends, len(b.data))
+	b.Pass = append(b.Pass, true)
 }
 
 // emit adds a service packet built in s.scratch to b and keeps the
@@ -135,8 +143,10 @@ func (s *Service) readPass(final, early bool) {
 	}
 	if final || now.Sub(s.lastStats) >= s.cfg.StatsPeriod {
 		s.lastStats = now
+		// Each lane appends this TraceStats with its own sink's
+		// counters (sinks.Item.Stats).
 		ts := s.traceStats()
-		s.emit(b, tracefile.AppendTraceStatsPacket(s.scratch[:0], &ts, s.uid, bootNanos()))
+		b.Stats, b.StatsUID, b.StatsTime = &ts, s.uid, bootNanos()
 	}
 	s.submit(final)
 }
@@ -159,6 +169,7 @@ func (s *Service) appendBufferPacket(b *batch, bs *bufferState, p *buffer.Packet
 		PreviousPacketDropped: p.PreviousPacketDropped,
 	})
 	b.ends = append(b.ends, len(b.data))
+	b.Pass = append(b.Pass, false)
 }
 
 // sequenceID returns the trusted_packet_sequence_id of (producer, writer),
@@ -177,68 +188,4 @@ func (s *Service) sequenceID(bs *bufferState, producer, writer uint16) uint32 {
 		bs.provenance = append(bs.provenance, tracefile.ProvenanceSequence{ID: id, ProducerID: int32(producer)})
 	}
 	return id
-}
-
-// output is the output goroutine: it writes batches to every sink in
-// order and, at the end of each pass, flushes them so the pass is in the
-// OS's hands.
-func (s *Service) output() {
-	defer close(s.outDone)
-	ctx := context.Background()
-	var passes, packets, bytes uint64
-	for b := range s.out {
-		if len(b.ends) > 0 {
-			start := 0
-			for _, e := range b.ends {
-				b.packets = append(b.packets, b.data[start:e])
-				start = e
-			}
-			for _, sk := range s.sinks {
-				// Sinks never block indefinitely; their losses are in
-				// their own stats.
-				_ = sk.Write(ctx, b.packets)
-			}
-			packets += uint64(len(b.ends))
-			bytes += uint64(len(b.data))
-		}
-		if b.endOfPass {
-			for _, sk := range s.sinks {
-				_ = sk.Flush(ctx)
-			}
-			passes++
-			info := PassInfo{Passes: passes, Packets: packets, Bytes: bytes, Final: b.final}
-			s.outMu.Lock()
-			s.outStat = info
-			s.outMu.Unlock()
-			if s.opts.OnPassWritten != nil {
-				s.opts.OnPassWritten(info)
-			}
-		}
-		// Snapshot the sinks' counters here, on the goroutine that may
-		// wait on them: a sink holds its lock while it writes to a slow
-		// disk, and the service goroutine must never wait for that.
-		var st sinks.SinkStats
-		for _, sk := range s.sinks {
-			st = st.Add(sk.Stats())
-		}
-		s.outMu.Lock()
-		s.sinkStats = st
-		s.outMu.Unlock()
-		b.reset()
-		s.free <- b
-	}
-}
-
-// sinkTotals returns the sinks' counters as of the last batch written.
-func (s *Service) sinkTotals() sinks.SinkStats {
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	return s.sinkStats
-}
-
-// outputTotals returns what the output stage has written so far.
-func (s *Service) outputTotals() PassInfo {
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	return s.outStat
 }

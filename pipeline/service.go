@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,7 +77,7 @@ type Service struct {
 
 	buffers   []*bufferState
 	producers []*producer
-	sinks     []sinks.Sink
+	lanes     []*sinks.Lane // one per sink (fanout.go)
 
 	commits  chan commitMsg
 	finished chan struct{} // closed when Run stops accepting commits
@@ -100,14 +99,18 @@ type Service struct {
 	start      time.Time
 	running    []*producer // producers whose data source started
 
-	// Output stage.
-	free      chan *batch
-	out       chan *batch
-	cur       *batch
-	outDone   chan struct{}
-	outMu     sync.Mutex // guards outStat and sinkStats
-	outStat   PassInfo
-	sinkStats sinks.SinkStats
+	// Output stage (fanout.go).
+	free         chan *batch
+	out          chan *batch
+	cur          *batch
+	outDone      chan struct{}
+	outCtx       context.Context // bounds a blocked lane's Offer once the session stops
+	outCancel    context.CancelFunc
+	outMu        sync.Mutex // guards outStat
+	outStat      PassInfo
+	sinkStop     chan struct{} // closed when a sink with on_error: stop failed
+	sinkStopOnce sync.Once
+	sinkErr      error
 
 	status statusCell
 	ran    bool
@@ -140,13 +143,12 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		finished:  make(chan struct{}),
 		seqIDs:    map[uint32]uint32{},
 		nextSeqID: 2, // 1 is the service's own sequence
-		free:      make(chan *batch, outputBatches),
 		out:       make(chan *batch, outputBatches),
 		outDone:   make(chan struct{}),
+		sinkStop:  make(chan struct{}),
 	}
-	for i := 0; i < outputBatches; i++ {
-		s.free <- &batch{}
-	}
+	s.outCtx, s.outCancel = context.WithCancel(context.Background())
+	s.newUUID()
 	for i, bc := range cfg.Buffers {
 		policy := buffer.RingBuffer
 		if bc.FillPolicy == "discard" {
@@ -164,10 +166,13 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	}
 	if err == nil {
 		if opts.Sinks != nil {
-			s.sinks = opts.Sinks
+			s.wrapSinks(opts.Sinks)
 		} else {
 			err = s.buildSinks()
 		}
+	}
+	if err == nil {
+		s.makeBatches()
 	}
 	if err != nil {
 		for _, p := range s.producers {
@@ -235,52 +240,6 @@ func expandPath(path string, now time.Time) string {
 	return r.Replace(path)
 }
 
-func (s *Service) buildSinks() error {
-	now := time.Now()
-	for i, sc := range s.cfg.Sinks {
-		sc.Path = expandPath(sc.Path, now)
-		if sc.MaxFileSize == 0 {
-			sc.MaxFileSize = s.cfg.MaxFileSize
-		}
-		if sc.Type == sinks.SinkTypeFile {
-			if dir := filepath.Dir(sc.Path); dir != "" {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					s.closeSinks()
-					return fmt.Errorf("sinks[%d].path: %w", i, err)
-				}
-			}
-		}
-		sk, err := sinks.New(sc)
-		if err != nil {
-			s.closeSinks()
-			return fmt.Errorf("sinks[%d]: %w", i, err)
-		}
-		s.sinks = append(s.sinks, sk)
-	}
-	return nil
-}
-
-func (s *Service) closeSinks() {
-	ctx, cancel := context.WithTimeout(context.Background(), sinkCloseTime)
-	defer cancel()
-	for _, sk := range s.sinks {
-		if err := sk.Close(ctx); err != nil {
-			s.logf("closing a sink: %v", err)
-		}
-	}
-}
-
-// Files lists the files the service's file sinks have written so far.
-func (s *Service) Files() []string {
-	var files []string
-	for _, sk := range s.sinks {
-		if f, ok := sk.(interface{ Files() []string }); ok {
-			files = append(files, f.Files()...)
-		}
-	}
-	return files
-}
-
 func (s *Service) logf(format string, args ...any) {
 	if s.opts.Logf != nil {
 		s.opts.Logf(format, args...)
@@ -295,6 +254,8 @@ type Result struct {
 	Packets, Bytes uint64
 	// Files written by file sinks.
 	Files []string
+	// Sinks reports, per sink, exactly what reached its destination.
+	Sinks []SinkResult
 }
 
 // ErrAlreadyRun is returned by a second call to Run.
@@ -356,6 +317,8 @@ func (s *Service) serve(ctx context.Context) {
 		case <-durationC:
 			return
 		case <-allDone:
+			return
+		case <-s.sinkStop:
 			return
 		case m := <-s.commits:
 			s.handleCommit(m)
@@ -439,6 +402,10 @@ func (s *Service) finish() (*Result, error) {
 	s.drainCommits()
 	s.scrape()
 	s.event(tracefile.EventTracingDisabled)
+	// A lane that blocks (when_full: block) holds the output goroutine at
+	// most this long from now on; then what it cannot take is counted.
+	stuck := time.AfterFunc(sinkCloseTime, s.outCancel)
+	defer stuck.Stop()
 	s.readPass(true, false)
 	final := s.traceStats()
 	close(s.out)
@@ -446,18 +413,23 @@ func (s *Service) finish() (*Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), sinkCloseTime)
 	defer cancel()
 	var errs []error
-	for i, sk := range s.sinks {
-		if err := sk.Close(ctx); err != nil {
+	if s.sinkErr != nil {
+		errs = append(errs, s.sinkErr)
+	}
+	for i, l := range s.lanes {
+		if err := l.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("sinks[%d]: close: %w", i, err))
 		}
 	}
+	s.outCancel()
+	final.Tracepipe = withSinkTotals(final.Tracepipe, s.sinkTotals())
 	for _, p := range s.producers {
 		p.side.close()
 		_ = p.smb.Close()
 	}
 	out := s.outputTotals()
 	s.publishStatus()
-	return &Result{Stats: final, Packets: out.Packets, Bytes: out.Bytes, Files: s.Files()}, errors.Join(errs...)
+	return &Result{Stats: final, Packets: out.Packets, Bytes: out.Bytes, Files: s.Files(), Sinks: s.sinkResults()}, errors.Join(errs...)
 }
 
 // allFiniteDone returns a channel closed when every data source has

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -50,14 +51,27 @@ func snapshotClocks() []tracefile.Clock {
 // begin records the session start: uuid, initial clock snapshot and the
 // tracing_started event.
 func (s *Service) begin() {
-	var u [16]byte
-	_, _ = rand.Read(u[:])
-	s.traceUUID = [2]int64{int64(binary.BigEndian.Uint64(u[:8])), int64(binary.BigEndian.Uint64(u[8:]))}
 	s.startClock = snapshotClocks()
 	s.start = time.Now()
 	s.lastStats = s.start
 	s.event(tracefile.EventTracingStarted)
 	s.publishStatus()
+}
+
+// newUUID draws the session's trace uuid (New: sinks are told it when
+// they open).
+func (s *Service) newUUID() {
+	var u [16]byte
+	_, _ = rand.Read(u[:])
+	s.traceUUID = [2]int64{int64(binary.BigEndian.Uint64(u[:8])), int64(binary.BigEndian.Uint64(u[8:]))}
+}
+
+// uuidBytes is the trace uuid as 16 bytes (big endian, msb first).
+func (s *Service) uuidBytes() [16]byte {
+	var u [16]byte
+	binary.BigEndian.PutUint64(u[:8], uint64(s.traceUUID[0]))
+	binary.BigEndian.PutUint64(u[8:], uint64(s.traceUUID[1]))
+	return u
 }
 
 // servicePacket starts a service packet (service header) in scratch.
@@ -209,12 +223,10 @@ func (s *Service) traceStats() tracefile.TraceStats {
 		tp.CommitsAfterStop += p.commitsLate.Load()
 		tp.DataSourceErrors += p.dataSourceErrs.Load()
 	}
-	st := s.sinkTotals()
-	tp.SinkPacketsWritten = st.PacketsWritten
-	tp.SinkBytesWritten = st.BytesWritten
-	tp.SinkPacketsFiltered = st.PacketsFiltered
-	tp.SinkPacketsDropped = st.PacketsDroppedQueue + st.PacketsDroppedError
-	tp.SinkErrors = st.Errors
+	// The sums of every sink, for Result and the status line; each sink's
+	// own TraceStats packet carries that sink's counters instead (its
+	// lane stamps them when writing it).
+	withSinkTotals(tp, s.sinkTotals())
 	for _, bs := range s.buffers {
 		if bs.vms != nil {
 			st := bs.vms.Stats()
@@ -225,4 +237,18 @@ func (s *Service) traceStats() tracefile.TraceStats {
 	}
 	ts.Tracepipe = tp
 	return ts
+}
+
+// withSinkTotals sets tp's sink counters from st and returns tp.
+func withSinkTotals(tp *tracefile.TracepipeStats, st sinks.SinkStats) *tracefile.TracepipeStats {
+	if tp == nil {
+		tp = &tracefile.TracepipeStats{}
+	}
+	tp.SinkPacketsWritten = st.PacketsWritten
+	tp.SinkBytesWritten = st.BytesWritten
+	tp.SinkPacketsFiltered = st.PacketsFiltered
+	tp.SinkPacketsDropped = st.PacketsDroppedQueue + st.PacketsDroppedError
+	tp.SinkErrors = st.Errors
+	tp.SinkFilterErrors = st.FilterErrors
+	return tp
 }

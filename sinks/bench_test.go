@@ -53,27 +53,28 @@ func BenchmarkFileSink(b *testing.B) {
 	}
 }
 
-// BenchmarkQueuedWrite measures the caller's side of a queue (copy and
-// hand-off) in front of a sink that discards. When the caller outruns the
-// worker, batches are dropped (cheaply): the drops/op metric says how
-// often, so MB/s must be read together with it.
-func BenchmarkQueuedWrite(b *testing.B) {
+// BenchmarkLaneOffer measures the fan-out's side of a lane (hand-off of a
+// shared item, no copy) in front of a sink that discards, with when_full:
+// drop. When the caller outruns the lane, items are dropped (cheaply): the
+// drops/op metric says how often, so MB/s must be read together with it.
+func BenchmarkLaneOffer(b *testing.B) {
 	for _, n := range []int{16, 256} {
 		b.Run(strconv.Itoa(n)+"x1KiB", func(b *testing.B) {
-			q := Queued(discardSink{}, 64)
-			defer q.Close(bg)
-			batch := make([][]byte, n)
-			for i := range batch {
-				batch[i] = make([]byte, 1<<10)
+			l := NewLane(discardSink{}, LaneConfig{Capacity: 64})
+			defer l.Close(bg)
+			it := &Item{}
+			for range n {
+				it.Packets = append(it.Packets, make([]byte, 1<<10))
 			}
 			b.SetBytes(int64(n << 10))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				_ = q.Write(bg, batch) // a full queue drops; both paths are the caller's cost
+				it.Hold(1)
+				l.Offer(bg, it) // a full queue drops; both paths are the caller's cost
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(q.Stats().PacketsDroppedQueue)/float64(n)/float64(b.N), "drops/op")
+			b.ReportMetric(float64(l.Stats().PacketsDroppedQueue)/float64(n)/float64(b.N), "drops/op")
 		})
 	}
 }

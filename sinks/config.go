@@ -1,92 +1,218 @@
 package sinks
 
 import (
-	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 )
 
-// SinkTypeFile is the only sink type built so far.
+// SinkTypeFile is the type name of the file sink, registered by this
+// package.
 const SinkTypeFile = "file"
 
-// Config describes one sink. Field names in errors are the config keys
-// (snake_case) the pipeline's config file uses.
+// Values of the policy keys every sink has.
+const (
+	WhenFullBlock = "block" // when_full: wait for room (backpressure to readback, never producers)
+	WhenFullDrop  = "drop"  // when_full: drop the batch and count it
+
+	OnErrorStop = "stop" // on_error: stop the session gracefully
+	OnErrorDrop = "drop" // on_error: count what this sink loses, keep the session going
+
+	FilterErrorKeep = "keep" // filter_error: keep a packet the filter cannot evaluate
+	FilterErrorDrop = "drop" // filter_error: drop it (counted in sink_filter_errors and filtered)
+)
+
+// DefaultQueueCapacity is the queue of a sink that sets no queue_capacity,
+// in output batches (256 KiB each).
+const DefaultQueueCapacity = 16
+
+// Config describes one sink: the keys every sink has, plus the section of
+// its type (`file: {...}`, `relay: {...}`, ...), which the type's Factory
+// decodes. For the file sink the section's keys may also be written flat
+// (`path`, `compression`, `max_file_size`, `fsync_period`), as before
+// sections existed; a key set both ways is an error.
 type Config struct {
-	Type          string        `koanf:"type"`           // `type`: "file"
-	Path          string        `koanf:"path"`           // `path`: first output file (see FileOptions.Path)
-	Compression   string        `koanf:"compression"`    // `compression`: "", "none", "gzip", "zstd"
-	MaxFileSize   int64         `koanf:"max_file_size"`  // `max_file_size`: bytes per file, 0 = unlimited
-	FsyncPeriod   time.Duration `koanf:"fsync_period"`   // `fsync_period`: 0 = 5 s, < 0 = off, else ≥ 100 ms
-	Filter        string        `koanf:"filter"`         // `filter`: CEL expression over `packet`, "" = keep all
-	QueueCapacity int           `koanf:"queue_capacity"` // `queue_capacity`: batches; 0 = no queue
+	Type          string `koanf:"type"`           // a registered sink type (Types)
+	Name          string `koanf:"name"`           // label in logs and the summary; default: the destination
+	Filter        string `koanf:"filter"`         // CEL expression over `packet`; "" keeps all
+	FilterError   string `koanf:"filter_error"`   // keep | drop (default drop)
+	QueueCapacity int    `koanf:"queue_capacity"` // batches of 256 KiB; 0 = DefaultQueueCapacity
+	WhenFull      string `koanf:"when_full"`      // block (default) | drop
+	OnError       string `koanf:"on_error"`       // stop | drop; "" = stop for a session's only file sink, else drop
+
+	// Flat file-sink keys (the `file` section's keys, kept working).
+	Path        string        `koanf:"path"`
+	Compression string        `koanf:"compression"`
+	MaxFileSize int64         `koanf:"max_file_size"`
+	FsyncPeriod time.Duration `koanf:"fsync_period"`
+
+	// Sections holds `sinks[i].<type>` sections by type name, as decoded
+	// from the config file (see DecodeSection).
+	Sections map[string]map[string]any `koanf:"-"`
 }
 
-// Validate checks every field and returns all problems joined, each naming
-// its field. It does not touch the file system.
-func (c Config) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("sinks: `%s`: %s", field, fmt.Sprintf(format, args...)))
+// commonKeys are the keys of Config; no sink type may take one as its name.
+var commonKeys = []string{"type", "name", "filter", "filter_error", "queue_capacity", "when_full", "on_error",
+	"path", "compression", "max_file_size", "fsync_period"}
+
+// DecodeSection stores the section of a registered sink type found under
+// key; it reports false for any other key (the caller's "unknown key"). A
+// config decoder calls it for keys that are not Config fields.
+func (c *Config) DecodeSection(key string, raw map[string]any) bool {
+	if _, ok := Lookup(key); !ok {
+		return false
 	}
-	switch c.Type {
-	case SinkTypeFile:
-		if c.Path == "" {
-			bad("path", "required for a file sink")
+	if c.Sections == nil {
+		c.Sections = map[string]map[string]any{}
+	}
+	c.Sections[key] = raw
+	return true
+}
+
+// SectionKeys lists the stored sections' type names, sorted.
+func (c *Config) SectionKeys() []string { return slices.Sorted(maps.Keys(c.Sections)) }
+
+// flatKeys returns the flat file keys that are set, as a section.
+func (c Config) flatKeys() map[string]any {
+	m := map[string]any{}
+	if c.Path != "" {
+		m["path"] = c.Path
+	}
+	if c.Compression != "" {
+		m["compression"] = c.Compression
+	}
+	if c.MaxFileSize != 0 {
+		m["max_file_size"] = c.MaxFileSize
+	}
+	if c.FsyncPeriod != 0 {
+		m["fsync_period"] = c.FsyncPeriod
+	}
+	return m
+}
+
+// section returns the type's section with the flat keys merged in (file
+// sinks), and the problems of the merge.
+func (c Config) section() (map[string]any, map[string]bool, FieldErrors) {
+	var errs FieldErrors
+	sec := c.Sections[c.Type]
+	flat := c.flatKeys()
+	fromFlat := map[string]bool{}
+	if len(flat) == 0 {
+		return sec, fromFlat, nil
+	}
+	if c.Type != SinkTypeFile {
+		for _, k := range slices.Sorted(maps.Keys(flat)) {
+			errs.Add(k, "is a file sink key; a %s sink does not take it", c.Type)
 		}
-	case "":
-		bad("type", "missing; want %q", SinkTypeFile)
+		return sec, fromFlat, errs
+	}
+	merged := maps.Clone(sec)
+	if merged == nil {
+		merged = map[string]any{}
+	}
+	for _, k := range slices.Sorted(maps.Keys(flat)) {
+		if _, both := merged[k]; both {
+			errs.Add(k, "set both here and as file.%s; keep one", k)
+			continue
+		}
+		merged[k] = flat[k]
+		fromFlat[k] = true
+	}
+	return merged, fromFlat, errs
+}
+
+// Build checks every key and decodes the type's section, returning the
+// type's Builder, or every problem as FieldErrors (paths relative to the
+// sink: "queue_capacity", "file.path", or "path" for a flat key). It does
+// not touch the file system.
+func (c Config) Build() (Builder, error) {
+	var errs FieldErrors
+	f, ok := Lookup(c.Type)
+	switch {
+	case c.Type == "":
+		errs.Add("type", "missing; want one of %s", strings.Join(Types(), ", "))
+	case !ok:
+		errs.Add("type", "%q is not a sink type; registered: %s", c.Type, strings.Join(Types(), ", "))
+	}
+	for _, k := range c.SectionKeys() {
+		if k != c.Type {
+			errs.Add(k, "a section for a %s sink, but this sink's type is %q", k, c.Type)
+		}
+	}
+	switch c.FilterError {
+	case "", FilterErrorKeep, FilterErrorDrop:
 	default:
-		bad("type", "%q is not a sink type; want %q (relay and nats sinks are not built yet)", c.Type, SinkTypeFile)
+		errs.Add("filter_error", "%q is not keep or drop", c.FilterError)
 	}
-	switch c.Compression {
-	case "", CompressionNone, CompressionGzip, CompressionZstd:
+	switch c.WhenFull {
+	case "", WhenFullBlock, WhenFullDrop:
 	default:
-		bad("compression", "%q is not supported; want \"none\", \"gzip\" or \"zstd\"", c.Compression)
+		errs.Add("when_full", "%q is not block or drop", c.WhenFull)
 	}
-	if c.MaxFileSize < 0 {
-		bad("max_file_size", "%d is negative; want 0 (unlimited) or a byte count", c.MaxFileSize)
-	}
-	if c.FsyncPeriod > 0 && c.FsyncPeriod < MinFsyncPeriod {
-		bad("fsync_period", "%v is below the minimum %v", c.FsyncPeriod, MinFsyncPeriod)
+	switch c.OnError {
+	case "", OnErrorStop, OnErrorDrop:
+	default:
+		errs.Add("on_error", "%q is not stop or drop", c.OnError)
 	}
 	if c.QueueCapacity < 0 {
-		bad("queue_capacity", "%d is negative; want 0 (no queue) or a batch count", c.QueueCapacity)
+		errs.Add("queue_capacity", "%d is negative; want 0 (the default, %d) or a batch count", c.QueueCapacity, DefaultQueueCapacity)
 	}
 	if c.Filter != "" {
 		if _, err := NewFilter(c.Filter); err != nil {
-			bad("filter", "%v", err)
+			errs.Add("filter", "%v", err)
 		}
 	}
-	return errors.Join(errs...)
+	if !ok {
+		return nil, errs.Err()
+	}
+	sec, fromFlat, merr := c.section()
+	errs = append(errs, merr...)
+	b, err := callFactory(f, sec)
+	if err != nil {
+		fe, isFE := err.(FieldErrors)
+		if !isFE {
+			fe = FieldErrors{{Message: err.Error()}}
+		}
+		for _, e := range fe {
+			first, _, _ := strings.Cut(e.Path, ".")
+			first, _, _ = strings.Cut(first, "[")
+			if _, hasSec := c.Sections[c.Type]; hasSec && !fromFlat[first] {
+				e = FieldErrors{e}.Prefixed(c.Type)[0]
+			}
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return b, nil
 }
 
-// New validates cfg and builds the sink: the file sink, wrapped by the
-// filter (if any), wrapped by the queue (if QueueCapacity > 0). The filter
-// sits behind the queue so that evaluating it costs the caller nothing.
-func New(cfg Config) (Sink, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	var s Sink
-	fs, err := NewFile(FileOptions{
-		Path:        cfg.Path,
-		Compression: cfg.Compression,
-		MaxFileSize: cfg.MaxFileSize,
-		FsyncPeriod: cfg.FsyncPeriod,
-	})
-	if err != nil {
-		return nil, err
-	}
-	s = fs
-	if cfg.Filter != "" {
-		f, err := NewFilter(cfg.Filter)
-		if err != nil {
-			return nil, fmt.Errorf("sinks: `filter`: %w", err)
+// callFactory runs a factory; a panic is a problem of the section.
+func callFactory(f Factory, sec map[string]any) (b Builder, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = FieldErrors{{Message: fmt.Sprintf("the sink factory panicked: %v", r)}}
 		}
-		s = Filtered(s, f)
+	}()
+	b, err = f(sec)
+	if err == nil && b == nil {
+		err = FieldErrors{{Message: "the sink factory returned no builder"}}
 	}
-	if cfg.QueueCapacity > 0 {
-		s = Queued(s, cfg.QueueCapacity)
-	}
-	return s, nil
+	return b, err
+}
+
+// Validate checks the config (see Build) and returns its problems as
+// FieldErrors, or nil.
+func (c Config) Validate() error {
+	_, err := c.Build()
+	return err
+}
+
+// New builds the sink of cfg without a session: the destination, wrapped
+// by its filter and its queue (a Lane). Logs are discarded.
+func New(cfg Config) (Sink, error) {
+	return Open(cfg, Env{Now: time.Now()})
 }

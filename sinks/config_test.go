@@ -2,7 +2,9 @@ package sinks
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,33 +15,52 @@ import (
 func TestConfigValidate(t *testing.T) {
 	cases := []struct {
 		cfg  Config
-		want []string
+		want FieldErrors
 	}{
-		{Config{}, []string{"sinks: `type`: missing; want \"file\""}},
-		{Config{Type: "nats"}, []string{"sinks: `type`: \"nats\" is not a sink type"}},
-		{Config{Type: "file"}, []string{"sinks: `path`: required for a file sink"}},
-		{Config{Type: "file", Path: "x", Compression: "lz4"}, []string{"sinks: `compression`: \"lz4\" is not supported"}},
-		{Config{Type: "file", Path: "x", MaxFileSize: -1}, []string{"sinks: `max_file_size`: -1 is negative"}},
-		{Config{Type: "file", Path: "x", FsyncPeriod: time.Millisecond}, []string{"sinks: `fsync_period`: 1ms is below the minimum 100ms"}},
-		{Config{Type: "file", Path: "x", QueueCapacity: -2}, []string{"sinks: `queue_capacity`: -2 is negative"}},
-		{Config{Type: "file", Path: "x", Filter: "packet.nope"}, []string{"sinks: `filter`: sinks: filter \"packet.nope\""}},
-		{Config{Type: "file", Compression: "xz", QueueCapacity: -1}, []string{"`path`", "`compression`", "`queue_capacity`"}},
+		{Config{}, FieldErrors{{"type", "missing; want one of " + strings.Join(Types(), ", ")}}},
+		{Config{Type: "pigeon"}, FieldErrors{{"type", `"pigeon" is not a sink type; registered: ` + strings.Join(Types(), ", ")}}},
+		{Config{Type: "file"}, FieldErrors{{"path", "required for a file sink"}}},
+		{Config{Type: "file", Path: "x", Compression: "lz4"}, FieldErrors{{"compression", `"lz4" is not supported; want "none", "gzip" or "zstd"`}}},
+		{Config{Type: "file", Path: "x", MaxFileSize: -1}, FieldErrors{{"max_file_size", "-1 is negative; want 0 (unlimited) or a byte count >= 1MiB"}}},
+		{Config{Type: "file", Path: "x", MaxFileSize: 100}, FieldErrors{{"max_file_size", "100 is below the minimum 1MiB (0 = unlimited)"}}},
+		{Config{Type: "file", Path: "x", FsyncPeriod: time.Millisecond}, FieldErrors{{"fsync_period", "1ms is below the minimum 100ms"}}},
+		{Config{Type: "file", Path: "x", QueueCapacity: -2}, FieldErrors{{"queue_capacity", "-2 is negative; want 0 (the default, 16) or a batch count"}}},
+		{Config{Type: "file", Path: "x.gz", Compression: "zstd"}, FieldErrors{{"compression", `"zstd", but the name "x.gz" implies gzip`}}},
+		{Config{Type: "file", Path: "x", WhenFull: "wait", OnError: "panic", FilterError: "maybe"}, FieldErrors{
+			{"filter_error", `"maybe" is not keep or drop`}, {"when_full", `"wait" is not block or drop`}, {"on_error", `"panic" is not stop or drop`}}},
+		// A section: its problems are prefixed with the type.
+		{Config{Type: "file", Sections: map[string]map[string]any{"file": {"compression": "xz", "extra": 1}}}, FieldErrors{
+			{"file.path", "required for a file sink"}, {"file.compression", `"xz" is not supported; want "none", "gzip" or "zstd"`}, {"file.extra", "unknown key"}}},
+		{Config{Type: "file", Path: "a", Sections: map[string]map[string]any{"file": {"path": "b"}}}, FieldErrors{
+			{"path", "set both here and as file.path; keep one"}}},
 	}
 	for _, c := range cases {
 		err := c.cfg.Validate()
-		if err == nil {
-			t.Errorf("%+v validated", c.cfg)
+		var got FieldErrors
+		if !errors.As(err, &got) {
+			t.Errorf("%+v: error %v is not FieldErrors", c.cfg, err)
 			continue
 		}
-		for _, w := range c.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%+v: error %q lacks %q", c.cfg, err, w)
-			}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%+v:\n got %q\nwant %q", c.cfg, got, c.want)
 		}
+	}
+	filterErr := Config{Type: "file", Path: "x", Filter: "packet.nope"}.Validate()
+	var fe FieldErrors
+	if !errors.As(filterErr, &fe) || len(fe) != 1 || fe[0].Path != "filter" || !strings.Contains(fe[0].Message, "undefined field 'nope'") {
+		t.Errorf("bad filter: %v", filterErr)
 	}
 	ok := Config{Type: "file", Path: "x", Compression: "zstd", MaxFileSize: 1 << 20, FsyncPeriod: time.Second, Filter: "true", QueueCapacity: 4}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	sec := Config{Type: "file", Sections: map[string]map[string]any{"file": {"path": "x.zst", "max_file_size": "2MiB", "fsync_period": "1s"}}}
+	b, err := sec.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := b.(*fileBuilder).opts; o.Compression != CompressionZstd || o.MaxFileSize != 2<<20 || o.FsyncPeriod != time.Second {
+		t.Errorf("section decoded as %+v", o)
 	}
 }
 
@@ -51,8 +72,8 @@ func TestNewEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.(*QueuedSink); !ok {
-		t.Fatalf("New returned %T, want *QueuedSink", s)
+	if _, ok := s.(*Lane); !ok {
+		t.Fatalf("New returned %T, want *Lane", s)
 	}
 	var want [][]byte
 	for i := 0; i < 20; i++ {
@@ -81,7 +102,7 @@ func TestNewEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s2.(*FileSink); !ok {
+	if l, ok := s2.(*Lane); !ok || !l.Blocks() || l.Capacity() != DefaultQueueCapacity {
 		t.Fatalf("plain config built %T", s2)
 	}
 	s2.Close(bg)

@@ -1,12 +1,46 @@
 // Package sinks owns where packets go after readback: the Sink interface,
-// the streaming file sink (valid at every packet boundary, rotation,
-// compression), packet filters written in CEL, and the bounded queues that
-// keep a slow sink from ever blocking producers.
+// the registry of sink types, the lanes that run each sink on its own
+// goroutine behind its own bounded queue, the streaming file sink (valid
+// at every packet boundary, rotation, compression) and packet filters
+// written in CEL.
 //
-// A sink reports every packet it drops; it must never block the readback
-// loop indefinitely and knows nothing of buffers or producers. A FileSink
-// writes synchronously (its Write waits for the disk when its buffer
-// fills); wrap it with Queued (Config.QueueCapacity) to take disk latency
-// off the caller. Only the file sink is built; relay and NATS sinks are
-// not.
+// It knows nothing of buffers or producers, and must never make a
+// producer wait: a sink either writes, or drops and counts.
+//
+// # Adding a sink type
+//
+// A sink type is a name and a Factory, registered from an init function:
+//
+//	func init() { sinks.Register("nats", natsFactory) }
+//
+//	// natsFactory decodes sinks[i].nats: {...}. It must be pure (no I/O).
+//	func natsFactory(m map[string]any) (sinks.Builder, error) {
+//		sec := sinks.NewSection(m)
+//		b := &natsBuilder{url: sec.String("url", ""), subject: sec.String("subject", "")}
+//		if b.url == "" {
+//			sec.Bad("url", "required")
+//		}
+//		if err := sec.Err(); err != nil { // FieldErrors, unknown keys included
+//			return nil, err
+//		}
+//		return b, nil
+//	}
+//
+// The Builder names its destination (for the run summary) and opens the
+// Sink when the session starts (Builder.Open, given an Env with the
+// session uuid and a logger). The Sink interface (Write, Flush, Close,
+// Stats) is the whole contract with the pipeline; see [Sink].
+//
+// Configuration problems are FieldErrors (path relative to the section +
+// message); the pipeline prefixes them ("sinks[2].nats.url: required").
+// Nobody parses error strings.
+//
+// # Keys every sink has
+//
+// type, name, filter, filter_error (keep | drop), queue_capacity (batches
+// of 256 KiB), when_full (block | drop), on_error (stop | drop): see
+// [Config]. The pipeline wraps each sink in a [Lane] that applies them:
+// the filter (service packets always pass), the queue and its policy, the
+// rate-limited error log, and the TraceStats packet that each sink
+// receives with its own counters.
 package sinks

@@ -35,6 +35,10 @@ const (
 	CompressionZstd = "zstd"
 )
 
+// StdoutPath as FileOptions.Path streams the trace to standard output
+// (no rotation, no fsync; Close leaves stdout open).
+const StdoutPath = "-"
+
 // FileOptions configures a file sink.
 type FileOptions struct {
 	// Path of the first file. It is created exclusively (O_EXCL): an
@@ -135,12 +139,9 @@ func newFileSink(opts FileOptions, hooks fileHooks) (*FileSink, error) {
 	if err := s.open(); err != nil {
 		return nil, err
 	}
-	period := opts.FsyncPeriod
-	if period == 0 {
-		period = DefaultFsyncPeriod
-	}
-	if period > 0 && period < MinFsyncPeriod {
-		period = MinFsyncPeriod
+	period := fsyncOrDefault(opts.FsyncPeriod)
+	if opts.Path == StdoutPath {
+		period = -1 // a pipe cannot be synced
 	}
 	if period > 0 || hooks.tick != nil {
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
@@ -167,9 +168,15 @@ func FileName(path string, i int) string {
 // open creates the file for s.index. REQUIRES: mu held or not yet shared.
 func (s *FileSink) open() error {
 	name := FileName(s.opts.Path, s.index)
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("sinks: file sink: creating %s: %w", name, err)
+	var f *os.File
+	if s.opts.Path == StdoutPath {
+		f = os.Stdout
+	} else {
+		var err error
+		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return fmt.Errorf("sinks: file sink: creating %s: %w", name, err)
+		}
 	}
 	s.f, s.out, s.fileBytes = f, f, 0
 	if s.comp != nil {
@@ -331,6 +338,10 @@ func (s *FileSink) finishFileLocked() error {
 			s.fail(fmt.Errorf("sinks: file sink: compressing %s: %w", FileName(s.opts.Path, s.index), cerr))
 			err = s.err
 		}
+	}
+	if s.f == os.Stdout {
+		s.f, s.out = nil, nil
+		return err
 	}
 	if serr := s.syncLocked(); err == nil {
 		err = serr

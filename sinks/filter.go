@@ -1,7 +1,6 @@
 package sinks
 
 import (
-	"context"
 	"fmt"
 	"reflect"
 	"sync"
@@ -46,11 +45,18 @@ type Packet struct {
 	SequenceFlags         int64  `cel:"sequence_flags"`
 }
 
+// ServiceSequenceID is the trusted_packet_sequence_id of the service's own
+// packets.
+const ServiceSequenceID = 1
+
 // Filter is a compiled CEL packet filter: a packet is kept when the
 // expression evaluates to true.
 //
-// TraceStats packets always pass, whatever the expression says, so that
-// losses stay visible in the trace; they are not evaluated.
+// Packets of the service's own sequence (trusted_packet_sequence_id 1:
+// clock snapshots, trace_config, system_info, sync markers, TraceStats)
+// always pass, whatever the expression says, so that a filtered file
+// stays readable and its losses visible; they are not evaluated. (A Lane
+// also passes the packets an Item marks in Pass, such as restore packets.)
 type Filter struct {
 	expr string
 	prg  cel.Program
@@ -110,7 +116,7 @@ func (f *Filter) Match(packet []byte) (bool, error) {
 
 // MatchInfo evaluates the filter on an already decoded packet.
 func (f *Filter) MatchInfo(info *tracefile.PacketInfo) (bool, error) {
-	if info.PayloadField == tracefile.FieldTraceStats {
+	if info.PayloadField == tracefile.FieldTraceStats || info.SequenceID == ServiceSequenceID {
 		return true, nil
 	}
 	p := &Packet{
@@ -136,63 +142,4 @@ func (f *Filter) MatchInfo(info *tracefile.PacketInfo) (bool, error) {
 		return true, fmt.Errorf("sinks: filter %q: result %v is not a bool", f.expr, out)
 	}
 	return b, nil
-}
-
-// FilteredSink passes to the wrapped sink only the packets its filter
-// keeps, and counts the others in SinkStats.PacketsFiltered.
-type FilteredSink struct {
-	next   Sink
-	filter *Filter
-
-	mu    sync.Mutex // guards kept and stats; serialises Write
-	kept  [][]byte
-	stats SinkStats
-}
-
-var _ Sink = (*FilteredSink)(nil)
-
-// Filtered wraps sink with f. Packets the filter rejects are counted, not
-// silently lost; packets it cannot evaluate are kept and counted in
-// FilterErrors; TraceStats packets always pass.
-func Filtered(sink Sink, f *Filter) *FilteredSink {
-	return &FilteredSink{next: sink, filter: f}
-}
-
-// Write filters packets and writes the kept ones.
-func (s *FilteredSink) Write(ctx context.Context, packets [][]byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.kept = s.kept[:0]
-	for _, p := range packets {
-		ok, err := s.filter.Match(p)
-		if err != nil {
-			s.stats.FilterErrors++
-		}
-		if ok {
-			s.kept = append(s.kept, p)
-			continue
-		}
-		s.stats.PacketsFiltered++
-		s.stats.BytesFiltered += uint64(len(p))
-	}
-	if len(s.kept) == 0 {
-		return nil
-	}
-	err := s.next.Write(ctx, s.kept)
-	clear(s.kept) // do not pin the caller's buffers
-	return err
-}
-
-// Flush flushes the wrapped sink.
-func (s *FilteredSink) Flush(ctx context.Context) error { return s.next.Flush(ctx) }
-
-// Close closes the wrapped sink.
-func (s *FilteredSink) Close(ctx context.Context) error { return s.next.Close(ctx) }
-
-// Stats returns the wrapped sink's counters plus the filter's.
-func (s *FilteredSink) Stats() SinkStats {
-	inner := s.next.Stats()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return inner.Add(s.stats)
 }

@@ -71,11 +71,14 @@ func TestFilteredSinkCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	inner := &memSink{}
-	s := Filtered(inner, f)
+	s := NewLane(inner, LaneConfig{Filter: f, FilterDrop: false, Block: true})
 	te := mkPacket(2, 1, tracefile.FieldTrackEvent, 3)
 	ss := mkPacket(2, 2, tracefile.FieldSysStats, 30)
 	bad := []byte{0x5a, 0x05} // malformed: kept, counted as a filter error
 	if err := s.Write(bg, [][]byte{te, ss, ss, bad, te}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(bg); err != nil {
 		t.Fatal(err)
 	}
 	samePackets(t, inner.packets(), [][]byte{te, bad, te})
@@ -86,10 +89,10 @@ func TestFilteredSinkCounts(t *testing.T) {
 	if st.PacketsWritten+st.PacketsDropped() != 5 {
 		t.Fatalf("accounting: %+v", st)
 	}
-	if err := s.Write(bg, [][]byte{ss}); err != nil || len(inner.packets()) != 3 {
+	if err := s.Write(bg, [][]byte{ss}); err != nil {
 		t.Fatalf("all-filtered batch: %v", err)
 	}
-	if err := s.Flush(bg); err != nil || inner.flushes != 1 {
+	if err := s.Flush(bg); err != nil || inner.flushes != 2 || len(inner.packets()) != 3 {
 		t.Fatal("flush not forwarded")
 	}
 	if err := s.Close(bg); err != nil || !inner.closed {

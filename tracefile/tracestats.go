@@ -87,8 +87,8 @@ type TracepipeStats struct {
 	SMBChunksRejected      uint64 // 2: committed chunks the SMB reader refused as malformed
 	CommitsMalformed       uint64 // 3: CommitData messages that did not decode
 	CommitsAfterStop       uint64 // 4: commits that arrived after the session finished
-	SinkPacketsWritten     uint64 // 5: packets the sinks accepted (before this packet)
-	SinkBytesWritten       uint64 // 6
+	SinkPacketsWritten     uint64 // 5: packets this sink accepted, this TraceStats packet included
+	SinkBytesWritten       uint64 // 6: their bytes, this packet excluded
 	SinkPacketsFiltered    uint64 // 7: packets a sink's CEL filter rejected
 	SinkPacketsDropped     uint64 // 8: packets a sink lost (queue full, write error)
 	SinkErrors             uint64 // 9: failed sink operations
@@ -97,6 +97,7 @@ type TracepipeStats struct {
 	ProtoVMPatchesFailed   uint64 // 12: patches a VM aborted (program bug, memory limit): state lost
 	ProtoVMPacketsUnrouted uint64 // 13: overwritten packets of producers without a VM (their content is gone)
 	DataSourceErrors       uint64 // 14: data source start/flush/stop failures
+	SinkFilterErrors       uint64 // 15: packets a sink's filter could not evaluate (fate: the sink's filter_error)
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -180,6 +181,7 @@ var tracepipeStatsFields = []counterField[TracepipeStats]{
 	{12, "protovm_patches_failed", func(s *TracepipeStats) *uint64 { return &s.ProtoVMPatchesFailed }, false},
 	{13, "protovm_packets_unrouted", func(s *TracepipeStats) *uint64 { return &s.ProtoVMPacketsUnrouted }, false},
 	{14, "data_source_errors", func(s *TracepipeStats) *uint64 { return &s.DataSourceErrors }, false},
+	{15, "sink_filter_errors", func(s *TracepipeStats) *uint64 { return &s.SinkFilterErrors }, true},
 }
 
 // filterStatsFields lists FilterStats' scalar counters.

@@ -1,0 +1,185 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tracepipe/tracepipe/sinks"
+)
+
+// The fan-out: every sink runs in its own sinks.Lane (goroutine + bounded
+// queue + filter + policies). The output goroutine offers each batch to
+// every lane without copying it; the batch goes back to the free list
+// when the last lane released it. A lane with when_full: drop never holds
+// the output goroutine; one with when_full: block does, which makes read
+// passes back off (the ring buffer then counts the loss) — producers never
+// wait on a sink.
+
+// SinkResult is what one sink did in a session.
+type SinkResult struct {
+	Name        string   // sinks[i].name, or "<type> <destination>"
+	Destination string   // file path, URL, ...
+	Files       []string // files written, for file sinks
+	Stats       sinks.SinkStats
+	Err         error // the sink's first write error, if any
+}
+
+// makeBatches fills the free list: the base number of output batches plus
+// room for every lane's queue, so that a stalled sink holding a full
+// queue never starves the others of batches.
+func (s *Service) makeBatches() {
+	n := outputBatches
+	for _, l := range s.lanes {
+		n += l.Capacity()
+	}
+	s.free = make(chan *batch, n)
+	for range n {
+		b := &batch{}
+		b.SetRelease(func() { s.released(b) })
+		s.free <- b
+	}
+}
+
+// released runs when every lane is done with b (on the last lane's
+// goroutine): it publishes the pass b ended and recycles b.
+func (s *Service) released(b *batch) {
+	if b.endOfPass {
+		s.outMu.Lock()
+		if b.info.Passes > s.outStat.Passes {
+			s.outStat = b.info
+			if s.opts.OnPassWritten != nil {
+				s.opts.OnPassWritten(b.info)
+			}
+		}
+		s.outMu.Unlock()
+	}
+	b.reset()
+	s.free <- b
+}
+
+// buildSinks opens one lane per configured sink.
+func (s *Service) buildSinks() error {
+	now := time.Now()
+	env := sinks.Env{
+		Expand:      func(p string) string { return expandPath(p, now) },
+		SessionUUID: s.uuidBytes(),
+		Now:         now,
+		Logf:        s.logf,
+	}
+	for i, sc := range s.cfg.Sinks {
+		if sc.Name == "" {
+			sc.Name = fmt.Sprintf("sinks[%d]", i)
+		}
+		l, err := sinks.OpenLane(sc, env, sinks.LaneOptions{Logf: s.logf, OnFatal: s.sinkFailed})
+		if err != nil {
+			s.closeSinks()
+			return fmt.Errorf("sinks[%d]: %w", i, err)
+		}
+		s.lanes = append(s.lanes, l)
+	}
+	return nil
+}
+
+// wrapSinks runs sinks given by Options in lanes that block when full
+// (the behaviour of a sink written to directly).
+func (s *Service) wrapSinks(sks []sinks.Sink) {
+	for i, sk := range sks {
+		s.lanes = append(s.lanes, sinks.NewLane(sk, sinks.LaneConfig{
+			Name: fmt.Sprintf("sinks[%d]", i), Destination: fmt.Sprintf("%T", sk), Block: true,
+			LaneOptions: sinks.LaneOptions{Logf: s.logf},
+		}))
+	}
+}
+
+// sinkFailed is a lane's OnFatal (on_error: stop): the session stops
+// gracefully, so that the other sinks, and this one if it still can, end
+// their output cleanly.
+func (s *Service) sinkFailed(l *sinks.Lane, err error) {
+	s.sinkStopOnce.Do(func() {
+		s.sinkErr = fmt.Errorf("sink %s failed, session stopped (on_error: stop): %w", l.Name(), err)
+		s.logf("%v", s.sinkErr)
+		close(s.sinkStop)
+	})
+}
+
+// output is the output goroutine: it offers each batch to every lane in
+// order.
+func (s *Service) output() {
+	defer close(s.outDone)
+	var passes, packets, bytes uint64
+	for b := range s.out {
+		start := 0
+		for _, e := range b.ends {
+			b.Packets = append(b.Packets, b.data[start:e])
+			start = e
+		}
+		packets += uint64(len(b.ends))
+		bytes += uint64(len(b.data))
+		if b.Stats != nil {
+			packets++
+		}
+		if b.endOfPass {
+			passes++
+			b.Flush = true
+		}
+		b.Final = b.final
+		b.info = PassInfo{Passes: passes, Packets: packets, Bytes: bytes, Final: b.final}
+		b.Hold(len(s.lanes) + 1)
+		for _, l := range s.lanes {
+			l.Offer(s.outCtx, &b.Item)
+		}
+		b.Release()
+	}
+}
+
+// sinkTotals sums the lanes' counters as of their last written batch
+// (never waiting on a sink).
+func (s *Service) sinkTotals() sinks.SinkStats {
+	var st sinks.SinkStats
+	for _, l := range s.lanes {
+		st = st.Add(l.Snapshot())
+	}
+	return st
+}
+
+// outputTotals returns what every lane has written so far.
+func (s *Service) outputTotals() PassInfo {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	return s.outStat
+}
+
+func (s *Service) closeSinks() {
+	ctx, cancel := context.WithTimeout(context.Background(), sinkCloseTime)
+	defer cancel()
+	for _, l := range s.lanes {
+		if err := l.Close(ctx); err != nil {
+			s.logf("closing sink %s: %v", l.Name(), err)
+		}
+	}
+}
+
+// sinkResults reports every sink once the lanes are closed.
+func (s *Service) sinkResults() []SinkResult {
+	out := make([]SinkResult, 0, len(s.lanes))
+	for _, l := range s.lanes {
+		r := SinkResult{Name: l.Name(), Destination: l.Destination(), Stats: l.Stats(), Err: l.Err()}
+		if f, ok := l.Sink().(interface{ Files() []string }); ok {
+			r.Files = f.Files()
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Files lists the files the service's file sinks have written so far.
+func (s *Service) Files() []string {
+	var files []string
+	for _, l := range s.lanes {
+		if f, ok := l.Sink().(interface{ Files() []string }); ok {
+			files = append(files, f.Files()...)
+		}
+	}
+	return files
+}

@@ -1,0 +1,114 @@
+package sinks
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// MinMaxFileSize is the smallest max_file_size a config accepts (0 means
+// no cap): smaller files would be mostly the service packets each rotated
+// file starts with.
+const MinMaxFileSize = 1 << 20
+
+func init() { Register(SinkTypeFile, fileFactory) }
+
+// fileBuilder is a decoded `file` section.
+type fileBuilder struct{ opts FileOptions }
+
+// fileFactory decodes the file section:
+//
+//	path           required; "-" streams to standard output
+//	compression    none | gzip | zstd; default from the name (.gz, .zst)
+//	max_file_size  bytes on disk per file (compressed bytes when
+//	               compressed); 0 = no cap, else >= 1 MiB
+//	fsync_period   default 5s; < 0 off; else >= 100ms
+//	buffer_size    record buffer in bytes (default 256 KiB)
+func fileFactory(m map[string]any) (Builder, error) {
+	sec := NewSection(m)
+	o := FileOptions{
+		Path:        sec.String("path", ""),
+		Compression: sec.String("compression", ""),
+		MaxFileSize: sec.ByteSize("max_file_size", 0),
+		FsyncPeriod: sec.Duration("fsync_period", 0),
+		BufferSize:  int(sec.ByteSize("buffer_size", 0)),
+	}
+	if o.Path == "" && !sec.Has("path") {
+		sec.Bad("path", "required for a file sink")
+	}
+	implied := compressionOf(o.Path)
+	switch o.Compression {
+	case "":
+		o.Compression = implied
+	case CompressionNone, CompressionGzip, CompressionZstd:
+		if implied != CompressionNone && implied != o.Compression {
+			sec.Bad("compression", "%q, but the name %q implies %s", o.Compression, filepath.Base(o.Path), implied)
+		}
+	default:
+		sec.Bad("compression", "%q is not supported; want \"none\", \"gzip\" or \"zstd\"", o.Compression)
+	}
+	switch {
+	case o.MaxFileSize < 0:
+		sec.Bad("max_file_size", "%d is negative; want 0 (unlimited) or a byte count >= 1MiB", o.MaxFileSize)
+	case o.MaxFileSize > 0 && o.MaxFileSize < MinMaxFileSize:
+		sec.Bad("max_file_size", "%d is below the minimum 1MiB (0 = unlimited)", o.MaxFileSize)
+	}
+	if o.MaxFileSize > 0 && o.Path == StdoutPath {
+		sec.Bad("max_file_size", "standard output (path \"-\") cannot rotate")
+	}
+	if o.FsyncPeriod > 0 && o.FsyncPeriod < MinFsyncPeriod {
+		sec.Bad("fsync_period", "%v is below the minimum %v", o.FsyncPeriod, MinFsyncPeriod)
+	}
+	if o.BufferSize < 0 {
+		sec.Bad("buffer_size", "%d is negative", o.BufferSize)
+	}
+	if err := sec.Err(); err != nil {
+		return nil, err
+	}
+	return &fileBuilder{opts: o}, nil
+}
+
+// compressionOf is the compression a file name implies.
+func compressionOf(path string) string {
+	switch {
+	case strings.HasSuffix(path, ".gz"):
+		return CompressionGzip
+	case strings.HasSuffix(path, ".zst"):
+		return CompressionZstd
+	}
+	return CompressionNone
+}
+
+func (b *fileBuilder) Destination() string {
+	if b.opts.Path == StdoutPath {
+		return "standard output"
+	}
+	return b.opts.Path
+}
+
+// Open expands the path's placeholders, creates its directory and the
+// first file.
+func (b *fileBuilder) Open(env Env) (Sink, error) {
+	o := b.opts
+	if o.Path != StdoutPath {
+		o.Path = env.expand(o.Path)
+		if dir := filepath.Dir(o.Path); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return NewFile(o)
+}
+
+// fsyncOrDefault resolves FileOptions.FsyncPeriod.
+func fsyncOrDefault(p time.Duration) time.Duration {
+	if p == 0 {
+		return DefaultFsyncPeriod
+	}
+	if p > 0 && p < MinFsyncPeriod {
+		return MinFsyncPeriod
+	}
+	return p
+}

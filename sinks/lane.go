@@ -1,0 +1,510 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// Item is one batch of packets offered to every lane of a session
+// (Lane.Offer). Lanes share it read-only and each calls Release when done
+// with it; the last Release calls the function set with SetRelease, so
+// the producer of items can recycle them without copying packets per
+// sink.
+type Item struct {
+	Packets [][]byte
+	// Pass marks the packets (by index, parallel to Packets) that pass
+	// every filter: service packets (clock snapshot, trace_config,
+	// system_info, sync marker, TraceStats, restore packets). nil = none.
+	Pass []bool
+	// Stats, when non-nil, asks each lane to append a TraceStats packet
+	// after Packets: Stats with the tracepipe sink counters replaced by
+	// that lane's own, as they stand after every packet before it.
+	Stats     *tracefile.TraceStats
+	StatsUID  int32  // the service's uid (trusted_uid of the stats packet)
+	StatsTime uint64 // the stats packet's timestamp
+	// Flush asks the lane to flush its sink after writing the item.
+	Flush bool
+	// Final marks the session's last item: it is never dropped for a
+	// full queue, and a sink that failed gets one last chance to record
+	// its TraceStats (see LastWriter).
+	Final bool
+
+	refs    atomic.Int32
+	release func()
+	reply   chan error // a Flush request from outside the fan-out
+}
+
+// SetRelease sets what the last Release calls.
+func (it *Item) SetRelease(f func()) { it.release = f }
+
+// Hold adds n references (one per lane it is about to be offered to).
+func (it *Item) Hold(n int) { it.refs.Add(int32(n)) }
+
+// Release drops one reference.
+func (it *Item) Release() {
+	if it.refs.Add(-1) == 0 && it.release != nil {
+		it.release()
+	}
+}
+
+// LastWriter is implemented by sinks that, after a write error, can still
+// record one last packet (the final TraceStats): the file sink keeps
+// room in reserve for it, or cuts the file back to its last complete
+// packet.
+type LastWriter interface {
+	WriteLast(packet []byte) error
+}
+
+// Failer is implemented by sinks that know they failed for good (a write
+// error they cannot recover from).
+type Failer interface {
+	Failed() error
+}
+
+// Lane runs one sink on its own goroutine behind its own bounded queue,
+// with the sink's filter and policies (when_full, on_error,
+// filter_error): a stalled sink never delays another sink by a packet,
+// and its losses are counted as its own. Every method is safe for
+// concurrent use.
+type Lane struct {
+	name, dest string
+	sink       Sink
+	filter     *Filter
+	filterDrop bool
+	block      bool
+	stopOnErr  bool
+	logf       func(string, ...any)
+	onFatal    func(*Lane, error)
+
+	q       chan *Item
+	abandon chan struct{} // closed when Close gives up
+	done    chan struct{} // closed when the goroutine has ended
+
+	// Goroutine state.
+	kept    [][]byte
+	scratch []byte
+	one     [1][]byte
+
+	mu        sync.Mutex // guards everything below
+	stats     SinkStats  // the lane's own counters (filter, queue)
+	snap      SinkStats  // the sink's Stats() as of the last item written
+	closed    bool
+	closeErr  error
+	err       error // first write error
+	fatalSent bool
+	lastLog   time.Time
+	quiet     uint64 // errors not logged since lastLog
+}
+
+// LaneOptions are the session hooks of a lane.
+type LaneOptions struct {
+	// Logf receives the lane's warnings (rate-limited: the first error at
+	// once, then at most one line per 10 s with the count in between).
+	Logf func(format string, args ...any)
+	// OnFatal is called once, on the lane's goroutine, when the sink fails
+	// and its on_error policy is stop.
+	OnFatal func(l *Lane, err error)
+}
+
+// errorLogPeriod bounds how often one lane logs an error.
+const errorLogPeriod = 10 * time.Second
+
+// Open builds the sink cfg describes and runs it in a lane.
+func Open(cfg Config, env Env) (*Lane, error) {
+	return OpenLane(cfg, env, LaneOptions{Logf: env.Logf})
+}
+
+// OpenLane builds the sink cfg describes (Config.Build, then
+// Builder.Open) and starts its lane.
+func OpenLane(cfg Config, env Env, opts LaneOptions) (*Lane, error) {
+	b, err := cfg.Build()
+	if err != nil {
+		return nil, err
+	}
+	var f *Filter
+	if cfg.Filter != "" {
+		if f, err = NewFilter(cfg.Filter); err != nil {
+			return nil, err
+		}
+	}
+	dest := env.expand(b.Destination())
+	sk, err := b.Open(env)
+	if err != nil {
+		return nil, err
+	}
+	name := cfg.Name
+	if name == "" {
+		name = cfg.Type + " " + dest
+	}
+	return NewLane(sk, LaneConfig{
+		Name: name, Destination: dest, Filter: f,
+		FilterDrop:  cfg.FilterError != FilterErrorKeep,
+		Capacity:    cfg.QueueCapacity,
+		Block:       cfg.WhenFull != WhenFullDrop,
+		StopOnError: cfg.OnError == OnErrorStop,
+		LaneOptions: opts,
+	}), nil
+}
+
+// LaneConfig configures NewLane.
+type LaneConfig struct {
+	Name        string  // for logs ("file out/t.pftrace" by default)
+	Destination string  // where the packets go
+	Filter      *Filter // nil keeps every packet
+	FilterDrop  bool    // drop (true) or keep packets the filter cannot evaluate
+	Capacity    int     // queued items; < 1 means DefaultQueueCapacity
+	Block       bool    // when_full: block (true) or drop
+	StopOnError bool    // on_error: stop
+	LaneOptions
+}
+
+// NewLane runs sink behind a queue; the lane owns the sink from now on.
+func NewLane(sink Sink, c LaneConfig) *Lane {
+	if c.Capacity < 1 {
+		c.Capacity = DefaultQueueCapacity
+	}
+	l := &Lane{
+		name: c.Name, dest: c.Destination, sink: sink, filter: c.Filter, filterDrop: c.FilterDrop,
+		block: c.Block, stopOnErr: c.StopOnError, logf: c.Logf, onFatal: c.OnFatal,
+		q:       make(chan *Item, c.Capacity),
+		abandon: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go l.run()
+	return l
+}
+
+var _ Sink = (*Lane)(nil)
+
+// Name is the lane's label; Destination where its packets go.
+func (l *Lane) Name() string        { return l.name }
+func (l *Lane) Destination() string { return l.dest }
+
+// Capacity is the number of items the queue holds.
+func (l *Lane) Capacity() int { return cap(l.q) }
+
+// Blocks reports whether a full queue makes Offer wait (when_full: block).
+func (l *Lane) Blocks() bool { return l.block }
+
+// QueueLen is the number of items waiting.
+func (l *Lane) QueueLen() int { return len(l.q) }
+
+// Sink returns the destination sink the lane feeds.
+func (l *Lane) Sink() Sink { return l.sink }
+
+// Err returns the sink's first write error, or nil.
+func (l *Lane) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Offer queues it (the caller has Hold it for this lane). With when_full
+// drop and a full queue the item is dropped and counted, unless it is the
+// final one; otherwise Offer waits for room, at most until ctx is done
+// (then the item is dropped and counted). It never waits on the sink
+// itself.
+func (l *Lane) Offer(ctx context.Context, it *Item) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		l.drop(it, true)
+		return
+	}
+	select {
+	case l.q <- it:
+		return
+	default:
+	}
+	if !l.block && !it.Final {
+		l.drop(it, false)
+		return
+	}
+	select {
+	case l.q <- it:
+	case <-ctx.Done():
+		l.drop(it, false)
+	case <-l.abandon:
+		l.drop(it, false)
+	}
+}
+
+// drop counts an item as lost (queue full, or a closed lane) and
+// releases it.
+func (l *Lane) drop(it *Item, closed bool) {
+	n, b := uint64(len(it.Packets)), countBytes(it.Packets)
+	if it.Stats != nil {
+		n++
+	}
+	l.mu.Lock()
+	if closed {
+		l.stats.PacketsDroppedError += n
+		l.stats.BytesDroppedError += b
+	} else {
+		l.stats.PacketsDroppedQueue += n
+		l.stats.BytesDroppedQueue += b
+	}
+	l.mu.Unlock()
+	it.Release()
+}
+
+// run is the lane's goroutine.
+func (l *Lane) run() {
+	defer close(l.done)
+	for it := range l.q {
+		if it.reply != nil {
+			l.control(it)
+			continue
+		}
+		select {
+		case <-l.abandon:
+			l.drop(it, false)
+			continue
+		default:
+		}
+		l.process(it)
+		it.Release()
+		inner := l.sink.Stats()
+		l.mu.Lock()
+		l.snap = inner
+		l.mu.Unlock()
+	}
+}
+
+// Snapshot returns the counters as of the last item the lane wrote,
+// without waiting for a sink that is busy writing.
+func (l *Lane) Snapshot() SinkStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.snap.Add(l.stats)
+}
+
+// process writes one item: the filtered packets, then the lane's own
+// TraceStats, then a flush.
+func (l *Lane) process(it *Item) {
+	ctx := context.Background()
+	packets := it.Packets
+	if l.filter != nil {
+		packets = l.applyFilter(it)
+	}
+	if len(packets) > 0 {
+		l.noteErr(l.sink.Write(ctx, packets))
+	}
+	if l.filter != nil {
+		clear(l.kept) // do not pin the items' buffers
+	}
+	if it.Stats != nil {
+		l.writeStats(it)
+	}
+	if it.Flush {
+		l.noteErr(l.sink.Flush(ctx))
+	}
+}
+
+func (l *Lane) applyFilter(it *Item) [][]byte {
+	l.kept = l.kept[:0]
+	var filtered, fbytes, ferrs uint64
+	for i, p := range it.Packets {
+		if i < len(it.Pass) && it.Pass[i] {
+			l.kept = append(l.kept, p)
+			continue
+		}
+		ok, err := l.filter.Match(p)
+		if err != nil {
+			ferrs++
+			ok = !l.filterDrop
+		}
+		if ok {
+			l.kept = append(l.kept, p)
+			continue
+		}
+		filtered++
+		fbytes += uint64(len(p))
+	}
+	if filtered+ferrs > 0 {
+		l.mu.Lock()
+		l.stats.PacketsFiltered += filtered
+		l.stats.BytesFiltered += fbytes
+		l.stats.FilterErrors += ferrs
+		l.mu.Unlock()
+	}
+	return l.kept
+}
+
+// writeStats appends the item's TraceStats with this lane's counters as
+// they stand now, after every packet before it. sink_packets_written
+// counts the stats packet itself (so that in a file ending with it, the
+// packets in the file equal the counter); sink_bytes_written does not.
+func (l *Lane) writeStats(it *Item) {
+	st := l.Stats()
+	ts := *it.Stats
+	tp := tracefile.TracepipeStats{}
+	if it.Stats.Tracepipe != nil {
+		tp = *it.Stats.Tracepipe
+	}
+	tp.SinkPacketsWritten = st.PacketsWritten + 1
+	tp.SinkBytesWritten = st.BytesWritten
+	tp.SinkPacketsFiltered = st.PacketsFiltered
+	tp.SinkPacketsDropped = st.PacketsDroppedQueue + st.PacketsDroppedError
+	tp.SinkErrors = st.Errors
+	tp.SinkFilterErrors = st.FilterErrors
+	ts.Tracepipe = &tp
+	l.scratch = tracefile.AppendTraceStatsPacket(l.scratch[:0], &ts, it.StatsUID, it.StatsTime)
+	if it.Final {
+		if lw, ok := l.sink.(LastWriter); ok && l.failed() {
+			l.noteErr(lw.WriteLast(l.scratch))
+			return
+		}
+	}
+	l.one[0] = l.scratch
+	l.noteErr(l.sink.Write(context.Background(), l.one[:]))
+	l.one[0] = nil
+}
+
+func (l *Lane) failed() bool {
+	if f, ok := l.sink.(Failer); ok {
+		return f.Failed() != nil
+	}
+	return l.Err() != nil
+}
+
+// noteErr records, logs (rate-limited) and acts on a sink error.
+func (l *Lane) noteErr(err error) {
+	if err == nil || errors.Is(err, ErrClosed) && l.isClosed() {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	first := l.err == nil
+	if first {
+		l.err = err
+	}
+	logIt := first || now.Sub(l.lastLog) >= errorLogPeriod
+	quiet := l.quiet
+	if logIt {
+		l.lastLog, l.quiet = now, 0
+	} else {
+		l.quiet++
+	}
+	fatal := l.stopOnErr && !l.fatalSent
+	if fatal {
+		l.fatalSent = true
+	}
+	l.mu.Unlock()
+	if logIt && l.logf != nil {
+		if quiet > 0 {
+			l.logf("sink %s: %v (%d more errors since the last message)", l.name, err, quiet)
+		} else {
+			l.logf("sink %s: %v", l.name, err)
+		}
+	}
+	if fatal && l.onFatal != nil {
+		l.onFatal(l, err)
+	}
+}
+
+func (l *Lane) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// control answers a Flush request from outside the fan-out.
+func (l *Lane) control(it *Item) {
+	it.reply <- l.sink.Flush(context.Background())
+}
+
+// Write queues a copy of packets (for a lane used alone, as a Sink). The
+// fan-out of a session uses Offer, which copies nothing.
+func (l *Lane) Write(ctx context.Context, packets [][]byte) error {
+	if len(packets) == 0 {
+		return nil
+	}
+	it := &Item{}
+	var data []byte
+	for _, p := range packets {
+		data = append(data, p...)
+	}
+	off := 0
+	for _, p := range packets {
+		it.Packets = append(it.Packets, data[off:off+len(p):off+len(p)])
+		off += len(p)
+	}
+	it.Hold(1)
+	l.Offer(ctx, it)
+	return l.Err()
+}
+
+// Flush waits (bounded by ctx) until everything queued before it was
+// written, then flushes the sink.
+func (l *Lane) Flush(ctx context.Context) error {
+	if l.isClosed() {
+		return ErrClosed
+	}
+	it := &Item{reply: make(chan error, 1)}
+	select {
+	case l.q <- it:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-it.reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close writes what is queued, then closes the sink, waiting at most
+// until ctx is done; then the rest of the queue is counted as dropped and
+// the sink is closed once its current write returns. A second Close
+// returns the first's result. No Offer may run concurrently with Close.
+func (l *Lane) Close(ctx context.Context) error {
+	l.mu.Lock()
+	if l.closed {
+		err := l.closeErr
+		l.mu.Unlock()
+		return err
+	}
+	l.closed = true
+	l.mu.Unlock()
+	close(l.q)
+	var err error
+	select {
+	case <-l.done:
+		err = l.sink.Close(ctx)
+	case <-ctx.Done():
+		close(l.abandon)
+		for it := range l.q { // what the stuck goroutine has not taken
+			if it.reply != nil {
+				it.reply <- ErrClosed
+				continue
+			}
+			l.drop(it, false)
+		}
+		go func() {
+			<-l.done
+			_ = l.sink.Close(context.Background())
+		}()
+		err = fmt.Errorf("sinks: %s: close gave up with batches pending: %w", l.name, ctx.Err())
+	}
+	l.mu.Lock()
+	l.closeErr = err
+	l.mu.Unlock()
+	return err
+}
+
+// Stats returns the sink's counters plus the lane's (filter, queue).
+func (l *Lane) Stats() SinkStats {
+	inner := l.sink.Stats()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return inner.Add(l.stats)
+}
