@@ -294,7 +294,10 @@ func ParseHeaders(h nats.Header) (remote.Identity, uint64, error) {
 	if err != nil {
 		return id, 0, err
 	}
-	if n, err := hex.Decode(id.Session[:], []byte(sess)); err != nil || n != 16 || len(sess) != 32 {
+	if len(sess) != 32 {
+		return id, 0, fmt.Errorf("%w: header %s: %q is not 32 hex digits", errBadMessage, HeaderSession, sess)
+	}
+	if _, err := hex.Decode(id.Session[:], []byte(sess)); err != nil {
 		return id, 0, fmt.Errorf("%w: header %s: %q is not 32 hex digits", errBadMessage, HeaderSession, sess)
 	}
 	if id.Hostname, err = get(HeaderHost); err != nil {
