@@ -18,6 +18,10 @@ type Status struct {
 	// Losses sums every data_loss counter of the session's stats.
 	Losses  uint64
 	Buffers []BufferStatus
+	// Stats, Producers and Sinks: see status_detail.go.
+	Stats     tracefile.TraceStats
+	Producers []ProducerStatus
+	Sinks     []SinkStatus
 }
 
 // BufferStatus is one buffer's fill.
@@ -61,5 +65,6 @@ func (s *Service) publishStatus() {
 	for _, bs := range s.buffers {
 		st.Buffers = append(st.Buffers, BufferStatus{Name: bs.name, Size: bs.buf.Size(), Unread: bs.unread})
 	}
+	s.fillDetail(st, ts)
 	s.status.p.Store(st)
 }

@@ -50,6 +50,7 @@ Commands:
   stats      print the data-loss table of a trace's last TraceStats packet
   inspect    summarise a trace: sequences, sizes, time range, first packets
   protovm    compile ProtoVM programs and replay traces through them
+  serve      receive traces from other machines (relay sinks, NATS)
 
 Exit codes: 0 ok, 1 error, 2 usage error, 3 data loss found by
 'stats --fail-on-loss'.`
@@ -85,6 +86,7 @@ func newRootCmd() *cobra.Command {
 		newStatsCmd(),
 		newInspectCmd(),
 		newProtoVMCmd(),
+		newServeCmd(), // serve_cmd.go: receive relay and NATS streams
 	)
 	classifyUsageErrors(root)
 	return root
