@@ -318,3 +318,111 @@ func startNATSServer(t *testing.T) string {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A relay sink whose receiver is away longer than its queue holds: the
+// receiver, once up, gets a trace whose last TraceStats counts exactly
+// the packets that never arrived.
+func TestRelayLossReachesSenderTraceStats(t *testing.T) {
+	addr, metricsAddr := freeLoopbackAddr(t), freeLoopbackAddr(t)
+	file := filepath.Join(t.TempDir(), "local.pftrace")
+	cfg := sessionConfig(t, file, fmt.Sprintf("  - type: relay\n    relay:\n      address: %s\n      max_batches: 2\n      backoff_max: 50ms\n", addr))
+	done := make(chan string, 1)
+	go func() {
+		_, stderr, code := runCLI(t, "run", "-c", cfg, "--duration", "2s", "--metrics-addr", metricsAddr,
+			"--set", "data_sources[0].config.max_packets=0", "--set", "data_sources[0].config.rate=2000")
+		if code != exitOK {
+			stderr = fmt.Sprintf("exit %d: %s", code, stderr)
+		} else {
+			stderr = ""
+		}
+		done <- stderr
+	}()
+	// Read passes (100 ms apart) with nobody listening overflow the
+	// 2-batch queue; the relay sink's drop counter says when.
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(scrapeMaybe(metricsAddr), `tracepipe_sink_packets_dropped_queue_total{destination="relay tcp://`+addr+`",sink="sinks[1]"} `) ||
+		strings.Contains(scrapeMaybe(metricsAddr), `tracepipe_sink_packets_dropped_queue_total{destination="relay tcp://`+addr+`",sink="sinks[1]"} 0`+"\n") {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay sink dropped nothing while its receiver was away")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	out := t.TempDir()
+	_, stop := startServe(t, serveFlags{listen: addr, out: out})
+	if msg := <-done; msg != "" {
+		t.Fatal(msg)
+	}
+	stop()
+	local := readTracePackets(t, file)
+	got := readTracePackets(t, onlyTrace(t, out))
+	last, ok, err := tracefile.DecodeTraceStatsPacket(got[len(got)-1])
+	if err != nil || !ok || last.Tracepipe == nil {
+		t.Fatalf("the received trace does not end with TraceStats (%v)", err)
+	}
+	dropped := last.Tracepipe.SinkPacketsDropped
+	if dropped == 0 {
+		t.Fatal("the relay sink reported no loss although its receiver was away")
+	}
+	if uint64(len(got))+dropped != uint64(len(local)) {
+		t.Errorf("received %d + reported dropped %d != %d packets the session wrote", len(got), dropped, len(local))
+	}
+}
+
+// A relay sink whose destination accepts connections and then never
+// reads nor answers: the file sink's output is complete, the relay sink's
+// loss is counted, and the session ends within the relay's close_timeout
+// after its duration.
+func TestBlockedRelayDestinationDoesNotHoldOthers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() { // accept and hold, never read
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	file := filepath.Join(t.TempDir(), "local.pftrace")
+	cfg := sessionConfig(t, file, fmt.Sprintf("  - type: relay\n    when_full: drop\n    relay:\n      address: %s\n      max_batches: 4\n      dial_timeout: 200ms\n      close_timeout: 300ms\n", ln.Addr()))
+	start := time.Now()
+	_, stderr, code := runCLI(t, "run", "-c", cfg, "--duration", "1s",
+		"--set", "data_sources[0].config.max_packets=0", "--set", "data_sources[0].config.rate=5000")
+	if code != exitOK {
+		t.Fatalf("run: exit %d\n%s", code, stderr)
+	}
+	// The stop bound: the relay's close_timeout, far below the pipeline's
+	// 30 s sink close limit that a sink waiting on its destination would hit.
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("the session took %v to end: the blocked sink held its stop", d)
+	}
+	pkts := readTracePackets(t, file)
+	last, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1])
+	if err != nil || !ok || last.Tracepipe == nil {
+		t.Fatalf("the file does not end with TraceStats (%v)", err)
+	}
+	if w := last.Tracepipe.SinkPacketsWritten; w != uint64(len(pkts)) || last.Tracepipe.SinkPacketsDropped != 0 {
+		t.Errorf("file sink: %d packets in the file, its stats say %d written, %d dropped", len(pkts), w, last.Tracepipe.SinkPacketsDropped)
+	}
+	if len(pkts) < 3000 {
+		t.Errorf("only %d packets in the file: the file sink was held back", len(pkts))
+	}
+	if !strings.Contains(stderr, "sink_packets_dropped=") {
+		t.Errorf("the run summary does not report the relay sink's loss:\n%s", stderr)
+	}
+}

@@ -59,7 +59,7 @@ func newTestSink(t testing.TB, url, subject string) *Sink {
 		URL: url, Subject: subject, CreateStream: true, Stream: "T",
 		Identity:   remote.Identity{Machine: 77, Session: [16]byte{9, 9}, Hostname: "natshost"},
 		BatchBytes: 16 << 10, MaxBatches: 1024, AckTimeout: time.Second,
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Logf: t.Logf,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, CloseTimeout: 30 * time.Second, Logf: t.Logf,
 	})
 	if err != nil {
 		t.Fatal(err)

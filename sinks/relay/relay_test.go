@@ -40,7 +40,7 @@ func newSink(t testing.TB, addr, host string, batchBytes, maxBatches int) *Sink 
 		Address:    addr,
 		Identity:   remote.Identity{Machine: remote.HashMachineID(host), Session: [16]byte{byte(len(host)), 1}, Hostname: host},
 		BatchBytes: batchBytes, MaxBatches: maxBatches,
-		BackoffMin: 5 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		BackoffMin: 5 * time.Millisecond, BackoffMax: 100 * time.Millisecond, CloseTimeout: 20 * time.Second,
 		Logf: t.Logf,
 	})
 	if err != nil {

@@ -119,8 +119,8 @@ func TestTLSClientCert(t *testing.T) {
 			t.Errorf("%s: %d sessions established", name, n)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		if err := s.Close(ctx); err == nil {
-			t.Errorf("%s: Close reported success with nothing acknowledged", name)
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("%s: Close: %v (a loss is counted, not an error)", name, err)
 		}
 		cancel()
 		if st := s.Stats(); st.PacketsDroppedQueue != 10 || st.PacketsWritten != 0 {
