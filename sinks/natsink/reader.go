@@ -66,6 +66,9 @@ func (r *Reader) Run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
+		if ctx.Err() != nil {
+			return nil
+		}
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("natsink: no stream listens on subject %q (start a nats sink with create_stream: true, or create one)", r.opts.Subject)
 		}

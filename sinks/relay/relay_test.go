@@ -150,62 +150,113 @@ func itoa(n int) string {
 	return itoa(n/10) + itoa(n%10)
 }
 
-// TestReceiverKilled kills the receiver process with SIGKILL mid-stream
-// and restarts it: with the queue big enough for the outage nothing is
-// lost and nothing duplicated; with a small queue exactly the packets the
-// sender counted as dropped are missing.
+// TestReceiverKilled runs two senders into a receiver process, kills it
+// with SIGKILL mid-stream and restarts it on the same directory: with
+// queues big enough for the outage nothing is lost and nothing duplicated;
+// with small queues exactly the packets each sender counted as dropped
+// are missing. In merge mode the senders keep distinct machine ids and
+// sequence ids that never collide across the restart.
 func TestReceiverKilled(t *testing.T) {
 	for _, tc := range []struct {
 		name              string
 		batch, maxBatches int
-		lossy             bool
+		lossy, merge      bool
 	}{
-		{"within-bound", 4 << 10, 512, false},
-		{"beyond-bound", 1 << 10, 4, true},
+		{"within-bound", 4 << 10, 512, false, false},
+		{"within-bound-merge", 4 << 10, 512, false, true},
+		{"beyond-bound", 1 << 10, 4, true, false},
+		{"beyond-bound-merge", 1 << 10, 4, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			addr := freeAddr(t)
-			child := startChild(t, addr, dir, false)
-			s := newSink(t, addr, "gamma", tc.batch, tc.maxBatches)
-			sendRange(t, s, 0, 2000, 20, true)
-			waitFor(t, "some batches acknowledged", 20*time.Second, func() bool { return s.Stats().PacketsWritten > 500 })
+			child := startChild(t, addr, dir, tc.merge)
+			senders := []*Sink{
+				newSink(t, addr, "gamma", tc.batch, tc.maxBatches),
+				newSink(t, addr, "delta", tc.batch, tc.maxBatches),
+			}
+			// Sender k's packet n has timestamp k*base + n.
+			const base = 1_000_000
+			both := func(from, to int, paced bool) {
+				var wg sync.WaitGroup
+				for k, s := range senders {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						sendRange(t, s, k*base+from, k*base+to, 20, paced)
+					}()
+				}
+				wg.Wait()
+			}
+			both(0, 2000, true)
+			for _, s := range senders {
+				waitFor(t, "some batches acknowledged", 20*time.Second, func() bool { return s.Stats().PacketsWritten > 500 })
+			}
 			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			child.Wait()
-			sendRange(t, s, 2000, 3000, 20, false) // while the receiver is gone
-			startChild(t, addr, dir, false)
-			closeSink(t, s)
+			both(2000, 3000, false) // while the receiver is gone
+			startChild(t, addr, dir, tc.merge)
+			for _, s := range senders {
+				closeSink(t, s)
+			}
 
-			st := s.Stats()
-			store, err := remote.OpenStore(dir, false)
+			store, err := remote.OpenStore(dir, tc.merge)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			pkts := readPackets(t, store.FileName(s.Identity()))
-			var ts []uint64
-			for _, p := range pkts {
-				ts = append(ts, p.Timestamp)
-			}
-			if !tc.lossy {
-				checkExactlyOnce(t, "after restart", ts, 3000)
-				if st.PacketsWritten != 3000 || st.PacketsDropped() != 0 {
-					t.Errorf("stats %+v, want 3000 written, none dropped", st)
+			perSender := make([][]uint64, len(senders))
+			machineOf := map[int]uint32{}
+			seqOwner := map[uint32]int{}
+			for k, s := range senders {
+				if tc.merge && k > 0 {
+					break // one file holds both
 				}
-				return
-			}
-			for i := 1; i < len(ts); i++ {
-				if ts[i] <= ts[i-1] {
-					t.Fatalf("packet %d: timestamp %d after %d (duplicate or reorder)", i, ts[i], ts[i-1])
+				for _, p := range readPackets(t, store.FileName(s.Identity())) {
+					from := int(p.Timestamp / base)
+					if from >= len(senders) {
+						t.Fatalf("packet with timestamp %d from no sender", p.Timestamp)
+					}
+					perSender[from] = append(perSender[from], p.Timestamp%base)
+					if !tc.merge {
+						continue
+					}
+					if m, ok := machineOf[from]; ok && m != p.MachineID || p.MachineID == 0 {
+						t.Fatalf("sender %d: machine_id %d, earlier %d", from, p.MachineID, m)
+					}
+					machineOf[from] = p.MachineID
+					if o, ok := seqOwner[p.SequenceID]; ok && o != from {
+						t.Fatalf("sequence id %d used by senders %d and %d", p.SequenceID, o, from)
+					}
+					seqOwner[p.SequenceID] = from
 				}
 			}
-			if st.PacketsDroppedQueue == 0 {
-				t.Fatalf("stats %+v: a 4-batch queue through an outage dropped nothing", st)
+			if tc.merge && machineOf[0] == machineOf[1] {
+				t.Errorf("both senders have machine_id %d", machineOf[0])
 			}
-			if got := uint64(len(ts)) + st.PacketsDroppedQueue; got != 3000 || st.PacketsWritten != uint64(len(ts)) {
-				t.Errorf("%d stored + %d counted dropped = %d, want 3000; written %d", len(ts), st.PacketsDroppedQueue, got, st.PacketsWritten)
+			for k, s := range senders {
+				st, ts := s.Stats(), perSender[k]
+				name := s.Identity().Hostname
+				if !tc.lossy {
+					checkExactlyOnce(t, name, ts, 3000)
+					if st.PacketsWritten != 3000 || st.PacketsDropped() != 0 {
+						t.Errorf("%s: stats %+v, want 3000 written, none dropped", name, st)
+					}
+					continue
+				}
+				for i := 1; i < len(ts); i++ {
+					if ts[i] <= ts[i-1] {
+						t.Fatalf("%s: packet %d: timestamp %d after %d (duplicate or reorder)", name, i, ts[i], ts[i-1])
+					}
+				}
+				if st.PacketsDroppedQueue == 0 {
+					t.Errorf("%s: stats %+v: a 4-batch queue through an outage dropped nothing", name, st)
+				}
+				if got := uint64(len(ts)) + st.PacketsDroppedQueue; got != 3000 || st.PacketsWritten != uint64(len(ts)) {
+					t.Errorf("%s: %d stored + %d counted dropped = %d, want 3000; written %d", name, len(ts), st.PacketsDroppedQueue, got, st.PacketsWritten)
+				}
 			}
 		})
 	}
