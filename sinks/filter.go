@@ -58,8 +58,9 @@ const ServiceSequenceID = 1
 // stays readable and its losses visible; they are not evaluated. (A Lane
 // also passes the packets an Item marks in Pass, such as restore packets.)
 type Filter struct {
-	expr string
-	prg  cel.Program
+	expr   string
+	prg    cel.Program
+	native *nativeNode // nil unless the expression lowers (filter_native.go)
 }
 
 var (
@@ -97,7 +98,7 @@ func NewFilter(expr string) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sinks: filter %q: %w", expr, err)
 	}
-	return &Filter{expr: expr, prg: prg}, nil
+	return &Filter{expr: expr, prg: prg, native: lowerFilter(ast.NativeRep().Expr())}, nil
 }
 
 // String returns the expression.
@@ -118,6 +119,9 @@ func (f *Filter) Match(packet []byte) (bool, error) {
 func (f *Filter) MatchInfo(info *tracefile.PacketInfo) (bool, error) {
 	if info.PayloadField == tracefile.FieldTraceStats || info.SequenceID == ServiceSequenceID {
 		return true, nil
+	}
+	if f.native != nil {
+		return f.native.eval(info), nil
 	}
 	p := &Packet{
 		Timestamp:             int64(info.Timestamp),
