@@ -82,6 +82,8 @@ func loadRunConfig(path, output string, sets []string) (*pipeline.Config, error)
 
 // runSession runs one session with a status line on a terminal.
 func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr string) error {
+	tty := isTerminal(stderr)
+	stderr = &syncWriter{w: stderr} // sinks log from their own goroutines
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	svc, err := pipeline.New(cfg, pipeline.Options{Logf: func(format string, args ...any) {
@@ -97,7 +99,6 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 		}
 		defer shutdown()
 	}
-	tty := isTerminal(stderr)
 	done := make(chan struct{})
 	go func() {
 		<-ctx.Done()

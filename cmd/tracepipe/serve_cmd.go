@@ -86,6 +86,7 @@ func newServeCmd() *cobra.Command {
 func serve(ctx context.Context, f serveFlags, stderr io.Writer, ready func(addr string)) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	stderr = &syncWriter{w: stderr} // connections log from their own goroutines
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "tracepipe: "+format+"\n", args...) }
 	store, err := remote.OpenStore(f.out, f.merge)
 	if err != nil {
