@@ -43,6 +43,10 @@ const (
 	DefaultCloseTimeout = 5 * time.Second
 )
 
+// writeStallTimeout bounds one batch write; past it the connection is
+// considered stalled and the sink reconnects (and resends).
+const writeStallTimeout = 30 * time.Second
+
 // Sink sends packets to a relay server. Write never blocks: it packs
 // packets into the outbox, whose bound decides what is dropped (and
 // counted) while the receiver is away; one goroutine connects, resends
@@ -265,6 +269,9 @@ func (s *Sink) session() (bool, error) {
 		h := appendFrameHeader(hdr[:0], frameBatch, 8+len(b.Data))
 		h = binary.BigEndian.AppendUint64(h, b.Seq)
 		arr[0], arr[1] = h, b.Data
+		// A receiver that stops reading (but keeps the connection) must
+		// not hold the sender forever: reconnect instead.
+		_ = c.SetWriteDeadline(time.Now().Add(writeStallTimeout))
 		bufs := net.Buffers(arr) // one writev on a TCP connection
 		_, err := bufs.WriteTo(c)
 		next = b.Seq + 1
