@@ -171,7 +171,7 @@ func (c *Config) SetDefaults() {
 			continue
 		}
 		sec := s.Sections[sinks.SinkTypeFile]
-		if s.MaxFileSize == 0 && sec["max_file_size"] == nil && c.MaxFileSize > 0 {
+		if s.MaxFileSize == 0 && sec["max_file_size"] == nil && c.MaxFileSize >= sinks.MinMaxFileSize {
 			if sec != nil {
 				sec["max_file_size"] = c.MaxFileSize
 			} else {

@@ -238,6 +238,8 @@ func TestBadConfigs(t *testing.T) {
 		{name: "sink compression mismatch", content: okYAML,
 			sets: []string{"sinks[0].path=x.pftrace.gz", "sinks[0].compression=zstd"},
 			want: "sinks[0].compression: \"zstd\", but the name \"x.pftrace.gz\" implies gzip", valErr: true},
+		{name: "top-level max_file_size below 1MiB", content: okYAML + "max_file_size: 100\n",
+			want: "max_file_size: must be 0 (unlimited) or >= 1MiB (bytes on disk per file), got 100", valErr: true},
 		{name: "sink fsync_period", content: okYAML, sets: []string{"sinks[0].fsync_period=1ms"},
 			want: "sinks[0].fsync_period: 1ms is below the minimum 100ms", valErr: true},
 		{name: "duplicate sink paths", content: okYAML, sets: []string{"sinks[1].type=file", "sinks[1].path=./out.pftrace"},

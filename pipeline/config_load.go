@@ -450,16 +450,27 @@ func setPath(cur any, path []pathSeg, val any, where string) (any, error) {
 }
 
 // setOutput points the first file sink at path, adding one if needed.
+// A "none" compression is dropped so that the name decides (-o x.gz
+// compresses); another compression that the name contradicts stays, and
+// validation reports the mismatch.
 func (c *Config) setOutput(path string) {
 	for i := range c.Sinks {
-		if c.Sinks[i].Type == sinks.SinkTypeFile {
-			if sec := c.Sinks[i].Sections[sinks.SinkTypeFile]; sec != nil && c.Sinks[i].Path == "" {
-				sec["path"] = path
-				return
+		sc := &c.Sinks[i]
+		if sc.Type != sinks.SinkTypeFile {
+			continue
+		}
+		if sc.Compression == sinks.CompressionNone {
+			sc.Compression = ""
+		}
+		if sec := sc.Sections[sinks.SinkTypeFile]; sec != nil && sc.Path == "" {
+			if sec["compression"] == sinks.CompressionNone {
+				delete(sec, "compression")
 			}
-			c.Sinks[i].Path = path
+			sec["path"] = path
 			return
 		}
+		sc.Path = path
+		return
 	}
 	c.Sinks = append(c.Sinks, sinks.Config{Type: sinks.SinkTypeFile, Path: path})
 }

@@ -87,6 +87,8 @@ func (c *Config) check(skip []Problem) []Problem {
 	}
 	if c.MaxFileSize < 0 {
 		k.bad("max_file_size", "must be >= 0 (0 = unlimited), got %d", c.MaxFileSize)
+	} else if c.MaxFileSize > 0 && c.MaxFileSize < sinks.MinMaxFileSize {
+		k.bad("max_file_size", "must be 0 (unlimited) or >= 1MiB (bytes on disk per file), got %d", c.MaxFileSize)
 	}
 	if c.FlushPeriod != 0 && c.FlushPeriod < MinPeriod {
 		k.bad("flush_period", "must be 0 (no periodic flush) or >= 100ms, got %v", c.FlushPeriod)

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/tracepipe/tracepipe/sinks"
@@ -62,7 +64,6 @@ func (s *Service) released(b *batch) {
 func (s *Service) buildSinks() error {
 	now := time.Now()
 	env := sinks.Env{
-		Expand:      func(p string) string { return expandPath(p, now) },
 		SessionUUID: s.uuidBytes(),
 		Now:         now,
 		Logf:        s.logf,
@@ -150,6 +151,22 @@ func (s *Service) outputTotals() PassInfo {
 	return s.outStat
 }
 
+// closeLanes closes every lane at once, so that one stuck sink costs the
+// session one close timeout, not one per sink.
+func (s *Service) closeLanes(ctx context.Context) []error {
+	errs := make([]error, len(s.lanes))
+	var wg sync.WaitGroup
+	for i, l := range s.lanes {
+		wg.Go(func() {
+			if err := l.Close(ctx); err != nil {
+				errs[i] = fmt.Errorf("sinks[%d] (%s): close: %w", i, l.Name(), err)
+			}
+		})
+	}
+	wg.Wait()
+	return slices.DeleteFunc(errs, func(e error) bool { return e == nil })
+}
+
 func (s *Service) closeSinks() {
 	ctx, cancel := context.WithTimeout(context.Background(), sinkCloseTime)
 	defer cancel()
@@ -158,6 +175,17 @@ func (s *Service) closeSinks() {
 			s.logf("closing sink %s: %v", l.Name(), err)
 		}
 	}
+}
+
+// sinkFailures lists "name: error" for every lane whose sink failed.
+func (s *Service) sinkFailures() []string {
+	var out []string
+	for _, l := range s.lanes {
+		if err := l.Err(); err != nil {
+			out = append(out, l.Name()+": "+err.Error())
+		}
+	}
+	return out
 }
 
 // sinkResults reports every sink once the lanes are closed.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,10 +21,12 @@ type Options struct {
 	// Sinks, when non-nil, replace the sinks built from Config.Sinks
 	// (for embedding and tests). The service closes them when it stops.
 	Sinks []sinks.Sink
-	// OnPassWritten, if set, is called on the output goroutine each time
-	// a read pass has been written to every sink and the sinks flushed
-	// (so the packets are in the OS's hands: a kill -9 of this process no
-	// longer loses them).
+	// OnPassWritten, if set, is called each time every sink's lane is
+	// done with a read pass: written and flushed (so the packets are in
+	// the OS's hands: a kill -9 of this process no longer loses them), or
+	// counted as dropped by a lane with when_full: drop. It runs on the
+	// goroutine of the last lane to finish, one call at a time, in pass
+	// order.
 	OnPassWritten func(PassInfo)
 	// Logf receives warnings (a data source that failed to stop, a sink
 	// error). Nil discards them.
@@ -41,11 +41,15 @@ type PassInfo struct {
 	Final   bool // the last pass of the session
 }
 
+// sinkCloseTime bounds the wait for the sinks at the end of a session:
+// for a blocked lane to take the last batches, then for every sink to
+// close (all at once). A variable so that tests can shorten it.
+var sinkCloseTime = 30 * time.Second
+
 // Stop and timing defaults that the config does not expose.
 const (
 	startTimeout    = 10 * time.Second
 	stopTimeout     = 5 * time.Second // Perfetto's data_source_stop_timeout_ms default
-	sinkCloseTime   = 30 * time.Second
 	commitQueueLen  = 256
 	readBatchTarget = 256 << 10 // bytes of packets per output batch: small enough to stay in cache between the service and the output goroutine
 	outputBatches   = 32
@@ -234,12 +238,6 @@ func (s *Service) buildProducers() error {
 	return nil
 }
 
-// expandPath replaces {timestamp} and {pid} in a sink path.
-func expandPath(path string, now time.Time) string {
-	r := strings.NewReplacer("{timestamp}", now.Format("20060102-150405"), "{pid}", strconv.Itoa(os.Getpid()))
-	return r.Replace(path)
-}
-
 func (s *Service) logf(format string, args ...any) {
 	if s.opts.Logf != nil {
 		s.opts.Logf(format, args...)
@@ -416,11 +414,7 @@ func (s *Service) finish() (*Result, error) {
 	if s.sinkErr != nil {
 		errs = append(errs, s.sinkErr)
 	}
-	for i, l := range s.lanes {
-		if err := l.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("sinks[%d]: close: %w", i, err))
-		}
-	}
+	errs = append(errs, s.closeLanes(ctx)...)
 	s.outCancel()
 	final.Tracepipe = withSinkTotals(final.Tracepipe, s.sinkTotals())
 	for _, p := range s.producers {

@@ -250,5 +250,6 @@ func withSinkTotals(tp *tracefile.TracepipeStats, st sinks.SinkStats) *tracefile
 	tp.SinkPacketsDropped = st.PacketsDroppedQueue + st.PacketsDroppedError
 	tp.SinkErrors = st.Errors
 	tp.SinkFilterErrors = st.FilterErrors
+	tp.SinkRestoreOverflows = st.RestoreOverflows
 	return tp
 }

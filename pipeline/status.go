@@ -18,6 +18,8 @@ type Status struct {
 	// Losses sums every data_loss counter of the session's stats.
 	Losses  uint64
 	Buffers []BufferStatus
+	// SinkFailures names each sink that failed, with its first error.
+	SinkFailures []string
 	// Stats, Producers and Sinks: see status_detail.go.
 	Stats     tracefile.TraceStats
 	Producers []ProducerStatus
@@ -65,6 +67,7 @@ func (s *Service) publishStatus() {
 	for _, bs := range s.buffers {
 		st.Buffers = append(st.Buffers, BufferStatus{Name: bs.name, Size: bs.buf.Size(), Unread: bs.unread})
 	}
+	st.SinkFailures = s.sinkFailures()
 	s.fillDetail(st, ts)
 	s.status.p.Store(st)
 }

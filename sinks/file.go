@@ -12,6 +12,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
 
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -62,11 +63,20 @@ type FileOptions struct {
 	BufferSize int
 }
 
-// fileHooks lets tests replace the clock and fsync.
+// fileHooks lets tests replace the clock, fsync, writes and fallocate.
 type fileHooks struct {
-	tick <-chan time.Time     // replaces the fsync ticker when non-nil
-	sync func(*os.File) error // replaces (*os.File).Sync when non-nil
+	tick      <-chan time.Time                     // replaces the fsync ticker when non-nil
+	sync      func(*os.File) error                 // replaces (*os.File).Sync when non-nil
+	write     func(*os.File, []byte) (int, error)  // replaces (*os.File).Write when non-nil
+	fallocate func(f *os.File, off, n int64) error // replaces the reserve's fallocate when non-nil
 }
+
+// ReserveSize is the room a file sink keeps allocated past the end of its
+// file (fallocate with FALLOC_FL_KEEP_SIZE), so that when the disk fills
+// up the final TraceStats and the end of a compressed stream still fit:
+// the sink stops taking packets as soon as it cannot extend the reserve,
+// before any write fails.
+const ReserveSize = 64 << 10
 
 // compressor is what gzip.Writer and zstd.Encoder have in common.
 type compressor interface {
@@ -100,8 +110,27 @@ type FileSink struct {
 	pendPkts  uint64
 	pendBytes uint64 // packets/bytes in buf, counted as written already
 	stats     SinkStats
-	err       error // sticky: after a failed write the file is abandoned
+	err       error // sticky: the first failure; packets written after it are dropped
 	closed    bool
+
+	// The file on disk.
+	disk       int64 // bytes handed to the OS for the current file (compressed bytes when compressed)
+	good       int64 // disk offset just after the last complete record (uncompressed files)
+	reservedTo int64 // the reserve is allocated up to this offset
+	reserveOff bool  // the file system cannot reserve (no fallocate)
+	broken     bool  // the stream cannot continue (a failed write into a compressed stream)
+	lastChance bool  // WriteLast is writing past a failure
+
+	// Rotation (MaxFileSize > 0): every file starts with a preamble built
+	// from the fold of what was written (rotation.go) and ends with a
+	// TraceStats.
+	restore     *restoreState
+	internal    bool  // writing the preamble or the trailer
+	preamble    int64 // fileBytes of the current file's preamble
+	compPending int64 // bytes handed to the compressor since its last Flush
+	trailerLen  int64 // size of the last trailer written
+	scratch     []byte
+	extra       func() SinkStats // the lane's own counters, for the trailer
 
 	stop chan struct{} // closed by Close to end the fsync goroutine
 	done chan struct{} // closed by the fsync goroutine when it ends
@@ -123,6 +152,9 @@ func newFileSink(opts FileOptions, hooks fileHooks) (*FileSink, error) {
 		opts.BufferSize = DefaultFileBufferSize
 	}
 	s := &FileSink{opts: opts, hooks: hooks, buf: make([]byte, 0, opts.BufferSize)}
+	if opts.MaxFileSize > 0 {
+		s.restore = newRestoreState()
+	}
 	switch opts.Compression {
 	case "", CompressionNone:
 	case CompressionGzip:
@@ -178,12 +210,78 @@ func (s *FileSink) open() error {
 			return fmt.Errorf("sinks: file sink: creating %s: %w", name, err)
 		}
 	}
-	s.f, s.out, s.fileBytes = f, f, 0
+	s.f, s.fileBytes = f, 0
+	s.disk, s.good, s.reservedTo, s.broken = 0, 0, 0, false
+	s.out = diskWriter{s}
 	if s.comp != nil {
-		s.comp.Reset(f)
+		s.comp.Reset(diskWriter{s})
 		s.out = s.comp
 	}
-	return nil
+	return s.keepReserve()
+}
+
+// diskWriter writes to the current file and counts the bytes on disk.
+type diskWriter struct{ s *FileSink }
+
+func (w diskWriter) Write(p []byte) (int, error) {
+	s := w.s
+	var n int
+	var err error
+	if s.hooks.write != nil {
+		n, err = s.hooks.write(s.f, p)
+	} else {
+		n, err = s.f.Write(p)
+	}
+	s.disk += int64(n)
+	return n, err
+}
+
+// keepReserve extends the room allocated past the end of the file (see
+// ReserveSize). When the file system has no room left for it, the sink
+// stops taking packets: the error is sticky, nothing written so far is
+// lost, and the reserve still holds room for the final TraceStats.
+func (s *FileSink) keepReserve() error {
+	if s.reserveOff || s.lastChance || s.f == os.Stdout || s.reservedTo-s.disk >= ReserveSize/2 {
+		return nil
+	}
+	var err error
+	if s.hooks.fallocate != nil {
+		err = s.hooks.fallocate(s.f, s.disk, ReserveSize)
+	} else {
+		err = unix.Fallocate(int(s.f.Fd()), unix.FALLOC_FL_KEEP_SIZE, s.disk, ReserveSize)
+	}
+	switch {
+	case err == nil:
+		s.reservedTo = s.disk + ReserveSize
+		return nil
+	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EFBIG):
+		s.fail(fmt.Errorf("sinks: file sink: %s: no room left on the file system (%w); the sink stopped taking packets, keeping its reserve for the final TraceStats", FileName(s.opts.Path, s.index), err))
+		return s.err
+	default: // EOPNOTSUPP and the like: rely on truncating back instead
+		s.reserveOff = true
+		return nil
+	}
+}
+
+// writeFailed handles a failed write into the current file: an
+// uncompressed file is cut back to its last complete record (so it stays
+// readable to its last packet, and the final TraceStats can follow it); a
+// compressed stream cannot continue.
+func (s *FileSink) writeFailed(err error) {
+	s.fail(fmt.Errorf("sinks: file sink: writing %s: %w", FileName(s.opts.Path, s.index), err))
+	if s.comp != nil || s.f == os.Stdout {
+		s.broken = true
+		return
+	}
+	if terr := s.f.Truncate(s.good); terr != nil {
+		s.broken = true
+		return
+	}
+	if _, serr := s.f.Seek(s.good, io.SeekStart); serr != nil {
+		s.broken = true
+		return
+	}
+	s.disk = s.good
 }
 
 func (s *FileSink) syncLoop(tick <-chan time.Time, t *time.Ticker) {
@@ -223,7 +321,7 @@ func (s *FileSink) Write(ctx context.Context, packets [][]byte) error {
 		return ErrClosed
 	}
 	for i, p := range packets {
-		if s.err != nil {
+		if s.err != nil && !s.lastChance {
 			s.dropLocked(packets[i:])
 			return s.err
 		}
@@ -236,7 +334,7 @@ func (s *FileSink) Write(ctx context.Context, packets [][]byte) error {
 // s.err and count the packet as dropped.
 func (s *FileSink) writeLocked(p []byte) {
 	rec := int64(tracefile.RecordSize(len(p)))
-	if s.opts.MaxFileSize > 0 && s.fileBytes > 0 && s.fileBytes+rec >= s.opts.MaxFileSize {
+	if s.opts.MaxFileSize > 0 && s.fileBytes > s.preamble && !s.lastChance && !s.internal && s.mustRotate(rec) {
 		if err := s.rotateLocked(); err != nil {
 			s.fail(err)
 			s.dropLocked([][]byte{p})
@@ -254,21 +352,63 @@ func (s *FileSink) writeLocked(p []byte) {
 		s.pendPkts++
 		s.pendBytes += uint64(len(p))
 	} else {
+		if s.comp != nil {
+			s.compPending += rec
+		}
 		h := tracefile.AppendRecordHeader(s.hdr[:0], len(p))
-		if _, err := s.out.Write(h); err != nil {
-			s.fail(fmt.Errorf("sinks: file sink: writing %s: %w", FileName(s.opts.Path, s.index), err))
+		_, err := s.out.Write(h)
+		if err == nil {
+			_, err = s.out.Write(p)
+		}
+		if err != nil {
+			s.writeFailed(err)
 			s.dropLocked([][]byte{p})
 			return
 		}
-		if _, err := s.out.Write(p); err != nil {
-			s.fail(fmt.Errorf("sinks: file sink: writing %s: %w", FileName(s.opts.Path, s.index), err))
-			s.dropLocked([][]byte{p})
-			return
-		}
+		s.good = s.disk
+		_ = s.keepReserve() // on failure this packet is written, the next ones are refused
 	}
 	s.fileBytes += rec
 	s.stats.PacketsWritten++
 	s.stats.BytesWritten += uint64(len(p))
+	if s.restore != nil && !s.internal {
+		s.restore.observe(p)
+		s.stats.RestoreOverflows = s.restore.overflows
+	}
+}
+
+// mustRotate reports whether a record of rec bytes, then the trailer,
+// would bring the file to MaxFileSize or beyond, counted in bytes on
+// disk. For a compressed file the bound is first estimated from the bytes
+// not yet compressed (at worst incompressible); only when it may be
+// reached is the compressor flushed to learn the exact size.
+func (s *FileSink) mustRotate(rec int64) bool {
+	if s.trailerLen == 0 || s.restore.statsChanged {
+		s.restore.statsChanged = false
+		s.scratch = s.restore.trailer(s.scratch[:0], s.stats)
+		s.trailerLen = int64(tracefile.RecordSize(len(s.scratch))) + 32 // counters grow
+	}
+	need := rec + s.trailerLen
+	if s.comp == nil {
+		return s.fileBytes+need >= s.opts.MaxFileSize
+	}
+	need += need/16 + 1<<10 // incompressible data grows a little; the stream's end
+	if s.disk+s.compPending+int64(len(s.buf))+need < s.opts.MaxFileSize {
+		return false
+	}
+	if s.flushLocked(true) != nil {
+		return false // the failure is recorded; the write path drops
+	}
+	return s.disk+need >= s.opts.MaxFileSize
+}
+
+// SetExtraStats gives the sink the counters kept in front of it (its
+// lane's filter and queue), so that the TraceStats ending a rotated file
+// counts them too.
+func (s *FileSink) SetExtraStats(f func() SinkStats) {
+	s.mu.Lock()
+	s.extra = f
+	s.mu.Unlock()
 }
 
 func (s *FileSink) fail(err error) {
@@ -287,10 +427,13 @@ func (s *FileSink) dropLocked(packets [][]byte) {
 // with compFlush it also makes the compressor emit what it holds. On
 // failure the buffered packets move from written to dropped.
 func (s *FileSink) flushLocked(compFlush bool) error {
-	if s.err != nil {
+	if s.broken || s.f == nil {
 		return s.err
 	}
 	if len(s.buf) > 0 {
+		if s.comp != nil {
+			s.compPending += int64(len(s.buf))
+		}
 		_, err := s.out.Write(s.buf)
 		s.buf = s.buf[:0]
 		if err != nil {
@@ -299,16 +442,23 @@ func (s *FileSink) flushLocked(compFlush bool) error {
 			s.stats.PacketsDroppedError += s.pendPkts
 			s.stats.BytesDroppedError += s.pendBytes
 			s.pendPkts, s.pendBytes = 0, 0
-			s.fail(fmt.Errorf("sinks: file sink: writing %s: %w", FileName(s.opts.Path, s.index), err))
+			s.writeFailed(err)
 			return s.err
 		}
 		s.pendPkts, s.pendBytes = 0, 0
+		if s.comp == nil {
+			s.good = s.disk
+		}
 	}
 	if compFlush && s.comp != nil {
 		if err := s.comp.Flush(); err != nil {
-			s.fail(fmt.Errorf("sinks: file sink: compressing %s: %w", FileName(s.opts.Path, s.index), err))
+			s.writeFailed(err)
 			return s.err
 		}
+		s.compPending = 0
+	}
+	if s.err == nil {
+		return s.keepReserve()
 	}
 	return nil
 }
@@ -333,15 +483,20 @@ func (s *FileSink) finishFileLocked() error {
 		return s.err // a failed rotation left no file open
 	}
 	err := s.flushLocked(false)
-	if err == nil && s.comp != nil {
+	if !s.broken && s.comp != nil {
 		if cerr := s.comp.Close(); cerr != nil {
-			s.fail(fmt.Errorf("sinks: file sink: compressing %s: %w", FileName(s.opts.Path, s.index), cerr))
-			err = s.err
+			s.writeFailed(cerr)
 		}
+	}
+	if err == nil && s.broken {
+		err = s.err
 	}
 	if s.f == os.Stdout {
 		s.f, s.out = nil, nil
 		return err
+	}
+	if s.reservedTo > s.disk {
+		_ = s.f.Truncate(s.disk) // give back the reserve past the end
 	}
 	if serr := s.syncLocked(); err == nil {
 		err = serr
@@ -356,13 +511,76 @@ func (s *FileSink) finishFileLocked() error {
 	return err
 }
 
+// rotateLocked ends the current file with a TraceStats, opens the next
+// one and starts it with the preamble (rotation.go).
 func (s *FileSink) rotateLocked() error {
+	s.internal = true
+	defer func() { s.internal = false }()
+	st := s.stats
+	if s.extra != nil {
+		st = st.Add(s.extra())
+	}
+	s.scratch = s.restore.trailer(s.scratch[:0], st)
+	s.writeLocked(s.scratch)
+	if s.err != nil {
+		return s.err
+	}
 	if err := s.finishFileLocked(); err != nil {
 		return err
 	}
 	s.index++
 	s.stats.FilesRotated++
-	return s.open()
+	if err := s.open(); err != nil {
+		return err
+	}
+	s.compPending = 0
+	s.scratch = s.restore.appendPreamble(s.scratch, s.writeLocked)
+	s.preamble = s.fileBytes
+	return s.err
+}
+
+// Failed returns the sink's first failure (a write error, or no room
+// left for the reserve), or nil.
+func (s *FileSink) Failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// WriteLast writes one packet (the final TraceStats) after a failure: an
+// uncompressed file is first cut back to its last complete record; a
+// file stopped by a full disk writes it into its reserve. It fails only
+// when the file cannot take it (a compressed stream broken by a write
+// error, or no byte left on an uncompressed file without a reserve; then
+// the file still ends at its last complete packet).
+func (s *FileSink) WriteLast(packet []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.f == nil {
+		s.dropLocked([][]byte{packet})
+		return ErrClosed
+	}
+	if s.err == nil {
+		s.writeLocked(packet)
+		return s.flushLocked(true)
+	}
+	failure := s.err
+	if s.broken {
+		s.dropLocked([][]byte{packet})
+		return fmt.Errorf("%w; the final TraceStats cannot follow it", failure)
+	}
+	s.lastChance = true
+	defer func() { s.lastChance = false }()
+	s.err = nil
+	s.writeLocked(packet)
+	err := s.flushLocked(true)
+	if s.err == nil {
+		s.err = failure
+	}
+	if err != nil {
+		return fmt.Errorf("sinks: file sink: the final TraceStats did not fit after %v: %w", failure, err)
+	}
+	return nil
 }
 
 // Flush hands everything written so far to the OS (through the
@@ -402,8 +620,12 @@ func (s *FileSink) Stats() SinkStats {
 	return s.stats
 }
 
-// Files returns the names of the files written so far, in order.
+// Files returns the names of the files written so far, in order (none
+// when streaming to standard output).
 func (s *FileSink) Files() []string {
+	if s.opts.Path == StdoutPath {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, 0, s.index+1)

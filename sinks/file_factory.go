@@ -1,6 +1,8 @@
 package sinks
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,17 +91,27 @@ func (b *fileBuilder) Destination() string {
 
 // Open expands the path's placeholders, creates its directory and the
 // first file.
+// A name with {timestamp} that is taken gets the next collision-free
+// suffix (ExpandName); any other existing file is an error: a sink never
+// overwrites.
 func (b *fileBuilder) Open(env Env) (Sink, error) {
 	o := b.opts
-	if o.Path != StdoutPath {
-		o.Path = env.expand(o.Path)
+	if o.Path == StdoutPath {
+		return NewFile(o)
+	}
+	for attempt := 0; ; attempt++ {
+		o.Path = env.expandN(b.opts.Path, attempt)
 		if dir := filepath.Dir(o.Path); dir != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return nil, err
 			}
 		}
+		s, err := NewFile(o)
+		if err != nil && errors.Is(err, fs.ErrExist) && strings.Contains(b.opts.Path, "{timestamp}") && attempt < 1000 {
+			continue
+		}
+		return s, err
 	}
-	return NewFile(o)
 }
 
 // fsyncOrDefault resolves FileOptions.FsyncPeriod.

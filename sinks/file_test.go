@@ -1,14 +1,16 @@
 package sinks
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -90,19 +92,32 @@ func TestFileSinkValidAtEveryBoundary(t *testing.T) {
 	}
 }
 
+// Rotation makes self-contained files: each rotated file starts with the
+// service packets, a sync marker, a restore packet per sequence (CLEARED +
+// its interned data and defaults since its last CLEARED) and the track
+// descriptors, and every file ends with a TraceStats counting the packets
+// written so far. Without the preamble and trailers, the set holds every
+// packet once, in order; no file reaches the cap unless one record does.
 func TestFileSinkRotation(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out.pftrace")
-	const max = 1000
+	const max = 3000
 	s := newTestFile(t, FileOptions{Path: path, MaxFileSize: max, BufferSize: 128}, fileHooks{})
-	var all [][]byte
-	for i := 0; i < 30; i++ {
+	clock := tracefile.AppendClockSnapshot(tracefile.AppendServiceHeader(nil, 7), []tracefile.Clock{{ID: 6, Timestamp: 1}}, 6)
+	interned := appendLenField(nil, 2, appendLenField(nil, 1, []byte("name"))) // event_names {…}
+	first := appendLenField(appendVarint(tracefile.AppendTimestamp(nil, 1), tracefile.FieldSequenceFlags, 1), tracefile.FieldInternedData, interned)
+	first = tracefile.AppendTrusted(first, tracefile.Trusted{UID: 1000, SequenceID: 2, PID: 42, HasPID: true})
+	track := tracefile.AppendTrusted(appendLenField(nil, tracefile.FieldTrackDescriptor, appendVarint(nil, 1, 77)),
+		tracefile.Trusted{UID: 1000, SequenceID: 2, PID: 42, HasPID: true, PreviousPacketDropped: 64})
+	all := [][]byte{clock, first, track}
+	for i := 0; i < 60; i++ {
 		n := 80
 		if i == 17 {
-			n = 1500 // larger than the cap: a file of its own
+			n = 4000 // larger than the cap: a file of its own
 		}
-		p := mkPacket(2, uint64(i), tracefile.FieldTrackEvent, n)
-		all = append(all, p)
+		all = append(all, mkPacket(2, uint64(i), tracefile.FieldTrackEvent, n))
+	}
+	for _, p := range all {
 		if err := s.Write(bg, [][]byte{p}); err != nil {
 			t.Fatal(err)
 		}
@@ -112,38 +127,105 @@ func TestFileSinkRotation(t *testing.T) {
 	}
 	files := s.Files()
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != len(files) {
+	if len(entries) != len(files) || len(files) < 4 {
 		t.Fatalf("%d files on disk, sink reports %v", len(entries), files)
 	}
 	var got [][]byte
+	var total uint64
 	for i, name := range files {
-		want := path
-		if i > 0 {
-			want = path + "." + strconv.Itoa(i)
-		}
-		if name != want {
+		if want := FileName(path, i); name != want {
 			t.Fatalf("file %d named %s, want %s", i, name, want)
 		}
 		pkts := mustRead(t, name)
+		total += uint64(len(pkts))
 		st, _ := os.Stat(name)
+		if i > 0 {
+			// clock snapshot, sync marker, restore packet, track descriptor.
+			if !bytes.Equal(pkts[0], clock) {
+				t.Fatalf("%s does not start with the clock snapshot", name)
+			}
+			if info, _ := tracefile.DecodePacket(pkts[1]); info.PayloadField != tracefile.FieldSynchronizationMarker {
+				t.Fatalf("%s: packet 1 is %s, want the sync marker", name, info.Kind())
+			}
+			r, _ := tracefile.DecodePacket(pkts[2])
+			if r.SequenceID != 2 || r.SequenceFlags&1 == 0 || !bytes.Contains(pkts[2], interned) || r.PreviousPacketDropped != 0 {
+				t.Fatalf("%s: packet 2 is not sequence 2's restore packet: %+v", name, r)
+			}
+			d, _ := tracefile.DecodePacket(pkts[3])
+			if d.PayloadField != tracefile.FieldTrackDescriptor || d.PreviousPacketDropped != 0 {
+				t.Fatalf("%s: packet 3 is not the track descriptor without its loss flag: %+v", name, d)
+			}
+			pkts = pkts[4:]
+		}
+		if i < len(files)-1 {
+			ts, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1])
+			if !ok || err != nil {
+				t.Fatalf("%s does not end with a TraceStats", name)
+			}
+			if ts.Tracepipe.SinkPacketsWritten != total {
+				t.Errorf("%s: its TraceStats counts %d written, the files so far hold %d", name, ts.Tracepipe.SinkPacketsWritten, total)
+			}
+			pkts = pkts[:len(pkts)-1]
+		}
 		if st.Size() >= max && len(pkts) != 1 {
 			t.Fatalf("%s is %d bytes (cap %d) with %d packets", name, st.Size(), max, len(pkts))
 		}
 		got = append(got, pkts...)
 	}
 	samePackets(t, got, all)
-	if st := s.Stats(); st.FilesRotated != uint64(len(files)-1) || st.PacketsWritten != 30 || len(files) < 4 {
-		t.Fatalf("%d files, stats %+v", len(files), st)
+	if st := s.Stats(); st.FilesRotated != uint64(len(files)-1) || st.PacketsWritten != total {
+		t.Fatalf("%d files holding %d packets, stats %+v", len(files), total, st)
 	}
+}
+
+func appendVarint(b []byte, num int, v uint64) []byte {
+	b = protowire.AppendTag(b, protowire.Number(num), protowire.VarintType)
+	return protowire.AppendVarint(b, v)
+}
+
+// dataPackets drops what rotation adds: the preamble of every file but
+// the first (service packets, restore packets, track descriptors) and the
+// TraceStats ending every file but the last.
+func dataPackets(perFile [][][]byte) [][]byte {
+	var out [][]byte
+	for i, pkts := range perFile {
+		if i > 0 {
+			for len(pkts) > 0 {
+				info, _ := tracefile.DecodePacket(pkts[0])
+				if info.SequenceID != ServiceSequenceID && info.SequenceFlags&1 == 0 && info.PayloadField != tracefile.FieldTrackDescriptor {
+					break
+				}
+				pkts = pkts[1:]
+			}
+		}
+		if i < len(perFile)-1 {
+			pkts = pkts[:len(pkts)-1]
+		}
+		out = append(out, pkts...)
+	}
+	return out
+}
+
+func readAllFiles(t *testing.T, files []string) [][][]byte {
+	var out [][][]byte
+	for _, f := range files {
+		out = append(out, mustRead(t, f))
+	}
+	return out
 }
 
 func TestFileSinkCompression(t *testing.T) {
 	for _, comp := range []string{CompressionGzip, CompressionZstd} {
 		t.Run(comp, func(t *testing.T) {
-			s := newTestFile(t, FileOptions{Compression: comp, MaxFileSize: 4000, BufferSize: 512}, fileHooks{})
+			const max = 4000
+			s := newTestFile(t, FileOptions{Compression: comp, MaxFileSize: max, BufferSize: 512}, fileHooks{})
 			var all [][]byte
 			for i := 0; i < 100; i++ {
 				p := mkPacket(uint32(2+i%3), uint64(i), tracefile.FieldTrackEvent, 100+i)
+				// Varied bytes, so that compression does not make the cap unreachable.
+				for j := 20; j < len(p)-20; j++ {
+					p[j] = byte(i*j*2654435761>>13) | 0x08
+				}
 				all = append(all, p)
 				if err := s.Write(bg, [][]byte{p}); err != nil {
 					t.Fatal(err)
@@ -155,20 +237,15 @@ func TestFileSinkCompression(t *testing.T) {
 				t.Fatal(err)
 			}
 			files := s.Files()
-			var got [][]byte
-			for _, name := range files[:len(files)-1] {
-				got = append(got, mustRead(t, name)...)
-			}
 			last, err := readTrace(t, files[len(files)-1])
 			if !errors.Is(err, tracefile.ErrTruncated) {
 				t.Fatalf("open compressed file: %v, want ErrTruncated", err)
 			}
-			samePackets(t, append(got, last...), all)
+			samePackets(t, dataPackets(append(readAllFiles(t, files[:len(files)-1]), last)), all)
 
 			if err := s.Close(bg); err != nil {
 				t.Fatal(err)
 			}
-			got = nil
 			for _, name := range s.Files() {
 				f, _ := os.Open(name)
 				rd, err := tracefile.NewReader(f)
@@ -177,9 +254,11 @@ func TestFileSinkCompression(t *testing.T) {
 				}
 				rd.Close()
 				f.Close()
-				got = append(got, mustRead(t, name)...)
+				if st, _ := os.Stat(name); st.Size() >= max {
+					t.Errorf("%s is %d bytes on disk, cap %d", name, st.Size(), max)
+				}
 			}
-			samePackets(t, got, all)
+			samePackets(t, dataPackets(readAllFiles(t, s.Files())), all)
 			if len(s.Files()) < 2 {
 				t.Fatalf("expected rotation, got %v", s.Files())
 			}
@@ -206,14 +285,21 @@ func TestFileSinkNeverOverwrites(t *testing.T) {
 		t.Fatal("rotation onto an existing file did not fail")
 	}
 	st := s.Stats()
-	if st.PacketsWritten != 1 || st.PacketsDroppedError != 2 || st.Errors == 0 {
+	// Written: the packet and the TraceStats ending its file.
+	if st.PacketsWritten != 2 || st.PacketsDroppedError != 2 || st.Errors == 0 {
 		t.Fatalf("stats %+v", st)
 	}
 	if b, _ := os.ReadFile(path2 + ".1"); string(b) != "keep" {
 		t.Fatal("existing file modified")
 	}
 	s.Close(bg)
-	samePackets(t, mustRead(t, path2), [][]byte{p})
+	got := mustRead(t, path2)
+	if len(got) != 2 || !bytes.Equal(got[0], p) {
+		t.Fatalf("%d packets in the first file", len(got))
+	}
+	if _, ok, _ := tracefile.DecodeTraceStatsPacket(got[1]); !ok {
+		t.Fatal("the first file does not end with its TraceStats")
+	}
 }
 
 // TestFileSinkFsyncTicker drives the periodic fsync with a fake ticker and

@@ -57,3 +57,25 @@ func FuzzFilter(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRestoreObserve feeds untrusted packets to the rotation fold and
+// builds a preamble: no panic, bounded memory, and every emitted packet
+// walks as a TracePacket.
+func FuzzRestoreObserve(f *testing.F) {
+	f.Add([]byte{}, []byte{})
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		r := newRestoreState()
+		for _, p := range [][]byte{a, b, a} {
+			r.observe(p)
+		}
+		if r.bytes > MaxRestoreBytes || r.bytes < 0 {
+			t.Fatalf("fold holds %d bytes", r.bytes)
+		}
+		r.appendPreamble(nil, func(p []byte) {
+			if _, err := tracefile.DecodePacket(p); err != nil {
+				t.Fatalf("preamble packet does not decode: %v", err)
+			}
+		})
+		_ = r.trailer(nil, SinkStats{})
+	})
+}

@@ -176,8 +176,18 @@ func NewLane(sink Sink, c LaneConfig) *Lane {
 		abandon: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	if es, ok := sink.(interface{ SetExtraStats(func() SinkStats) }); ok {
+		es.SetExtraStats(l.ownStats)
+	}
 	go l.run()
 	return l
+}
+
+// ownStats returns the lane's own counters (filter, queue).
+func (l *Lane) ownStats() SinkStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
 }
 
 var _ Sink = (*Lane)(nil)
@@ -349,12 +359,7 @@ func (l *Lane) writeStats(it *Item) {
 	if it.Stats.Tracepipe != nil {
 		tp = *it.Stats.Tracepipe
 	}
-	tp.SinkPacketsWritten = st.PacketsWritten + 1
-	tp.SinkBytesWritten = st.BytesWritten
-	tp.SinkPacketsFiltered = st.PacketsFiltered
-	tp.SinkPacketsDropped = st.PacketsDroppedQueue + st.PacketsDroppedError
-	tp.SinkErrors = st.Errors
-	tp.SinkFilterErrors = st.FilterErrors
+	setSinkCounters(&tp, st)
 	ts.Tracepipe = &tp
 	l.scratch = tracefile.AppendTraceStatsPacket(l.scratch[:0], &ts, it.StatsUID, it.StatsTime)
 	if it.Final {

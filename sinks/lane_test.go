@@ -2,7 +2,10 @@ package sinks
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,3 +174,77 @@ func (discardSink) Write(context.Context, [][]byte) error { return nil }
 func (discardSink) Flush(context.Context) error           { return nil }
 func (discardSink) Close(context.Context) error           { return nil }
 func (discardSink) Stats() SinkStats                      { return SinkStats{} }
+
+// Two sessions started in the same millisecond never collide on
+// {timestamp}: the second gets a suffix. A name without it is never
+// overwritten.
+func TestFileTimestampCollisionFree(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 24, 1, 2, 3, 456e6, time.Local)
+	b, err := Config{Type: "file", Path: filepath.Join(dir, "t-{timestamp}.pftrace")}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for range 3 {
+		s, err := b.Open(Env{Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, s.(*FileSink).Files()...)
+		_ = s.Close(bg)
+	}
+	want := []string{"t-20261124-010203.456.pftrace", "t-20261124-010203.456-1.pftrace", "t-20261124-010203.456-2.pftrace"}
+	for i, f := range files {
+		if filepath.Base(f) != want[i] {
+			t.Errorf("file %d: %s, want %s", i, filepath.Base(f), want[i])
+		}
+	}
+	plain, _ := Config{Type: "file", Path: filepath.Join(dir, "fixed.pftrace")}.Build()
+	s, err := plain.Open(Env{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close(bg)
+	if _, err := plain.Open(Env{Now: now}); err == nil {
+		t.Error("an existing file without {timestamp} was reused")
+	}
+}
+
+// failSink fails every write.
+type failSink struct{ discardSink }
+
+func (failSink) Write(context.Context, [][]byte) error { return errors.New("EIO on purpose") }
+
+// Sink errors are logged once at first, then rate-limited, naming the
+// sink; on_error: stop calls OnFatal exactly once.
+func TestLaneErrorsRateLimitedAndFatalOnce(t *testing.T) {
+	var mu sync.Mutex
+	var logs []string
+	fatal := 0
+	l := NewLane(failSink{}, LaneConfig{Name: "disk", Block: true, StopOnError: true, LaneOptions: LaneOptions{
+		Logf: func(f string, a ...any) {
+			mu.Lock()
+			logs = append(logs, fmt.Sprintf(f, a...))
+			mu.Unlock()
+		},
+		OnFatal: func(*Lane, error) { mu.Lock(); fatal++; mu.Unlock() },
+	}})
+	for i := range 100 {
+		offerAll([]*Lane{l}, []*Item{{Packets: [][]byte{mkPacket(2, uint64(i), tracefile.FieldTrackEvent, 10)}}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = l.Close(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(logs) != 1 || !strings.Contains(logs[0], "sink disk: EIO on purpose") {
+		t.Errorf("logs %q; want one line naming the sink", logs)
+	}
+	if fatal != 1 {
+		t.Errorf("OnFatal called %d times", fatal)
+	}
+	if l.Err() == nil {
+		t.Error("the lane does not report its error")
+	}
+}

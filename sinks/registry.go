@@ -2,7 +2,9 @@ package sinks
 
 import (
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -92,8 +94,8 @@ type Builder interface {
 
 // Env is what a session tells a sink when opening it.
 type Env struct {
-	// Expand replaces the placeholders of a destination name
-	// ({timestamp}, {pid}); nil leaves names as they are.
+	// Expand replaces placeholders of a destination name beyond the ones
+	// ExpandName knows; nil adds none.
 	Expand func(string) string
 	// SessionUUID identifies the tracing session (the trace_uuid packet's
 	// value), for sinks that label what they send.
@@ -104,11 +106,31 @@ type Env struct {
 	Logf func(format string, args ...any)
 }
 
-func (e Env) expand(s string) string {
-	if e.Expand == nil {
-		return s
+func (e Env) expand(s string) string { return e.expandN(s, 0) }
+
+// expandN is ExpandName with attempt n, then Expand.
+func (e Env) expandN(s string, n int) string {
+	s = ExpandName(s, e.Now, n)
+	if e.Expand != nil {
+		s = e.Expand(s)
 	}
-	return e.Expand(s)
+	return s
+}
+
+// TimestampLayout is how {timestamp} is written: local time to the
+// millisecond, e.g. 20261124-011409.123.
+const TimestampLayout = "20060102-150405.000"
+
+// ExpandName replaces {timestamp} (now, TimestampLayout) and {pid} in a
+// destination name. Attempt n > 0 appends "-n" to the timestamp: a sink
+// that finds the name taken tries the next attempt, so two sessions
+// started in the same millisecond never collide.
+func ExpandName(name string, now time.Time, n int) string {
+	ts := now.Format(TimestampLayout)
+	if n > 0 {
+		ts += "-" + strconv.Itoa(n)
+	}
+	return strings.NewReplacer("{timestamp}", ts, "{pid}", strconv.Itoa(os.Getpid())).Replace(name)
 }
 
 var (

@@ -51,6 +51,9 @@ type SinkStats struct {
 	FileSyncs           uint64 // fsync calls made
 	FilterErrors        uint64 // filter evaluations that failed (the packet was kept)
 	Errors              uint64 // failed operations (write, flush, sync, close, open)
+	// RestoreOverflows: times a rotating file sink's fold outgrew its
+	// bounds, so a sequence started a rotated file without its state.
+	RestoreOverflows uint64
 }
 
 // PacketsDropped is every packet that did not reach the destination:
@@ -74,6 +77,7 @@ func (s SinkStats) Add(o SinkStats) SinkStats {
 		FileSyncs:           s.FileSyncs + o.FileSyncs,
 		FilterErrors:        s.FilterErrors + o.FilterErrors,
 		Errors:              s.Errors + o.Errors,
+		RestoreOverflows:    s.RestoreOverflows + o.RestoreOverflows,
 	}
 }
 

@@ -43,6 +43,12 @@ func fuzzSeeds(t testing.TB) map[string]map[string][]byte {
 			"trusted":      AppendTrusted([]byte{0x40, 0x01}, Trusted{UID: -5, SequenceID: 3, PID: 9, HasPID: true, PreviousPacketDropped: 257}),
 			"cut_field":    {0x5a, 0x05, 0x01},
 		},
+		"FuzzAppendRestorePacket": {
+			"state":     restoreFuzzSeed(restoreState(), 3, 65),
+			"empty":     restoreFuzzSeed(nil, 1, 0),
+			"cut_field": restoreFuzzSeed([]byte{0x62, 0x05, 0x01}, 7, 1),
+			"group":     restoreFuzzSeed([]byte{0x08, 0x01, 0x0b, 0x0c}, 2, 0),
+		},
 		"FuzzDecodeTraceStats": {
 			"full":      stats,
 			"empty":     {},
@@ -67,6 +73,9 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		}
 		for name, b := range seeds {
 			content := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)
+			if target == "FuzzAppendRestorePacket" {
+				content = string(b) // several arguments: restoreFuzzSeed wrote the whole file
+			}
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -98,6 +98,7 @@ type TracepipeStats struct {
 	ProtoVMPacketsUnrouted uint64 // 13: overwritten packets of producers without a VM (their content is gone)
 	DataSourceErrors       uint64 // 14: data source start/flush/stop failures
 	SinkFilterErrors       uint64 // 15: packets a sink's filter could not evaluate (fate: the sink's filter_error)
+	SinkRestoreOverflows   uint64 // 16: a rotated file started without a sequence's state (the fold outgrew its bound)
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -182,6 +183,7 @@ var tracepipeStatsFields = []counterField[TracepipeStats]{
 	{13, "protovm_packets_unrouted", func(s *TracepipeStats) *uint64 { return &s.ProtoVMPacketsUnrouted }, false},
 	{14, "data_source_errors", func(s *TracepipeStats) *uint64 { return &s.DataSourceErrors }, false},
 	{15, "sink_filter_errors", func(s *TracepipeStats) *uint64 { return &s.SinkFilterErrors }, true},
+	{16, "sink_restore_overflows", func(s *TracepipeStats) *uint64 { return &s.SinkRestoreOverflows }, true},
 }
 
 // filterStatsFields lists FilterStats' scalar counters.

@@ -17,21 +17,27 @@ packet kinds (the payload field), the loss table of the last TraceStats
 packet, and the first packets rendered as text.
 
 Timestamps are shown as written, whatever their clock. A truncated trace is
-summarised up to its last complete packet and reported on stderr (exit 0).`
+summarised up to its last complete packet and reported on stderr (exit 0).
+
+Several files (a rotated set, e.g. out/t.pftrace*) are summarised one line
+per file, then as one trace, in rotation order.`
 
 // newInspectCmd builds `tracepipe inspect`.
 func newInspectCmd() *cobra.Command {
 	var first int
 	c := &cobra.Command{
-		Use:   "inspect TRACE",
+		Use:   "inspect TRACE...",
 		Short: "Summarise a trace: sequences, sizes, time range, kinds, first packets",
 		Long:  inspectLong,
 		Example: `  tracepipe inspect trace.pftrace
   tracepipe inspect --packets 0 trace.pftrace.gz`,
-		Args: oneTraceArg,
+		Args: traceArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if first < 0 {
 				return usageError{fmt.Errorf("--packets must be >= 0, got %d", first)}
+			}
+			if len(args) > 1 {
+				return runInspectSet(args, first, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			return runInspect(args[0], first, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},

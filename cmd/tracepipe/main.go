@@ -77,6 +77,8 @@ func newRootCmd() *cobra.Command {
 			return nil
 		},
 	}
+	root.Version = version()
+	root.SetVersionTemplate("tracepipe {{.Version}}\n")
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 

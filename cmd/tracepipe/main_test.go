@@ -82,7 +82,6 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"stat", "x"}, // typo of stats
 		{"protovm", "bogus"},
 		{"stats"},
-		{"stats", "a", "b"},
 		{"stats", "--no-such-flag", "x"},
 		{"inspect", "--packets", "many", "x"},
 		{"inspect", "--packets", "-1", "x"},

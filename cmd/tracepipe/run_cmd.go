@@ -29,7 +29,11 @@ environment variables and --set flags override it, in that order.
 On a terminal a status line shows elapsed time, bytes in and out, packets,
 losses and buffer fill; otherwise run is quiet until the summary. SIGINT or
 SIGTERM stops the session gracefully: a final flush, a final read and a
-complete file. A second signal exits at once.
+complete file. Signals within a second of the first are the same request;
+a later one aborts (exit 130; the file still ends at a packet boundary).
+-o - streams the trace to standard output; a name ending in .gz or .zst
+is compressed accordingly. {timestamp} in a path is the start time to the
+millisecond; a name already taken gets a -1, -2, ... suffix.
 
 Every loss is counted in the trace's TraceStats packet: inspect it with
 'tracepipe stats FILE'.`
@@ -80,14 +84,57 @@ func loadRunConfig(path, output string, sets []string) (*pipeline.Config, error)
 	return pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Output: output})
 }
 
+// exitAborted is the exit code after a second stop request (128+SIGINT,
+// as a shell reports a process killed by Ctrl-C).
+const exitAborted = 130
+
+// sameRequestWindow: a signal this soon after the first is the same stop
+// request (timeout(1) signals the process, then its group; a terminal
+// sends SIGINT to the whole foreground group), not a demand to abort.
+const sameRequestWindow = time.Second
+
+// abortProcess ends the process on a second stop request; tests replace
+// it.
+var abortProcess = func(code int) { os.Exit(code) }
+
+// stopRequests turns signals into actions: the first stops the session
+// gracefully, any within sameRequestWindow of it are the same request,
+// a later one aborts.
+type stopRequests struct{ first time.Time }
+
+// Signal actions.
+const (
+	sigStop = iota
+	sigSame
+	sigAbort
+)
+
+func (r *stopRequests) on(now time.Time) int {
+	switch {
+	case r.first.IsZero():
+		r.first = now
+		return sigStop
+	case now.Sub(r.first) < sameRequestWindow:
+		return sigSame
+	}
+	return sigAbort
+}
+
 // runSession runs one session with a status line on a terminal.
 func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr string) error {
 	tty := isTerminal(stderr)
 	stderr = &syncWriter{w: stderr} // sinks log from their own goroutines
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// Our handler stays installed for the whole session: a disposition
+	// inherited from the parent (SIGINT ignored in a script's background
+	// job) is replaced, and a second signal is ours to judge.
+	signal.Reset(syscall.SIGINT, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	svc, err := pipeline.New(cfg, pipeline.Options{Logf: func(format string, args ...any) {
-		fmt.Fprintf(stderr, "tracepipe: warning: "+format+"\n", args...)
+		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: warning: "+format+"\n", args...)
 	}})
 	if err != nil {
 		return err
@@ -101,8 +148,22 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	}
 	done := make(chan struct{})
 	go func() {
-		<-ctx.Done()
-		stop() // a second signal gets the default action: exit now
+		var req stopRequests
+		for {
+			select {
+			case <-done:
+				return
+			case sig := <-sigs:
+				switch req.on(time.Now()) {
+				case sigStop:
+					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v: stopping… (Ctrl-C again to abort)\n", sig)
+					cancel()
+				case sigAbort:
+					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v again: aborting; the file ends at its last complete packet, without the final TraceStats\n", sig)
+					abortProcess(exitAborted)
+				}
+			}
+		}
 	}()
 	if tty {
 		go func() {
@@ -151,6 +212,9 @@ func statusLine(st pipeline.Status) string {
 		}
 		fmt.Fprintf(&b, "  %s %.0f%%", name, 100*bs.Fill())
 	}
+	for _, f := range st.SinkFailures {
+		fmt.Fprintf(&b, "  SINK FAILED %s", f)
+	}
 	return b.String()
 }
 
@@ -168,13 +232,39 @@ func byteSize(n uint64) string {
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
-// printSummary tells where the trace went and whether anything was lost.
+// printSummary tells, per sink, exactly what reached its destination,
+// and whether anything was lost.
 func printSummary(w io.Writer, res *pipeline.Result) {
-	files := strings.Join(res.Files, ", ")
-	if files == "" {
-		files = "(no file sink)"
+	for _, sr := range res.Sinks {
+		dest := sr.Destination
+		if n := len(sr.Files); n > 1 {
+			dest = fmt.Sprintf("%s (%d files: %s ... %s)", sr.Destination, n, sr.Files[0], sr.Files[n-1])
+		} else if n == 1 {
+			dest = sr.Files[0]
+		}
+		fmt.Fprintf(w, "tracepipe: %s: wrote %d packets (%s) to %s", sr.Name, sr.Stats.PacketsWritten, byteSize(sr.Stats.BytesWritten), dest)
+		st := sr.Stats
+		var notes []string
+		if st.PacketsFiltered > 0 {
+			notes = append(notes, fmt.Sprintf("%d filtered out", st.PacketsFiltered))
+		}
+		if st.FilterErrors > 0 {
+			notes = append(notes, fmt.Sprintf("%d filter errors", st.FilterErrors))
+		}
+		if n := st.PacketsDroppedQueue; n > 0 {
+			notes = append(notes, fmt.Sprintf("%d dropped (queue full)", n))
+		}
+		if n := st.PacketsDroppedError; n > 0 {
+			notes = append(notes, fmt.Sprintf("%d lost to errors", n))
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(w, "; %s", strings.Join(notes, ", "))
+		}
+		fmt.Fprintln(w)
+		if sr.Err != nil {
+			fmt.Fprintf(w, "tracepipe: %s: FAILED: %v\n", sr.Name, sr.Err)
+		}
 	}
-	fmt.Fprintf(w, "tracepipe: wrote %d packets (%s) to %s\n", res.Packets, byteSize(res.Bytes), files)
 	var lost []string
 	for _, r := range tracefile.LossReport(res.Stats) {
 		if r.Lost() {

@@ -28,6 +28,11 @@ per sequence and per loss reason.
 A truncated trace (e.g. the recorder was killed) is reported on stderr and
 the stats of the last complete TraceStats packet are still printed.
 
+Several files (a rotated set, e.g. out/t.pftrace*) are read in rotation
+order: one line per file with its packets and its own last TraceStats'
+sink counters, then the set as one trace (the last file's last TraceStats,
+every flagged packet of every file).
+
 Exit codes: 0 ok, 1 error (unreadable file, no TraceStats packet),
 2 usage error, 3 data loss found with --fail-on-loss.`
 
@@ -35,14 +40,18 @@ Exit codes: 0 ok, 1 error (unreadable file, no TraceStats packet),
 func newStatsCmd() *cobra.Command {
 	var opts statsOptions
 	c := &cobra.Command{
-		Use:   "stats TRACE",
+		Use:   "stats TRACE...",
 		Short: "Print the data-loss table of a trace's last TraceStats packet",
 		Long:  statsLong,
 		Example: `  tracepipe stats trace.pftrace
   tracepipe stats --fail-on-loss trace.pftrace.zst
-  tracepipe stats --json --all trace.pftrace`,
-		Args: oneTraceArg,
+  tracepipe stats --json --all trace.pftrace
+  tracepipe stats out/long.pftrace.zst*     # a rotated set: each file, then the set`,
+		Args: traceArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return runStatsSet(args, opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return runStats(args[0], opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}

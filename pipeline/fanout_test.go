@@ -1,0 +1,260 @@
+package pipeline
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// stuckForever is a sink type whose destination never answers: Write
+// blocks until the test ends.
+type stuckForever struct {
+	release <-chan struct{}
+	mu      sync.Mutex
+	st      sinks.SinkStats
+}
+
+func (s *stuckForever) Write(_ context.Context, p [][]byte) error {
+	<-s.release
+	s.mu.Lock()
+	s.st.PacketsWritten += uint64(len(p))
+	s.mu.Unlock()
+	return nil
+}
+func (s *stuckForever) Flush(context.Context) error { return nil }
+func (s *stuckForever) Close(context.Context) error { return nil }
+func (s *stuckForever) Stats() sinks.SinkStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+type stuckBuilder struct{}
+
+// stuckRelease is what the next opened test.stuck sink waits on.
+var stuckRelease chan struct{}
+
+func (stuckBuilder) Destination() string { return "nowhere" }
+func (stuckBuilder) Open(sinks.Env) (sinks.Sink, error) {
+	return &stuckForever{release: stuckRelease}, nil
+}
+
+func init() {
+	// A registered type like any other: the registry is how tests and the
+	// network sinks add destinations.
+	sinks.Register("test.stuck", func(m map[string]any) (sinks.Builder, error) {
+		sec := sinks.NewSection(m)
+		if err := sec.Err(); err != nil {
+			return nil, err
+		}
+		return stuckBuilder{}, nil
+	})
+}
+
+// countScripted counts each scripted (writer, index) in a trace.
+func countScripted(pkts []tracePacket) map[[2]int]int {
+	seen := map[[2]int]int{}
+	for _, p := range pkts {
+		if w, i, _, ok := scriptedID(p.raw); ok {
+			seen[[2]int{w, i}]++
+		}
+	}
+	return seen
+}
+
+// A sink whose destination blocks forever (when_full: drop): the file
+// sink's output is complete, the blocked sink's drops are counted, the
+// session stops within its stop bound, and the summary names both.
+func TestServiceBlockedSinkDoesNotDelayFileSink(t *testing.T) {
+	stuckRelease = make(chan struct{})
+	old := sinkCloseTime
+	sinkCloseTime = 2 * time.Second
+	defer func() { sinkCloseTime = old }()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.pftrace")
+	cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 4096}]
+producers: {smb_size_kb: 4096}
+data_sources:
+  - name: test.scripted
+    buffer_exhausted_policy: stall
+    config: {writers: 2, packets: 3000, sizes: [200]}
+sinks:
+  - type: file
+    file: {path: `+path+`}
+  - type: test.stuck
+    name: stuck
+    when_full: drop
+    queue_capacity: 2
+    test.stuck: {}
+`)
+	s, err := New(cfg, Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	res, err := s.Run(ctx)
+	stopped := time.Since(start)
+	close(stuckRelease)
+	if err == nil {
+		t.Log("close of the stuck sink reported no error")
+	}
+	if res == nil {
+		t.Fatal(err)
+	}
+	pkts := readTrace(t, path)
+	seen := countScripted(pkts)
+	if len(seen) != 6000 {
+		t.Errorf("file holds %d distinct scripted packets, want 6000; losses %+v %+v", len(seen), res.Stats.Tracepipe, res.Stats.BufferStats)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("packet %v written %d times", k, n)
+		}
+	}
+	ts := lastStats(t, pkts)
+	if got := ts.Tracepipe.SinkPacketsWritten; got != uint64(len(pkts)) {
+		t.Errorf("file's last TraceStats says %d packets written, the file holds %d", got, len(pkts))
+	}
+	if len(res.Sinks) != 2 || res.Sinks[0].Destination != path || res.Sinks[1].Destination != "nowhere" || res.Sinks[1].Name != "stuck" {
+		t.Fatalf("sink results %+v", res.Sinks)
+	}
+	st := res.Sinks[1].Stats
+	if st.PacketsDroppedQueue == 0 {
+		t.Errorf("the stuck sink dropped nothing: %+v", st)
+	}
+	if f := res.Sinks[0].Stats; f.PacketsWritten != uint64(len(pkts)) || f.PacketsDropped() != 0 {
+		t.Errorf("file sink result %+v, file holds %d packets", f, len(pkts))
+	}
+	// Stop bound: the session's own stop work plus one sink close bound
+	// for the stuck sink (lanes close together), with a wide margin.
+	if stopped > 30*time.Second {
+		t.Errorf("the session took %v with a stuck sink", stopped)
+	}
+}
+
+// Each sink's TraceStats carries its own counters: with two file sinks,
+// one filtered, every file's last TraceStats counts exactly the packets
+// in that file, and the filtered one counts what its filter removed.
+func TestServicePerSinkTraceStats(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.pftrace"), filepath.Join(dir, "b.pftrace.zst")
+	cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+stats_period: 1s
+buffers: [{size_kb: 4096}]
+producers: {smb_size_kb: 4096}
+data_sources:
+  - name: test.scripted
+    buffer_exhausted_policy: stall
+    config: {writers: 2, packets: 2000, sizes: [100, 300]}
+sinks:
+  - {type: file, path: `+a+`}
+  - type: file
+    filter: 'packet.sequence_id != 2'
+    file: {path: `+b+`}
+`)
+	res := runSession(t, cfg)
+	var filtered uint64
+	for i, path := range []string{a, b} {
+		pkts := readTrace(t, path)
+		ts := lastStats(t, pkts)
+		if !isTraceStats(pkts[len(pkts)-1]) {
+			t.Errorf("%s does not end with a TraceStats", path)
+		}
+		tp := ts.Tracepipe
+		if tp.SinkPacketsWritten != uint64(len(pkts)) {
+			t.Errorf("%s: last TraceStats says %d packets written, the file holds %d", path, tp.SinkPacketsWritten, len(pkts))
+		}
+		if r := res.Sinks[i].Stats; r.PacketsWritten != uint64(len(pkts)) {
+			t.Errorf("%s: result says %d written, file holds %d", path, r.PacketsWritten, len(pkts))
+		}
+		if i == 1 {
+			filtered = tp.SinkPacketsFiltered
+		} else if tp.SinkPacketsFiltered != 0 {
+			t.Errorf("unfiltered sink counts %d filtered", tp.SinkPacketsFiltered)
+		}
+	}
+	if filtered == 0 || filtered != res.Sinks[1].Stats.PacketsFiltered {
+		t.Errorf("filtered sink: TraceStats %d, result %d", filtered, res.Sinks[1].Stats.PacketsFiltered)
+	}
+}
+
+func isTraceStats(p tracePacket) bool { return p.info.PayloadField == tracefile.FieldTraceStats }
+
+// Rotation makes self-contained files: every file after the first starts
+// with the clock snapshot and trace_config, every file but the last ends
+// with a TraceStats whose sink_packets_written counts the packets of the
+// files so far, none reaches max_file_size, and the set holds every
+// scripted packet exactly once.
+func TestServiceRotationSelfContained(t *testing.T) {
+	// (Compressed rotation by bytes on disk: sinks.TestFileSinkCompression.)
+	for _, name := range []string{"t.pftrace"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), name)
+			cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 8192}]
+producers: {smb_size_kb: 4096}
+data_sources:
+  - name: test.scripted
+    buffer_exhausted_policy: stall
+    config: {writers: 3, packets: 4000, sizes: [300, 700]}
+sinks:
+  - type: file
+    file: {path: `+path+`, max_file_size: 1MiB}
+`)
+			res := runSession(t, cfg)
+			files := res.Sinks[0].Files
+			if len(files) < 3 {
+				t.Fatalf("%d files, want a rotation (%v)", len(files), files)
+			}
+			seen := map[[2]int]int{}
+			var total uint64
+			for i, f := range files {
+				pkts := readTrace(t, f)
+				total += uint64(len(pkts))
+				if st, err := os.Stat(f); err != nil || st.Size() >= 1<<20 {
+					t.Errorf("%s: %v bytes, cap 1 MiB (%v)", f, st.Size(), err)
+				}
+				if i > 0 {
+					if pkts[0].info.PayloadField != tracefile.FieldClockSnapshot {
+						t.Errorf("%s starts with %s, want the clock snapshot", f, pkts[0].info.Kind())
+					}
+					if pkts[1].info.PayloadField != tracefile.FieldTraceConfig {
+						t.Errorf("%s: packet 1 is %s, want trace_config", f, pkts[1].info.Kind())
+					}
+				}
+				if !isTraceStats(pkts[len(pkts)-1]) {
+					t.Fatalf("%s does not end with a TraceStats", f)
+				}
+				if ts := lastStats(t, pkts); ts.Tracepipe.SinkPacketsWritten != total {
+					t.Errorf("%s: last TraceStats counts %d written, the files so far hold %d", f, ts.Tracepipe.SinkPacketsWritten, total)
+				}
+				for k, n := range countScripted(pkts) {
+					seen[k] += n
+				}
+			}
+			if len(seen) != 12000 {
+				t.Errorf("the set holds %d distinct scripted packets, want 12000", len(seen))
+			}
+			for k, n := range seen {
+				if n != 1 {
+					t.Fatalf("packet %v is in the set %d times", k, n)
+				}
+			}
+		})
+	}
+}
