@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"testing"
@@ -84,5 +85,51 @@ func FuzzServerConn(f *testing.F) {
 			t.Fatal("server connection did not end")
 		}
 		server.Close()
+	})
+}
+
+// FuzzSenderConn plays a receiver that answers with arbitrary bytes: the
+// sink must not panic or hang, and must never count a packet as written
+// that a well-formed ack of a batch it sent did not cover.
+func FuzzSenderConn(f *testing.F) {
+	f.Add(appendSeqFrame(appendHelloAck(nil, 0), frameAck, 1))
+	f.Add(appendSeqFrame(appendHelloAck(nil, 0), frameAck, 99))
+	f.Add(appendHelloAck(nil, 7))
+	f.Add(appendErrorFrame(nil, "no"))
+	f.Add([]byte{frameAck, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, answer []byte) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					c.SetDeadline(time.Now().Add(2 * time.Second))
+					go io.Copy(io.Discard, c)
+					c.Write(answer)
+				}()
+			}
+		}()
+		s, err := New(Options{Address: ln.Addr().String(), Identity: remote.Identity{Machine: 1, Hostname: "f"},
+			BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond, DialTimeout: 200 * time.Millisecond, CloseTimeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write(context.Background(), [][]byte{{0x40, 0x01}})
+		s.Flush(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Close(ctx)
+		st := s.Stats()
+		if st.PacketsWritten+st.PacketsDropped() != 1 {
+			t.Fatalf("1 packet written, stats %+v", st)
+		}
 	})
 }

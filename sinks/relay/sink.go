@@ -224,9 +224,16 @@ func (s *Sink) session() (bool, error) {
 		return false, fmt.Errorf("%w: hello ack of %d bytes, want 10", ErrProtocol, len(p))
 	}
 	last, _ := decodeSeq("hello ack", p[2:])
+	if sealed := s.out.Sealed(); last > sealed {
+		// Trusting it would make the receiver drop our next batches as
+		// duplicates.
+		return false, fmt.Errorf("%w: receiver claims batch %d of this session, only %d were sent", ErrProtocol, last, sealed)
+	}
 	_ = c.SetDeadline(time.Time{})
 	s.Connects.Add(1)
 	s.out.Ack(last)
+	var sent atomic.Uint64 // highest batch written on this connection
+	sent.Store(last)
 
 	go func() { // acks
 		for {
@@ -238,6 +245,9 @@ func (s *Sink) session() (bool, error) {
 			switch typ {
 			case frameAck:
 				seq, err := decodeSeq("ack", p)
+				if err == nil && seq > sent.Load() {
+					err = fmt.Errorf("%w: ack of batch %d, only %d were sent", ErrProtocol, seq, sent.Load())
+				}
 				if err != nil {
 					cancel(err)
 					return
@@ -273,6 +283,8 @@ func (s *Sink) session() (bool, error) {
 		// not hold the sender forever: reconnect instead.
 		_ = c.SetWriteDeadline(time.Now().Add(writeStallTimeout))
 		bufs := net.Buffers(arr) // one writev on a TCP connection
+		// Before the write: the ack may arrive before WriteTo returns.
+		sent.Store(b.Seq)
 		_, err := bufs.WriteTo(c)
 		next = b.Seq + 1
 		s.out.Release(b)

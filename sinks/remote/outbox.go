@@ -235,6 +235,13 @@ func (o *Outbox) Ack(seq uint64) {
 	}
 }
 
+// Sealed is the highest batch number sealed so far (0: none).
+func (o *Outbox) Sealed() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.nextSeq - 1
+}
+
 // Acked is the highest batch number acknowledged so far.
 func (o *Outbox) Acked() uint64 {
 	o.mu.Lock()
