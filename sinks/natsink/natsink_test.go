@@ -220,3 +220,43 @@ func TestNATSServerRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestNATSBeyondBound: with the server down and a 4-batch queue, what
+// does not fit is dropped and counted; what is stored is every other
+// packet, once and in order.
+func TestNATSBeyondBound(t *testing.T) {
+	srv := startNATS(t)
+	s, err := New(Options{
+		URL: srv.URL(), Subject: "traces.c", CreateStream: true, Stream: "T",
+		Identity:   remote.Identity{Machine: 78, Session: [16]byte{7}, Hostname: "lossy"},
+		BatchBytes: 4 << 10, MaxBatches: 4, AckTimeout: time.Second, CloseTimeout: 30 * time.Second,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, s, nil, 0, 500, true)
+	waitFor(t, "the first batches acknowledged", 30*time.Second, func() bool { return s.Stats().PacketsWritten > 0 })
+	srv.kill()
+	send(t, s, nil, 500, 1500, false)
+	srv.start()
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.PacketsDroppedQueue == 0 {
+		t.Fatalf("stats %+v: a 4-batch queue through an outage dropped nothing", st)
+	}
+	got := readBack(t, srv.URL(), "traces.c", s.Identity(), s.out.Acked())
+	if uint64(len(got))+st.PacketsDroppedQueue != 1500 || uint64(len(got)) != st.PacketsWritten {
+		t.Errorf("%d stored + %d counted dropped != 1500 (written %d)", len(got), st.PacketsDroppedQueue, st.PacketsWritten)
+	}
+	prev := int64(-1)
+	for i, p := range got {
+		info, _ := tracefile.DecodePacket(p)
+		if int64(info.Timestamp) <= prev {
+			t.Fatalf("packet %d: timestamp %d after %d (duplicate or reorder)", i, info.Timestamp, prev)
+		}
+		prev = int64(info.Timestamp)
+	}
+}
