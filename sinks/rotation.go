@@ -182,7 +182,7 @@ func (r *restoreState) observe(p []byte) {
 }
 
 // observeTrack keeps the latest descriptor of each track uuid, without
-// the packet's loss fields (a copy must not mark its sequence invalid).
+// the packet's loss fields and sequence flags (see below).
 func (r *restoreState) observeTrack(p, desc []byte) {
 	var uuid uint64
 	for b := desc; len(b) > 0; {
@@ -211,7 +211,13 @@ func (r *restoreState) observeTrack(p, desc []byte) {
 	for b := p; len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
 		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if num != tracefile.FieldPreviousPacketDropped && num != tracefile.FieldFirstPacketOnSequence {
+		switch num {
+		case tracefile.FieldPreviousPacketDropped, tracefile.FieldFirstPacketOnSequence,
+			tracefile.FieldSequenceFlags, tracefile.FieldIncrementalStateClear:
+			// A copy must neither invalidate its sequence (loss), nor clear
+			// the state its restore packet just set (CLEARED), nor depend on
+			// it (NEEDS): a descriptor needs no incremental state.
+		default:
 			cp = append(cp, b[:n+m]...)
 		}
 		b = b[n+m:]

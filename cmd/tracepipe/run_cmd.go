@@ -186,6 +186,15 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	}
 	if res != nil {
 		printSummary(stderr, res)
+		if err == nil {
+			// on_error: drop let the session finish; the run still failed
+			// to deliver everything, and the exit code says so.
+			for _, sr := range res.Sinks {
+				if sr.Err != nil {
+					return fmt.Errorf("sink %s failed (on_error: drop; the session ran to its end): %w", sr.Name, sr.Err)
+				}
+			}
+		}
 	}
 	return err
 }
