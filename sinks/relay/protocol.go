@@ -136,8 +136,8 @@ func DecodeBatch(p []byte) (seq uint64, records []byte, packets int, nbytes uint
 	return seq, records, packets, nbytes, nil
 }
 
-// frameReader reads frames into one reused buffer that grows to at most
-// MaxFrame bytes.
+// frameReader reads frames into one reused buffer that grows, as bytes
+// arrive, to at most MaxFrame bytes.
 type frameReader struct {
 	r   *bufio.Reader
 	hdr [frameHeaderSize]byte
@@ -162,16 +162,27 @@ func (fr *frameReader) next() (byte, []byte, error) {
 	if n > MaxFrame {
 		return 0, nil, fmt.Errorf("%w: stream offset %d: frame of %d bytes exceeds the limit %d", ErrProtocol, fr.off, n, MaxFrame)
 	}
-	if cap(fr.buf) < int(n) {
-		fr.buf = make([]byte, n)
-	}
-	p := fr.buf[:n]
-	if _, err := io.ReadFull(fr.r, p); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	// The buffer grows with the bytes that actually arrive, not with the
+	// length the peer claims: a header announcing 16 MiB costs nothing
+	// until the bytes come.
+	p := fr.buf[:0]
+	for len(p) < int(n) {
+		if len(p) == cap(p) {
+			np := make([]byte, len(p), min(int(n), max(2*cap(p), 64<<10)))
+			copy(np, p)
+			p = np
 		}
-		return 0, nil, fmt.Errorf("relay: stream offset %d: frame of %d bytes: %w", fr.off, n, err)
+		m, err := fr.r.Read(p[len(p):min(int(n), cap(p))])
+		p = p[:len(p)+m]
+		if err != nil && len(p) < int(n) {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			fr.buf = p[:0]
+			return 0, nil, fmt.Errorf("relay: stream offset %d: frame of %d bytes: %w", fr.off, n, err)
+		}
 	}
+	fr.buf = p[:0]
 	fr.off += frameHeaderSize + int64(n)
 	return typ, p, nil
 }

@@ -261,3 +261,27 @@ func TestReceiverKilled(t *testing.T) {
 		})
 	}
 }
+
+// A receiver at its connection limit refuses more senders; they retry
+// and get in once a slot frees.
+func TestServerConnectionLimit(t *testing.T) {
+	store, err := remote.OpenStore(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	addr := startServer(t, store, ServerOptions{MaxConns: 1})
+	a := newSink(t, addr, "first", 0, 0)
+	waitFor(t, "the first sender's session", 10*time.Second, func() bool { return a.Connects.Load() == 1 })
+	b := newSink(t, addr, "second", 0, 0)
+	sendRange(t, b, 0, 100, 10, false)
+	waitFor(t, "the second sender refused", 10*time.Second, func() bool { return b.Failures.Load() >= 2 })
+	if b.Connects.Load() != 0 {
+		t.Fatal("a sender got past the connection limit")
+	}
+	closeSink(t, a)
+	closeSink(t, b) // its retries get the freed slot
+	if st := b.Stats(); st.PacketsWritten != 100 {
+		t.Errorf("second sender: stats %+v, want its 100 packets written after the first left", st)
+	}
+}

@@ -23,6 +23,9 @@ type ServerOptions struct {
 	// TLS, when set, wraps every accepted connection (set ClientAuth and
 	// ClientCAs to require client certificates).
 	TLS *tls.Config
+	// MaxConns bounds the connections served at once (0: 1024); more are
+	// refused with an error frame. With MaxFrame it bounds the memory.
+	MaxConns int
 	// Logf receives one line per connection event. Nil discards.
 	Logf func(format string, args ...any)
 }
@@ -44,6 +47,9 @@ type Server struct {
 
 // NewServer returns a server storing into opts.Store.
 func NewServer(opts ServerOptions) *Server {
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 1024
+	}
 	return &Server{opts: opts, conns: map[net.Conn]struct{}{}}
 }
 
@@ -85,6 +91,14 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("relay: accept: %w", err)
 		}
 		delay = 0
+		if s.Connections.Load() >= int64(s.opts.MaxConns) {
+			s.Rejected.Add(1)
+			go func() { // never block the accept loop on a slow peer
+				_ = s.refuse(c, fmt.Errorf("relay: receiver at its limit of %d connections", s.opts.MaxConns))
+				c.Close()
+			}()
+			continue
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
