@@ -88,7 +88,14 @@ func (r *Reader) Run(ctx context.Context) error {
 	defer it.Stop()
 	ro := newReorder(r)
 	defer ro.release()
+	lastExpire := time.Now()
 	for {
+		if now := time.Now(); now.Sub(lastExpire) >= time.Second {
+			lastExpire = now
+			if err := ro.expire(now); err != nil {
+				return err
+			}
+		}
 		msg, err := it.Next(jetstream.NextMaxWait(time.Second))
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -138,7 +145,12 @@ type streamHold struct {
 	st    *remote.Stream
 	held  map[uint64]heldMsg
 	since time.Time // when the oldest held batch arrived
+	last  time.Time // when the last batch arrived
 }
+
+// idleRelease: a session silent this long has its file closed (it is
+// reopened, from its state file, if the session sends again).
+const idleRelease = time.Minute
 
 type reorder struct {
 	r       *Reader
@@ -176,6 +188,7 @@ func (ro *reorder) add(msg jetstream.Msg, now time.Time) error {
 		sh = &streamHold{st: st, held: map[uint64]heldMsg{}}
 		ro.streams[id] = sh
 	}
+	sh.last = now
 	last := sh.st.LastSeq()
 	switch {
 	case seq <= last+1:
@@ -246,13 +259,18 @@ func (ro *reorder) giveUp(sh *streamHold) error {
 	return nil
 }
 
-// expire gives up on gaps older than holdTimeout.
+// expire gives up on gaps older than holdTimeout and releases sessions
+// idle for idleRelease.
 func (ro *reorder) expire(now time.Time) error {
-	for _, sh := range ro.streams {
+	for id, sh := range ro.streams {
 		if len(sh.held) > 0 && now.Sub(sh.since) >= holdTimeout {
 			if err := ro.giveUp(sh); err != nil {
 				return err
 			}
+		}
+		if len(sh.held) == 0 && now.Sub(sh.last) >= idleRelease {
+			sh.st.Release()
+			delete(ro.streams, id)
 		}
 	}
 	return nil

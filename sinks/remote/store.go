@@ -115,6 +115,7 @@ func (s *Store) Stream(id Identity) (*Stream, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	st := t.stream(id)
+	t.refs++
 	s.Stats.Streams.Add(1)
 	return &Stream{store: s, t: t, st: st}, nil
 }
@@ -126,9 +127,28 @@ func (st *Stream) LastSeq() uint64 {
 	return st.st.lastSeq
 }
 
-// Release ends this handle's use of the stream; the file stays open for
-// a reconnecting sender until the Store is closed.
-func (st *Stream) Release() { st.store.Stats.Streams.Add(-1) }
+// Release ends this handle's use of the stream. When no handle is left,
+// a per-session file is closed (a long-running receiver must not keep one
+// open per session it ever saw); a sender that reconnects reopens it,
+// continuing from its state file. The merged file stays open.
+func (st *Stream) Release() {
+	s, t := st.store, st.t
+	s.Stats.Streams.Add(-1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.refs--
+	if t.refs > 0 || t.merge || s.traces[t.name] != t {
+		return
+	}
+	delete(s.traces, t.name)
+	if t.err == nil {
+		t.err = errors.New("remote: stream released")
+	}
+	_ = t.f.Close()
+	_ = t.state.Close()
+}
 
 // Append stores batch seq (Trace records in data holding packets packets
 // of nbytes bytes, as counted by CheckRecords) unless it was stored before, in which case it reports
@@ -204,17 +224,6 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Files lists the trace files opened so far.
-func (s *Store) Files() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var names []string
-	for n := range s.traces {
-		names = append(names, n)
-	}
-	return names
-}
-
 // traceOut is one trace file and its state.
 type traceOut struct {
 	name  string
@@ -229,6 +238,7 @@ type traceOut struct {
 	scratch   []byte
 	stateBuf  []byte
 	err       error // sticky write error
+	refs      int   // Stream handles open
 }
 
 // streamState is what the state file keeps of one stream.
