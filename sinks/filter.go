@@ -45,6 +45,20 @@ type Packet struct {
 	SequenceFlags         int64  `cel:"sequence_flags"`
 }
 
+// passesAlways reports whether a packet passes any filter: TraceStats,
+// and packets that carry only a sequence's incremental state
+// (interned_data, trace_packet_defaults, or a bare CLEARED: restore
+// packets), which the packets a filter keeps may depend on.
+func passesAlways(info *tracefile.PacketInfo) bool {
+	switch info.PayloadField {
+	case tracefile.FieldTraceStats, tracefile.FieldInternedData, tracefile.FieldTracePacketDefaults:
+		return true
+	case 0:
+		return info.SequenceFlags&tracefile.SeqIncrementalStateCleared != 0
+	}
+	return false
+}
+
 // ServiceSequenceID is the trusted_packet_sequence_id of the service's own
 // packets.
 const ServiceSequenceID = 1
@@ -55,8 +69,9 @@ const ServiceSequenceID = 1
 // Packets of the service's own sequence (trusted_packet_sequence_id 1:
 // clock snapshots, trace_config, system_info, sync markers, TraceStats)
 // always pass, whatever the expression says, so that a filtered file
-// stays readable and its losses visible; they are not evaluated. (A Lane
-// also passes the packets an Item marks in Pass, such as restore packets.)
+// stays readable and its losses visible; they are not evaluated. So do
+// packets that carry only incremental state (restore packets, interned
+// data alone), and a Lane passes the packets an Item marks in Pass.
 type Filter struct {
 	expr   string
 	prg    cel.Program
@@ -117,7 +132,7 @@ func (f *Filter) Match(packet []byte) (bool, error) {
 
 // MatchInfo evaluates the filter on an already decoded packet.
 func (f *Filter) MatchInfo(info *tracefile.PacketInfo) (bool, error) {
-	if info.PayloadField == tracefile.FieldTraceStats || info.SequenceID == ServiceSequenceID {
+	if info.SequenceID == ServiceSequenceID || passesAlways(info) {
 		return true, nil
 	}
 	if f.native != nil {

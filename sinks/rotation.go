@@ -282,7 +282,15 @@ func (r *restoreState) trailer(dst []byte, st SinkStats) []byte {
 // setSinkCounters writes a sink's counters into tp, counting the stats
 // packet being written as written.
 func setSinkCounters(tp *tracefile.TracepipeStats, st SinkStats) {
-	tp.SinkPacketsWritten = st.PacketsWritten + 1
+	st.PacketsWritten++
+	SetTraceStats(tp, st)
+}
+
+// SetTraceStats writes st into tp's sink counters (sink_packets_written,
+// sink_bytes_written, sink_packets_filtered, sink_packets_dropped: queue
+// and errors, sink_errors, sink_filter_errors, sink_restore_overflows).
+func SetTraceStats(tp *tracefile.TracepipeStats, st SinkStats) {
+	tp.SinkPacketsWritten = st.PacketsWritten
 	tp.SinkBytesWritten = st.BytesWritten
 	tp.SinkPacketsFiltered = st.PacketsFiltered
 	tp.SinkPacketsDropped = st.PacketsDroppedQueue + st.PacketsDroppedError
