@@ -73,8 +73,9 @@ const ServiceSequenceID = 1
 // packets that carry only incremental state (restore packets, interned
 // data alone), and a Lane passes the packets an Item marks in Pass.
 type Filter struct {
-	expr string
-	prg  cel.Program
+	expr   string
+	prg    cel.Program
+	native *nativeNode // nil unless the expression lowers (filter_native.go)
 }
 
 var (
@@ -112,7 +113,7 @@ func NewFilter(expr string) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sinks: filter %q: %w", expr, err)
 	}
-	return &Filter{expr: expr, prg: prg}, nil
+	return &Filter{expr: expr, prg: prg, native: lowerFilter(ast.NativeRep().Expr())}, nil
 }
 
 // String returns the expression.
@@ -133,6 +134,9 @@ func (f *Filter) Match(packet []byte) (bool, error) {
 func (f *Filter) MatchInfo(info *tracefile.PacketInfo) (bool, error) {
 	if info.SequenceID == ServiceSequenceID || passesAlways(info) {
 		return true, nil
+	}
+	if f.native != nil {
+		return f.native.eval(info), nil
 	}
 	p := &Packet{
 		Timestamp:             int64(info.Timestamp),

@@ -52,6 +52,7 @@ Commands:
   inspect    summarise a trace: sequences, sizes, time range, first packets
   protovm    compile ProtoVM programs and replay traces through them
   check      predict trace_processor's import: skipped packets, error stats
+  serve      receive traces from other machines (relay sinks, NATS)
 
 Exit codes: 0 ok, 1 error, 2 usage error, 3 data loss found by
 'stats --fail-on-loss' or problems found by 'check'.`
@@ -91,6 +92,7 @@ func newRootCmd() *cobra.Command {
 		newProtoVMCmd(),
 		newCheckCmd(), // check_cmd.go
 		newPluginsCmd(), // plugins_cmd.go: `tracepipe plugins`
+		newServeCmd(), // serve_cmd.go: receive relay and NATS streams
 	)
 	classifyUsageErrors(root)
 	return root
