@@ -130,11 +130,21 @@ func (f *Filter) Match(packet []byte) (bool, error) {
 	return f.MatchInfo(&info)
 }
 
-// MatchInfo evaluates the filter on an already decoded packet.
+// MatchInfo evaluates the filter on an already decoded packet, as a sink
+// applies it: service packets and incremental-state packets pass without
+// being evaluated.
 func (f *Filter) MatchInfo(info *tracefile.PacketInfo) (bool, error) {
 	if info.SequenceID == ServiceSequenceID || passesAlways(info) {
 		return true, nil
 	}
+	return f.Eval(info)
+}
+
+// Eval evaluates the expression itself on a decoded packet, without the
+// sink's pass rules: for tools where the expression is a selection the
+// user asked for (protovm apply --filter), not a rule on a trace that
+// must stay readable.
+func (f *Filter) Eval(info *tracefile.PacketInfo) (bool, error) {
 	if f.native != nil {
 		return f.native.eval(info), nil
 	}
