@@ -90,9 +90,9 @@ func newRootCmd() *cobra.Command {
 		newStatsCmd(),
 		newInspectCmd(),
 		newProtoVMCmd(),
-		newCheckCmd(), // check_cmd.go
+		newCheckCmd(),   // check_cmd.go
 		newPluginsCmd(), // plugins_cmd.go: `tracepipe plugins`
-		newServeCmd(), // serve_cmd.go: receive relay and NATS streams
+		newServeCmd(),   // serve_cmd.go: receive relay and NATS streams
 	)
 	classifyUsageErrors(root)
 	return root
