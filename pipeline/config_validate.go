@@ -231,7 +231,7 @@ func (c *Config) checkDataSource(k *checker, i int) {
 
 	if factory != nil {
 		if err := callFactory(factory, ds.Config); err != nil {
-			for _, q := range splitProblems(err.Error(), factoryLine) {
+			for _, q := range plugins.ConfigProblems(err) {
 				if q.Path == "" {
 					k.bad(p+".config", "%s", q.Message)
 				} else {
@@ -322,8 +322,7 @@ func checkExecutable(k *checker, p, path string) {
 // Lines of a sinks.Config.Validate error ("sinks: `path`: message") and of
 // a factory's joined errors ("rate: must be >= 0").
 var (
-	sinkLine    = regexp.MustCompile("^sinks: `([A-Za-z0-9_]+)`: (.*)$")
-	factoryLine = regexp.MustCompile(`^([A-Za-z0-9_.\[\]]+): (.*)$`)
+	sinkLine = regexp.MustCompile("^sinks: `([A-Za-z0-9_]+)`: (.*)$")
 )
 
 // splitProblems splits a multi-line error into problems: a line matching
