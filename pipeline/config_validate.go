@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
@@ -215,6 +216,15 @@ func (c *Config) checkDataSource(k *checker, i int) {
 		}
 	} else if n := len(c.Buffers); n > 0 && (ds.TargetBuffer < 0 || ds.TargetBuffer >= n) {
 		k.bad(p+".target_buffer", "must be in 0..%d (there are %d buffers), got %d", n-1, n, ds.TargetBuffer)
+	}
+
+	if r := ds.Restart; r != nil {
+		if r.Max < 0 || r.Max > 100 {
+			k.bad(p+".restart.max", "must be in 0..100, got %d", r.Max)
+		}
+		if r.Backoff < 0 || r.Backoff > time.Hour {
+			k.bad(p+".restart.backoff", "must be in 0..1h, got %v", r.Backoff)
+		}
 	}
 
 	switch ds.OnStartError {
