@@ -165,6 +165,9 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 		files = "(no file sink)"
 	}
 	fmt.Fprintf(w, "tracepipe: wrote %d packets (%s) to %s\n", res.Packets, byteSize(res.Bytes), files)
+	for _, err := range res.StartErrors {
+		fmt.Fprintf(w, "tracepipe: not recorded: %v\n", err)
+	}
 	var lost []string
 	for _, r := range tracefile.LossReport(res.Stats) {
 		if r.Lost() {
