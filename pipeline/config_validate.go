@@ -329,8 +329,8 @@ func checkExecutable(k *checker, p, path string) {
 	}
 }
 
-// Lines of a sinks.Config.Validate error ("sinks: `path`: message") and of
-// a factory's joined errors ("rate: must be >= 0").
+// Lines of a sinks.Config.Validate error ("sinks: `path`: message"); a
+// factory's errors are split by plugins.ConfigProblems.
 var (
 	sinkLine = regexp.MustCompile("^sinks: `([A-Za-z0-9_]+)`: (.*)$")
 )
