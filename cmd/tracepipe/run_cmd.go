@@ -274,6 +274,9 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 			fmt.Fprintf(w, "tracepipe: %s: FAILED: %v\n", sr.Name, sr.Err)
 		}
 	}
+	for _, err := range res.StartErrors {
+		fmt.Fprintf(w, "tracepipe: not recorded: %v\n", err)
+	}
 	var lost []string
 	for _, r := range tracefile.LossReport(res.Stats) {
 		if r.Lost() {
