@@ -336,8 +336,6 @@ func checkExecutable(k *checker, p, path string) {
 	}
 }
 
-
-
 func (c *Config) checkSinks(k *checker) {
 	if len(c.Sinks) == 0 {
 		// Streaming or not, a session without a sink records nothing.
