@@ -53,6 +53,7 @@ Commands:
   protovm    compile ProtoVM programs and replay traces through them
   check      predict trace_processor's import: skipped packets, error stats
   serve      receive traces from other machines (relay sinks, NATS)
+  plugins    list data-source plugins: their sources, descriptions, config keys
 
 Exit codes: 0 ok, 1 error, 2 usage error, 3 data loss found by
 'stats --fail-on-loss' or problems found by 'check'.`
