@@ -1,11 +1,11 @@
 package smb
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // WriterStats counts what a TraceWriter lost or noticed.
@@ -73,10 +73,13 @@ type TraceWriter struct {
 	fragmented bool // the packet crossed into another chunk
 	fragHdr    int  // offset in buf of the current fragment's 4-byte size
 	fragStart  int  // offset in buf of the current fragment's first byte
-	pos        int  // bytes of the packet written so far
+	posBase    int  // posBase+wp = bytes of the packet written so far
 	frames     []frame
 	packetGen  uint32
-	err        error
+	// top is the key (msgKey) of the innermost open message, or noMessage
+	// between packets: a Message writing to it needs no further checks.
+	top uint64
+	err error
 
 	dropping    bool // writing into garbage
 	lostPackets bool // flag the next packet with previous_packet_dropped
@@ -93,7 +96,7 @@ type TraceWriter struct {
 
 func newTraceWriter(a *Arbiter, id uint16, target uint32, policy BufferExhaustedPolicy) *TraceWriter {
 	return &TraceWriter{arb: a, id: id, target: target, policy: policy, firstPacket: true,
-		frames: make([]frame, 1, 16)}
+		frames: make([]frame, 1, 16), top: noMessage}
 }
 
 // ID is the writer id (1..32767) the arbiter allocated.
@@ -188,8 +191,9 @@ func (w *TraceWriter) startChunk() {
 // the old one is returned so that, if none is free, the old fragment can
 // still be marked with the drop sentinel.
 func (w *TraceWriter) nextBuffer() {
+	pos := w.posBase + w.wp
 	if w.dropping {
-		w.wp = 0
+		w.posBase, w.wp = pos, 0
 		return
 	}
 	h := ChunkHeader{ChunkID: w.nextChunkID, WriterID: w.id, Count: 1, Flags: FlagFirstPacketContinuesFromPrevChunk}
@@ -206,6 +210,7 @@ func (w *TraceWriter) nextBuffer() {
 		}
 		w.returnChunk()
 		w.enterDrop()
+		w.posBase = pos
 		return
 	}
 	PutRedundantVarint(w.buf[w.fragHdr:], uint32(w.wp-w.fragStart))
@@ -226,6 +231,7 @@ func (w *TraceWriter) nextBuffer() {
 	clear(w.buf[w.wp : w.wp+PacketHeaderSize])
 	w.wp += PacketHeaderSize
 	w.fragStart = w.wp
+	w.posBase = pos - w.wp
 }
 
 // write appends packet bytes, crossing chunks as needed.
@@ -233,7 +239,6 @@ func (w *TraceWriter) write(b []byte) {
 	for {
 		n := copy(w.buf[w.wp:], b)
 		w.wp += n
-		w.pos += n
 		if n == len(b) {
 			return
 		}
@@ -246,7 +251,6 @@ func (w *TraceWriter) writeString(s string) {
 	for {
 		n := copy(w.buf[w.wp:], s)
 		w.wp += n
-		w.pos += n
 		if n == len(s) {
 			return
 		}
@@ -257,34 +261,59 @@ func (w *TraceWriter) writeString(s string) {
 
 func (w *TraceWriter) writeVarint(v uint64) {
 	if wp := w.wp; len(w.buf)-wp >= 10 {
-		// A fixed-length window lets the compiler drop the bounds checks;
-		// tags and small values take the one-byte path.
-		b := (*[10]byte)(w.buf[wp : wp+10])
-		if v < 0x80 {
-			b[0] = byte(v)
-			w.wp = wp + 1
-			w.pos++
-			return
-		}
-		n := protowire.SizeVarint(v)
-		for i := 0; i < n-1 && i < 9; i++ {
-			b[i] = byte(v) | 0x80
-			v >>= 7
-		}
-		b[(n-1)%10] = byte(v)
-		w.wp = wp + n
-		w.pos += n
+		w.wp = wp + putVarint10((*[10]byte)(w.buf[wp:]), v)
 		return
 	}
 	var tmp [10]byte
-	i := 0
-	for v >= 0x80 {
-		tmp[i] = byte(v) | 0x80
-		v >>= 7
-		i++
+	w.write(tmp[:putVarint10(&tmp, v)])
+}
+
+// putTagVarint writes a field tag and a varint value, the commonest
+// field shape, with one room check when the chunk has 20 bytes left.
+func (w *TraceWriter) putTagVarint(t, v uint64) {
+	if wp := w.wp; len(w.buf)-wp >= 20 {
+		wp += putVarint10((*[10]byte)(w.buf[wp:]), t)
+		w.wp = wp + putVarint10((*[10]byte)(w.buf[wp:]), v)
+		return
 	}
-	tmp[i] = byte(v)
-	w.write(tmp[:i+1])
+	w.writeVarint(t)
+	w.writeVarint(v)
+}
+
+// putVarint10 encodes v at the start of b and returns its length. Values
+// below 2^14 (tags, small enums and sizes) take the unrolled paths.
+func putVarint10(b *[10]byte, v uint64) int {
+	if v < 1<<7 {
+		b[0] = byte(v)
+		return 1
+	}
+	if v < 1<<14 {
+		b[0] = byte(v) | 0x80
+		b[1] = byte(v >> 7)
+		return 2
+	}
+	if v < 1<<56 {
+		// 3 to 8 bytes: spread the 7-bit groups over a word, set the
+		// continuation bits and store it, keeping the bytes past the
+		// varint as they were.
+		n := (bits.Len64(v)*9 + 64) / 64
+		x := v&0x7f | v<<1&0x7f00 | v<<2&0x7f0000 | v<<3&0x7f000000 |
+			v<<4&0x7f00000000 | v<<5&0x7f0000000000 | v<<6&0x7f000000000000 | v<<7&0x7f00000000000000
+		x |= 0x8080808080808080 >> (72 - 8*n)
+		keep := ^uint64(0) << (8 * n & 63)
+		if n == 8 {
+			keep = 0
+		}
+		binary.LittleEndian.PutUint64(b[:8], x|binary.LittleEndian.Uint64(b[:8])&keep)
+		return n
+	}
+	i := 0
+	for ; v >= 0x80 && i < 9; i++ {
+		b[i] = byte(v) | 0x80
+		v >>= 7
+	}
+	b[i] = byte(v)
+	return i + 1
 }
 
 // reserveSlot reserves 4 contiguous zeroed bytes for a size written later.
@@ -295,7 +324,6 @@ func (w *TraceWriter) reserveSlot() int {
 	s := w.wp
 	clear(w.buf[s : s+PacketHeaderSize])
 	w.wp += PacketHeaderSize
-	w.pos += PacketHeaderSize
 	return s
 }
 
@@ -305,7 +333,8 @@ func (w *TraceWriter) reserveSlot() int {
 func (w *TraceWriter) endFrame() {
 	f := w.frames[len(w.frames)-1]
 	w.frames = w.frames[:len(w.frames)-1]
-	size := w.pos - f.start
+	w.top = msgKey(w.packetGen, len(w.frames)-1)
+	size := w.posBase + w.wp - f.start
 	if size > MaxMessageLength {
 		w.err = fmt.Errorf("smb: nested message of %d bytes exceeds the %d-byte limit", size, MaxMessageLength)
 		size = MaxMessageLength
@@ -316,7 +345,6 @@ func (w *TraceWriter) endFrame() {
 			copy(w.buf[f.slot+1:], w.buf[f.slot+PacketHeaderSize:w.wp])
 			w.buf[f.slot] = byte(size)
 			w.wp -= 3
-			w.pos -= 3
 		} else {
 			PutRedundantVarint(w.buf[f.slot:], uint32(size))
 		}
@@ -340,14 +368,15 @@ func (w *TraceWriter) beginPacket() {
 		w.startChunk()
 	}
 	w.packetGen++
+	w.top = msgKey(w.packetGen, 0)
 	w.inPacket = true
-	w.pos = 0
 	w.frames = w.frames[:1]
 	w.frames[0] = frame{}
 	w.fragHdr = w.wp
 	clear(w.buf[w.wp : w.wp+PacketHeaderSize])
 	w.wp += PacketHeaderSize
 	w.fragStart = w.wp
+	w.posBase = -w.wp
 	if !w.dropping {
 		if w.inflated {
 			w.inflated = false
@@ -376,14 +405,16 @@ func (w *TraceWriter) finishPacket() {
 		w.endFrame()
 	}
 	w.inPacket = false
+	w.packetGen++ // handles of the finished packet go inert
+	w.top = noMessage
 	if w.dropping {
 		w.lostPackets = true
 		w.stats.dropped.Add(1)
 		return
 	}
-	if !w.fragmented && w.pos <= 127 {
+	if n := w.wp - w.fragStart; !w.fragmented && n <= 127 {
 		copy(w.buf[w.fragHdr+1:], w.buf[w.fragStart:w.wp])
-		w.buf[w.fragHdr] = byte(w.pos)
+		w.buf[w.fragHdr] = byte(n)
 		w.wp -= 3
 	} else {
 		PutRedundantVarint(w.buf[w.fragHdr:], uint32(w.wp-w.fragStart))
@@ -451,7 +482,7 @@ func (w *TraceWriter) NewTracePacket() TracePacket {
 		return TracePacket{}
 	}
 	w.beginPacket()
-	return TracePacket{Message{w: w, gen: w.packetGen}}
+	return TracePacket{Message{w: w, key: w.top}}
 }
 
 // Flush finishes an open packet, returns the partly written chunk to the
