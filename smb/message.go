@@ -67,9 +67,17 @@ func tag(field uint32, wireType uint32) uint64 { return uint64(field)<<3 | uint6
 // AppendVarint appends a varint field (int32/int64/uint32/uint64/enum
 // encodings; pass negative int64 values converted with uint64()).
 func (m Message) AppendVarint(field uint32, v uint64) {
-	if w := m.prep(); w != nil {
-		w.putTagVarint(tag(field, 0), v)
+	w := m.prep()
+	if w == nil {
+		return
 	}
+	if wp := w.wp; len(w.buf)-wp >= 20 {
+		b := (*[20]byte)(w.buf[wp:])
+		n := putVarint10((*[10]byte)(b[:10]), tag(field, 0))
+		w.wp = wp + n + putVarint10((*[10]byte)(b[n:n+10]), v)
+		return
+	}
+	w.putTagVarint(tag(field, 0), v)
 }
 
 // AppendBool appends a bool field.

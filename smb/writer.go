@@ -280,13 +280,18 @@ func (w *TraceWriter) putTagVarint(t, v uint64) {
 	w.writeVarint(v)
 }
 
-// putVarint10 encodes v at the start of b and returns its length. Values
-// below 2^14 (tags, small enums and sizes) take the unrolled paths.
+// putVarint10 encodes v at the start of b and returns its length. It
+// inlines the one-byte case (most tags, enums and sizes); values below
+// 2^14 take an unrolled path.
 func putVarint10(b *[10]byte, v uint64) int {
 	if v < 1<<7 {
 		b[0] = byte(v)
 		return 1
 	}
+	return putVarintLong(b, v)
+}
+
+func putVarintLong(b *[10]byte, v uint64) int {
 	if v < 1<<14 {
 		b[0] = byte(v) | 0x80
 		b[1] = byte(v >> 7)
