@@ -406,6 +406,9 @@ func (w *TraceWriter) beginPacket() {
 // size (one byte when the whole packet is at most 127 bytes and in this
 // fragment) and inflates the count so scraping sees the packet complete.
 func (w *TraceWriter) finishPacket() {
+	if len(w.frames) == 2 && w.compactLastNested() {
+		return
+	}
 	for len(w.frames) > 1 {
 		w.endFrame()
 	}
@@ -432,6 +435,45 @@ func (w *TraceWriter) finishPacket() {
 	if w.patchHead < len(w.patchStore) && w.patchStore[w.patchHead].patched {
 		w.arb.sendPatches(w)
 	}
+}
+
+// compactLastNested finishes a packet whose one open nested message is
+// still in this chunk's only fragment and which, with that message
+// compacted, is at most 127 bytes (a TrackEvent packet): both 4-byte sizes
+// become 1 byte with one long move (the nested content moves back 6 bytes)
+// instead of two. The bytes left behind are those endFrame and
+// finishPacket would leave (the golden SMB keeps them): the 6 bytes after
+// the packet repeat the nested content's last 3 bytes twice. It reports
+// false, changing nothing, when the packet does not qualify.
+func (w *TraceWriter) compactLastNested() bool {
+	f := w.frames[1]
+	wp := w.wp
+	c := w.posBase + wp - f.start // nested content size
+	n := wp - 6 - w.fragStart + 3 // packet size with the nested size compacted
+	if f.kind != slotInChunk || w.fragmented || w.dropping || c < 3 || c > 127 || n > 127 ||
+		f.slot+PacketHeaderSize+c != wp || f.slot < w.fragStart {
+		return false
+	}
+	b := w.buf[:wp]
+	copy(b[w.fragHdr+1:], b[w.fragStart:f.slot]) // fields before the nested message
+	b[f.slot-3] = byte(c)
+	copy(b[f.slot-2:], b[f.slot+PacketHeaderSize:]) // nested content, back 6
+	copy(b[wp-6:wp-3], b[wp-3:])                    // stale tail, as two moves leave it
+	b[w.fragHdr] = byte(n)
+	w.wp = wp - 6
+	w.frames = w.frames[:1]
+	w.inPacket = false
+	w.packetGen++
+	w.top = noMessage
+	if w.wp < len(w.buf) {
+		w.count++
+		w.inflated = true
+		w.publish()
+	}
+	if w.patchHead < len(w.patchStore) && w.patchStore[w.patchHead].patched {
+		w.arb.sendPatches(w)
+	}
+	return true
 }
 
 // WritePacket writes one complete proto-encoded TracePacket. Packets of up
