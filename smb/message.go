@@ -1,6 +1,9 @@
 package smb
 
-import "math"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // Message is a handle on an open proto message of the packet a TraceWriter
 // is writing: the root TracePacket or a nested message. Fields are appended
@@ -9,10 +12,17 @@ import "math"
 // or closed messages are inert: their writes are ignored. Message is a
 // small value; copying it is free and allocation-free.
 type Message struct {
-	w     *TraceWriter
-	gen   uint32
-	level int32 // index in w.frames
+	w   *TraceWriter
+	key uint64 // msgKey(packet generation, index in w.frames)
 }
+
+// noMessage is TraceWriter.top between packets; no Message has this key.
+const noMessage = ^uint64(0)
+
+func msgKey(gen uint32, level int) uint64 { return uint64(gen)<<32 | uint64(uint32(level)) }
+
+func (m Message) gen() uint32 { return uint32(m.key >> 32) }
+func (m Message) level() int  { return int(uint32(m.key)) }
 
 // TracePacket is the handle NewTracePacket returns: the root Message plus
 // Finish.
@@ -24,20 +34,29 @@ type TracePacket struct {
 // it, for example a Stall writer's timeout. Finishing twice is a no-op.
 func (p TracePacket) Finish() error {
 	w := p.w
-	if w == nil || p.gen != w.packetGen || !w.inPacket {
+	if w == nil || p.gen() != w.packetGen || !w.inPacket {
 		return nil
 	}
 	w.finishPacket()
 	return w.takeErr()
 }
 
-// prep checks m is still open and closes its open children.
+// prep checks m is still open and closes its open children. The common
+// case, writing to the innermost open message, is one inlined comparison
+// with the writer's top key.
 func (m Message) prep() *TraceWriter {
+	if w := m.w; w != nil && m.key == w.top {
+		return w
+	}
+	return m.prepSlow()
+}
+
+func (m Message) prepSlow() *TraceWriter {
 	w := m.w
-	if w == nil || m.gen != w.packetGen || !w.inPacket || int(m.level) >= len(w.frames) {
+	if w == nil || m.gen() != w.packetGen || !w.inPacket || m.level() >= len(w.frames) {
 		return nil
 	}
-	for int(m.level) < len(w.frames)-1 {
+	for m.level() < len(w.frames)-1 {
 		w.endFrame()
 	}
 	return w
@@ -48,10 +67,17 @@ func tag(field uint32, wireType uint32) uint64 { return uint64(field)<<3 | uint6
 // AppendVarint appends a varint field (int32/int64/uint32/uint64/enum
 // encodings; pass negative int64 values converted with uint64()).
 func (m Message) AppendVarint(field uint32, v uint64) {
-	if w := m.prep(); w != nil {
-		w.writeVarint(tag(field, 0))
-		w.writeVarint(v)
+	w := m.prep()
+	if w == nil {
+		return
 	}
+	if wp := w.wp; len(w.buf)-wp >= 20 {
+		b := (*[20]byte)(w.buf[wp:])
+		n := putVarint10((*[10]byte)(b[:10]), tag(field, 0))
+		w.wp = wp + n + putVarint10((*[10]byte)(b[n:n+10]), v)
+		return
+	}
+	w.putTagVarint(tag(field, 0), v)
 }
 
 // AppendBool appends a bool field.
@@ -98,19 +124,25 @@ func (m Message) AppendDouble(field uint32, v float64) { m.AppendFixed64(field, 
 // AppendBytes appends a bytes (or pre-encoded message) field.
 func (m Message) AppendBytes(field uint32, b []byte) {
 	if w := m.prep(); w != nil {
-		w.writeVarint(tag(field, 2))
-		w.writeVarint(uint64(len(b)))
+		w.putTagVarint(tag(field, 2), uint64(len(b)))
 		w.write(b)
 	}
 }
 
 // AppendString appends a string field.
 func (m Message) AppendString(field uint32, s string) {
-	if w := m.prep(); w != nil {
-		w.writeVarint(tag(field, 2))
-		w.writeVarint(uint64(len(s)))
-		w.writeString(s)
+	w := m.prep()
+	if w == nil {
+		return
 	}
+	if wp := w.wp; len(w.buf)-wp >= 20+len(s) {
+		wp += putVarint10((*[10]byte)(w.buf[wp:]), tag(field, 2))
+		wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(s)))
+		w.wp = wp + copy(w.buf[wp:], s)
+		return
+	}
+	w.putTagVarint(tag(field, 2), uint64(len(s)))
+	w.writeString(s)
 }
 
 // AppendRaw appends already encoded fields verbatim.
@@ -129,14 +161,22 @@ func (m Message) BeginNested(field uint32) Message {
 	if w == nil {
 		return Message{}
 	}
-	w.writeVarint(tag(field, 2))
-	slot := w.reserveSlot()
 	kind := slotInChunk
-	if w.dropping {
-		kind = slotNone
+	if wp := w.wp; len(w.buf)-wp >= 10+PacketHeaderSize && !w.dropping {
+		wp += putVarint10((*[10]byte)(w.buf[wp:]), tag(field, 2))
+		binary.LittleEndian.PutUint32(w.buf[wp:], 0)
+		w.wp = wp + PacketHeaderSize
+		w.frames = append(w.frames, frame{start: w.posBase + w.wp, slot: wp, kind: kind})
+	} else {
+		w.writeVarint(tag(field, 2))
+		slot := w.reserveSlot()
+		if w.dropping {
+			kind = slotNone
+		}
+		w.frames = append(w.frames, frame{start: w.posBase + w.wp, slot: slot, kind: kind})
 	}
-	w.frames = append(w.frames, frame{start: w.pos, slot: slot, kind: kind})
-	return Message{w: w, gen: w.packetGen, level: int32(len(w.frames) - 1)}
+	w.top = msgKey(w.packetGen, len(w.frames)-1)
+	return Message{w: w, key: w.top}
 }
 
 // End closes a nested message (and its open children). On the root
@@ -147,7 +187,7 @@ func (m Message) End() {
 	if w == nil {
 		return
 	}
-	if m.level == 0 {
+	if m.level() == 0 {
 		w.finishPacket()
 		return
 	}

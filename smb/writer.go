@@ -1,11 +1,11 @@
 package smb
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // WriterStats counts what a TraceWriter lost or noticed.
@@ -73,10 +73,13 @@ type TraceWriter struct {
 	fragmented bool // the packet crossed into another chunk
 	fragHdr    int  // offset in buf of the current fragment's 4-byte size
 	fragStart  int  // offset in buf of the current fragment's first byte
-	pos        int  // bytes of the packet written so far
+	posBase    int  // posBase+wp = bytes of the packet written so far
 	frames     []frame
 	packetGen  uint32
-	err        error
+	// top is the key (msgKey) of the innermost open message, or noMessage
+	// between packets: a Message writing to it needs no further checks.
+	top uint64
+	err error
 
 	dropping    bool // writing into garbage
 	lostPackets bool // flag the next packet with previous_packet_dropped
@@ -93,7 +96,7 @@ type TraceWriter struct {
 
 func newTraceWriter(a *Arbiter, id uint16, target uint32, policy BufferExhaustedPolicy) *TraceWriter {
 	return &TraceWriter{arb: a, id: id, target: target, policy: policy, firstPacket: true,
-		frames: make([]frame, 1, 16)}
+		frames: make([]frame, 1, 16), top: noMessage}
 }
 
 // ID is the writer id (1..32767) the arbiter allocated.
@@ -188,8 +191,9 @@ func (w *TraceWriter) startChunk() {
 // the old one is returned so that, if none is free, the old fragment can
 // still be marked with the drop sentinel.
 func (w *TraceWriter) nextBuffer() {
+	pos := w.posBase + w.wp
 	if w.dropping {
-		w.wp = 0
+		w.posBase, w.wp = pos, 0
 		return
 	}
 	h := ChunkHeader{ChunkID: w.nextChunkID, WriterID: w.id, Count: 1, Flags: FlagFirstPacketContinuesFromPrevChunk}
@@ -206,6 +210,7 @@ func (w *TraceWriter) nextBuffer() {
 		}
 		w.returnChunk()
 		w.enterDrop()
+		w.posBase = pos
 		return
 	}
 	PutRedundantVarint(w.buf[w.fragHdr:], uint32(w.wp-w.fragStart))
@@ -226,6 +231,7 @@ func (w *TraceWriter) nextBuffer() {
 	clear(w.buf[w.wp : w.wp+PacketHeaderSize])
 	w.wp += PacketHeaderSize
 	w.fragStart = w.wp
+	w.posBase = pos - w.wp
 }
 
 // write appends packet bytes, crossing chunks as needed.
@@ -233,7 +239,6 @@ func (w *TraceWriter) write(b []byte) {
 	for {
 		n := copy(w.buf[w.wp:], b)
 		w.wp += n
-		w.pos += n
 		if n == len(b) {
 			return
 		}
@@ -246,7 +251,6 @@ func (w *TraceWriter) writeString(s string) {
 	for {
 		n := copy(w.buf[w.wp:], s)
 		w.wp += n
-		w.pos += n
 		if n == len(s) {
 			return
 		}
@@ -257,34 +261,64 @@ func (w *TraceWriter) writeString(s string) {
 
 func (w *TraceWriter) writeVarint(v uint64) {
 	if wp := w.wp; len(w.buf)-wp >= 10 {
-		// A fixed-length window lets the compiler drop the bounds checks;
-		// tags and small values take the one-byte path.
-		b := (*[10]byte)(w.buf[wp : wp+10])
-		if v < 0x80 {
-			b[0] = byte(v)
-			w.wp = wp + 1
-			w.pos++
-			return
-		}
-		n := protowire.SizeVarint(v)
-		for i := 0; i < n-1 && i < 9; i++ {
-			b[i] = byte(v) | 0x80
-			v >>= 7
-		}
-		b[(n-1)%10] = byte(v)
-		w.wp = wp + n
-		w.pos += n
+		w.wp = wp + putVarint10((*[10]byte)(w.buf[wp:]), v)
 		return
 	}
 	var tmp [10]byte
-	i := 0
-	for v >= 0x80 {
-		tmp[i] = byte(v) | 0x80
-		v >>= 7
-		i++
+	w.write(tmp[:putVarint10(&tmp, v)])
+}
+
+// putTagVarint writes a field tag and a varint value, the commonest
+// field shape, with one room check when the chunk has 20 bytes left.
+func (w *TraceWriter) putTagVarint(t, v uint64) {
+	if wp := w.wp; len(w.buf)-wp >= 20 {
+		wp += putVarint10((*[10]byte)(w.buf[wp:]), t)
+		w.wp = wp + putVarint10((*[10]byte)(w.buf[wp:]), v)
+		return
 	}
-	tmp[i] = byte(v)
-	w.write(tmp[:i+1])
+	w.writeVarint(t)
+	w.writeVarint(v)
+}
+
+// putVarint10 encodes v at the start of b and returns its length. It
+// inlines the one-byte case (most tags, enums and sizes); values below
+// 2^14 take an unrolled path.
+func putVarint10(b *[10]byte, v uint64) int {
+	if v < 1<<7 {
+		b[0] = byte(v)
+		return 1
+	}
+	return putVarintLong(b, v)
+}
+
+func putVarintLong(b *[10]byte, v uint64) int {
+	if v < 1<<14 {
+		b[0] = byte(v) | 0x80
+		b[1] = byte(v >> 7)
+		return 2
+	}
+	if v < 1<<56 {
+		// 3 to 8 bytes: spread the 7-bit groups over a word, set the
+		// continuation bits and store it, keeping the bytes past the
+		// varint as they were.
+		n := (bits.Len64(v)*9 + 64) / 64
+		x := v&0x7f | v<<1&0x7f00 | v<<2&0x7f0000 | v<<3&0x7f000000 |
+			v<<4&0x7f00000000 | v<<5&0x7f0000000000 | v<<6&0x7f000000000000 | v<<7&0x7f00000000000000
+		x |= 0x8080808080808080 >> (72 - 8*n)
+		keep := ^uint64(0) << (8 * n & 63)
+		if n == 8 {
+			keep = 0
+		}
+		binary.LittleEndian.PutUint64(b[:8], x|binary.LittleEndian.Uint64(b[:8])&keep)
+		return n
+	}
+	i := 0
+	for ; v >= 0x80 && i < 9; i++ {
+		b[i] = byte(v) | 0x80
+		v >>= 7
+	}
+	b[i] = byte(v)
+	return i + 1
 }
 
 // reserveSlot reserves 4 contiguous zeroed bytes for a size written later.
@@ -295,7 +329,6 @@ func (w *TraceWriter) reserveSlot() int {
 	s := w.wp
 	clear(w.buf[s : s+PacketHeaderSize])
 	w.wp += PacketHeaderSize
-	w.pos += PacketHeaderSize
 	return s
 }
 
@@ -305,7 +338,8 @@ func (w *TraceWriter) reserveSlot() int {
 func (w *TraceWriter) endFrame() {
 	f := w.frames[len(w.frames)-1]
 	w.frames = w.frames[:len(w.frames)-1]
-	size := w.pos - f.start
+	w.top = msgKey(w.packetGen, len(w.frames)-1)
+	size := w.posBase + w.wp - f.start
 	if size > MaxMessageLength {
 		w.err = fmt.Errorf("smb: nested message of %d bytes exceeds the %d-byte limit", size, MaxMessageLength)
 		size = MaxMessageLength
@@ -316,7 +350,6 @@ func (w *TraceWriter) endFrame() {
 			copy(w.buf[f.slot+1:], w.buf[f.slot+PacketHeaderSize:w.wp])
 			w.buf[f.slot] = byte(size)
 			w.wp -= 3
-			w.pos -= 3
 		} else {
 			PutRedundantVarint(w.buf[f.slot:], uint32(size))
 		}
@@ -340,14 +373,15 @@ func (w *TraceWriter) beginPacket() {
 		w.startChunk()
 	}
 	w.packetGen++
+	w.top = msgKey(w.packetGen, 0)
 	w.inPacket = true
-	w.pos = 0
 	w.frames = w.frames[:1]
 	w.frames[0] = frame{}
 	w.fragHdr = w.wp
 	clear(w.buf[w.wp : w.wp+PacketHeaderSize])
 	w.wp += PacketHeaderSize
 	w.fragStart = w.wp
+	w.posBase = -w.wp
 	if !w.dropping {
 		if w.inflated {
 			w.inflated = false
@@ -372,18 +406,23 @@ func (w *TraceWriter) beginPacket() {
 // size (one byte when the whole packet is at most 127 bytes and in this
 // fragment) and inflates the count so scraping sees the packet complete.
 func (w *TraceWriter) finishPacket() {
+	if len(w.frames) == 2 && w.compactLastNested() {
+		return
+	}
 	for len(w.frames) > 1 {
 		w.endFrame()
 	}
 	w.inPacket = false
+	w.packetGen++ // handles of the finished packet go inert
+	w.top = noMessage
 	if w.dropping {
 		w.lostPackets = true
 		w.stats.dropped.Add(1)
 		return
 	}
-	if !w.fragmented && w.pos <= 127 {
+	if n := w.wp - w.fragStart; !w.fragmented && n <= 127 {
 		copy(w.buf[w.fragHdr+1:], w.buf[w.fragStart:w.wp])
-		w.buf[w.fragHdr] = byte(w.pos)
+		w.buf[w.fragHdr] = byte(n)
 		w.wp -= 3
 	} else {
 		PutRedundantVarint(w.buf[w.fragHdr:], uint32(w.wp-w.fragStart))
@@ -396,6 +435,45 @@ func (w *TraceWriter) finishPacket() {
 	if w.patchHead < len(w.patchStore) && w.patchStore[w.patchHead].patched {
 		w.arb.sendPatches(w)
 	}
+}
+
+// compactLastNested finishes a packet whose one open nested message is
+// still in this chunk's only fragment and which, with that message
+// compacted, is at most 127 bytes (a TrackEvent packet): both 4-byte sizes
+// become 1 byte with one long move (the nested content moves back 6 bytes)
+// instead of two. The bytes left behind are those endFrame and
+// finishPacket would leave (the golden SMB keeps them): the 6 bytes after
+// the packet repeat the nested content's last 3 bytes twice. It reports
+// false, changing nothing, when the packet does not qualify.
+func (w *TraceWriter) compactLastNested() bool {
+	f := w.frames[1]
+	wp := w.wp
+	c := w.posBase + wp - f.start // nested content size
+	n := wp - 6 - w.fragStart + 3 // packet size with the nested size compacted
+	if f.kind != slotInChunk || w.fragmented || w.dropping || c < 3 || c > 127 || n > 127 ||
+		f.slot+PacketHeaderSize+c != wp || f.slot < w.fragStart {
+		return false
+	}
+	b := w.buf[:wp]
+	copy(b[w.fragHdr+1:], b[w.fragStart:f.slot]) // fields before the nested message
+	b[f.slot-3] = byte(c)
+	copy(b[f.slot-2:], b[f.slot+PacketHeaderSize:]) // nested content, back 6
+	copy(b[wp-6:wp-3], b[wp-3:])                    // stale tail, as two moves leave it
+	b[w.fragHdr] = byte(n)
+	w.wp = wp - 6
+	w.frames = w.frames[:1]
+	w.inPacket = false
+	w.packetGen++
+	w.top = noMessage
+	if w.wp < len(w.buf) {
+		w.count++
+		w.inflated = true
+		w.publish()
+	}
+	if w.patchHead < len(w.patchStore) && w.patchStore[w.patchHead].patched {
+		w.arb.sendPatches(w)
+	}
+	return true
 }
 
 // WritePacket writes one complete proto-encoded TracePacket. Packets of up
@@ -451,7 +529,7 @@ func (w *TraceWriter) NewTracePacket() TracePacket {
 		return TracePacket{}
 	}
 	w.beginPacket()
-	return TracePacket{Message{w: w, gen: w.packetGen}}
+	return TracePacket{Message{w: w, key: w.top}}
 }
 
 // Flush finishes an open packet, returns the partly written chunk to the
