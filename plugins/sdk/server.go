@@ -306,17 +306,33 @@ func (s *server) Commits(_ *wire.CommitsRequest, stream grpc.ServerStreamingServ
 			if err := s.sendQueued(stream); err != nil {
 				return err
 			}
-			if err := stream.Send(&wire.PluginMessage{Kind: &wire.PluginMessage_Done{Done: &wire.DataSourceDone{}}}); err != nil {
+			if err := stream.Send(doneMessage()); err != nil {
 				return err
 			}
 		case <-s.stopped:
 			// Stop queued its last commit before closing stopped, and no
 			// writer or ticker runs any more: drain and end the stream.
-			return s.sendQueued(stream)
+			if err := s.sendQueued(stream); err != nil {
+				return err
+			}
+			// A source that was done before Stop says so even when select
+			// picked stopped first.
+			if done != nil {
+				select {
+				case <-done:
+					return stream.Send(doneMessage())
+				default:
+				}
+			}
+			return nil
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+func doneMessage() *wire.PluginMessage {
+	return &wire.PluginMessage{Kind: &wire.PluginMessage_Done{Done: &wire.DataSourceDone{}}}
 }
 
 // sendQueued sends what is queued now.
