@@ -55,6 +55,7 @@ func (s *Service) startTimers() {
 // cond is checked before each wait.
 func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 	for !cond() {
+		s.snapAdvance()
 		var flushTimeout <-chan time.Time
 		if s.flush != nil {
 			flushTimeout = s.flush.timer.C
@@ -110,6 +111,14 @@ func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 			s.startTimedOut()
 		case <-s.timers.status.C:
 			s.publishStatus()
+		case sn := <-s.snap.req:
+			s.snapRequested(sn)
+		case sn := <-s.snap.mem:
+			s.snapAllocated(sn)
+		case <-s.snapCopying():
+			s.snapStep()
+		case sn := <-s.snap.done:
+			s.snapFinished(sn, sn.result)
 		}
 	}
 	return true

@@ -31,6 +31,10 @@ type Options struct {
 	// Logf receives warnings (a data source that failed to stop, a sink
 	// error). Nil discards them.
 	Logf func(format string, args ...any)
+	// SnapshotSink, if set, opens one more destination for each clone
+	// snapshot (n: its number, trigger: its trigger's name), besides the
+	// files next to the file sinks (snapshot.go). For embedding and tests.
+	SnapshotSink func(n int, trigger string) (sinks.Sink, error)
 }
 
 // PassInfo describes the output after a read pass was written.
@@ -126,6 +130,7 @@ type Service struct {
 
 	status statusCell
 	ran    bool
+	snap   snapState // clone snapshots (snapshot.go)
 }
 
 // bufferState is one configured buffer and what the service tracks of it.
@@ -165,6 +170,7 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		sinkStop:  make(chan struct{}),
 	}
 	s.outCtx, s.outCancel = context.WithCancel(context.Background())
+	s.snap.init()
 	s.newUUID()
 	for i, bc := range cfg.Buffers {
 		policy := buffer.RingBuffer
@@ -265,6 +271,8 @@ type Result struct {
 	// whose error Run also returns), each as
 	// "data_sources[i] (source): <why>".
 	StartErrors []error
+	// Snapshots counts the session's clone snapshots (snapshot.go).
+	Snapshots SnapshotStats
 }
 
 // ErrAlreadyRun is returned by a second call to Run.
@@ -297,8 +305,10 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	s.startProducers()
 	s.serveUntil(func() bool { return s.recordingStopped || s.recordingOver() }, nil)
 	s.phase = phaseEnding
+	s.snapEnd()
 	res, err := s.finish()
 	res.StartErrors = s.startErrs
+	res.Snapshots = s.SnapshotStats()
 	return res, errors.Join(s.abort, err)
 }
 

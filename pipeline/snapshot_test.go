@@ -1,0 +1,265 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tracepipe/tracepipe/tpimport"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// triggerName returns the trigger_name of a trigger / clone_snapshot_trigger
+// field in packet p, if it has one.
+func triggerName(p []byte, field protowire.Number) (string, bool) {
+	var name string
+	found := false
+	walkTopLevel(p, func(num protowire.Number, f []byte) {
+		if num != field {
+			return
+		}
+		_, _, n := protowire.ConsumeTag(f)
+		body, _ := protowire.ConsumeBytes(f[n:])
+		walkTopLevel(body, func(num protowire.Number, g []byte) {
+			if num == 1 {
+				_, _, m := protowire.ConsumeTag(g)
+				v, _ := protowire.ConsumeBytes(g[m:])
+				name, found = string(v), true
+			}
+		})
+	})
+	return name, found
+}
+
+// A ring session with sequence state restore (configs/ring_buffer.yaml,
+// shortened) takes 5 snapshots while it runs, after the ring wrapped:
+// every snapshot stands alone (its own clock snapshot, trace_config,
+// the clone_snapshot_trigger packet, TraceStats; tracepipe check clean),
+// per sequence holds a contiguous window (no loss inside a window after
+// its restore), and the live session's own trace is complete.
+func TestSnapshotsOfWrappedRingStandAlone(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "ring.pftrace")
+	cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
+		"duration=60s", "buffers[0].size_kb=1024", "data_sources[0].config.rate=5000", "sinks[0].path=" + out,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type runOut struct {
+		res *Result
+		err error
+	}
+	done := make(chan runOut, 1)
+	go func() {
+		res, err := s.Run(ctx)
+		done <- runOut{res, err}
+	}()
+	waitFor(t, "4 MiB through a 1 MiB ring (3 wraps)", 30*time.Second, func() bool {
+		return s.Status().BytesIn >= 4<<20
+	})
+	var results []SnapshotResult
+	for i := range 5 {
+		trig := "manual"
+		if i%2 == 1 {
+			trig = "slow_frame"
+		}
+		r := <-s.Snapshot(SnapshotRequest{Trigger: trig})
+		if r.Err != nil {
+			t.Fatalf("snapshot %d: %v", i+1, r.Err)
+		}
+		results = append(results, r)
+	}
+	cancel()
+	ro := <-done
+	if ro.err != nil {
+		t.Fatal(ro.err)
+	}
+	for _, r := range results {
+		if len(r.Files) != 1 {
+			t.Fatalf("snapshot %d wrote %v", r.N, r.Files)
+		}
+		want := filepath.Join(dir, "ring.snap-"+fmt.Sprint(r.N)+"-"+r.Trigger+".pftrace")
+		if r.Files[0] != want {
+			t.Fatalf("snapshot file %q, want %q", r.Files[0], want)
+		}
+		checkSnapshotFile(t, r.Files[0], r.Trigger)
+		t.Logf("snapshot %d: %d packets, %d bytes, longest pause %v", r.N, r.Packets, r.Bytes, r.Pause)
+	}
+	// The live session's own trace is whole too.
+	rep, err := tpimport.CheckFile(ro.res.Files[0], tpimport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Codes()) != 0 && !onlySMBLoss(rep) {
+		t.Fatalf("live trace: %v", rep.Codes())
+	}
+	tp := ro.res.Stats.Tracepipe
+	if tp.ProducerPacketsDropped != 0 {
+		t.Fatalf("the live session lost %d producer packets", tp.ProducerPacketsDropped)
+	}
+}
+
+func checkSnapshotFile(t *testing.T, path, trigger string) {
+	t.Helper()
+	pkts := readTrace(t, path)
+	var clock, config, stats, trig bool
+	lossAfterFirst := map[uint32]bool{}
+	seen := map[uint32]bool{}
+	wrapped := 0 // sequences whose window starts after an overwrite
+	for _, p := range pkts {
+		switch p.info.PayloadField {
+		case tracefile.FieldClockSnapshot:
+			clock = true
+		case tracefile.FieldTraceConfig:
+			config = true
+		case tracefile.FieldTraceStats:
+			stats = true
+		}
+		if name, ok := triggerName(p.raw, fieldCloneSnapshotTrigger); ok {
+			if name != trigger {
+				t.Fatalf("%s: clone_snapshot_trigger %q, want %q", path, name, trigger)
+			}
+			trig = true
+		}
+		if id := p.info.SequenceID; id > 1 {
+			if seen[id] && p.info.PreviousPacketDropped != 0 {
+				lossAfterFirst[id] = true
+			}
+			if !seen[id] && p.info.PreviousPacketDropped != 0 {
+				wrapped++
+			}
+			seen[id] = true
+		}
+	}
+	if !clock || !config || !stats || !trig {
+		t.Fatalf("%s: clock snapshot %v, trace_config %v, trace stats %v, trigger %v", path, clock, config, stats, trig)
+	}
+	if wrapped == 0 {
+		t.Fatalf("%s: no sequence starts after an overwrite: the ring had not wrapped, the test proves nothing", path)
+	}
+	if len(lossAfterFirst) != 0 {
+		t.Fatalf("%s: sequences %v have a gap inside the snapshot's window", path, lossAfterFirst)
+	}
+	rep, err := tpimport.CheckFile(path, tpimport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var skipped int64
+	for _, q := range rep.Sequences {
+		skipped += q.NeedsSkipped
+	}
+	if skipped != 0 || len(rep.Codes()) != 0 && !onlySMBLoss(rep) {
+		var sb strings.Builder
+		_ = rep.WriteText(&sb)
+		t.Fatalf("%s: tracepipe check: %d skipped\n%s", path, skipped, sb.String())
+	}
+}
+
+// snapshotSession starts a small ring session with the synthetic source
+// and returns it running; stop cancels it and returns its result.
+func snapshotSession(t *testing.T, sets ...string) (s *Service, dir string, stop func() *Result) {
+	t.Helper()
+	dir = t.TempDir()
+	cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: append([]string{
+		"duration=60s", "buffers[0].size_kb=1024", "data_sources[0].config.rate=2000",
+		"sinks[0].path=" + filepath.Join(dir, "live.pftrace"),
+	}, sets...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = New(cfg, Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *Result, 1)
+	go func() {
+		res, err := s.Run(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	t.Cleanup(cancel)
+	waitFor(t, "data in the buffer", 30*time.Second, func() bool { return s.Status().BytesIn > 64<<10 })
+	return s, dir, func() *Result { cancel(); return <-done }
+}
+
+// A snapshot that cannot be written is reported and counted; the live
+// session goes on and ends normally, and the next snapshot works.
+func TestSnapshotFailureDoesNotStopSession(t *testing.T) {
+	s, dir, stop := snapshotSession(t)
+	r := <-s.Snapshot(SnapshotRequest{Trigger: "bad", Path: filepath.Join(dir, "missing-dir", "x.pftrace")})
+	if r.Err == nil {
+		t.Fatal("a snapshot into a missing directory succeeded")
+	}
+	ok := <-s.Snapshot(SnapshotRequest{Trigger: "good"})
+	if ok.Err != nil {
+		t.Fatalf("the snapshot after a failed one: %v", ok.Err)
+	}
+	res := stop()
+	if res.Snapshots.Failed != 1 || res.Snapshots.Taken != 1 {
+		t.Fatalf("snapshot counters %+v; want 1 failed, 1 taken", res.Snapshots)
+	}
+	if len(res.Files) == 0 {
+		t.Fatal("the live session wrote nothing")
+	}
+}
+
+// Requests beyond the cap are refused and counted at once, never queued:
+// every request gets an answer, and at most the cap are taken together.
+func TestSnapshotsInFlightCapped(t *testing.T) {
+	s, _, stop := snapshotSession(t)
+	const n = 12
+	var chans []<-chan SnapshotResult
+	for range n {
+		chans = append(chans, s.Snapshot(SnapshotRequest{Trigger: "burst"}))
+	}
+	var taken, refused int
+	for _, c := range chans {
+		select {
+		case r := <-c:
+			switch {
+			case r.Err == nil:
+				taken++
+			case r.Err == ErrSnapshotsBusy:
+				refused++
+			default:
+				t.Fatalf("snapshot: %v", r.Err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a snapshot request got no answer")
+		}
+	}
+	res := stop()
+	if taken == 0 || refused == 0 || taken+refused != n {
+		t.Fatalf("%d taken, %d refused of %d", taken, refused, n)
+	}
+	if int(res.Snapshots.Refused) != refused || int(res.Snapshots.Taken) != taken {
+		t.Fatalf("counters %+v, answers %d taken %d refused", res.Snapshots, taken, refused)
+	}
+}
