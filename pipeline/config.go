@@ -46,6 +46,10 @@ type Config struct {
 	Producers        ProducersConfig        `koanf:"producers"`
 	Sinks            []sinks.Config         `koanf:"sinks"`
 	PluginDir        string                 `koanf:"plugin_dir"` // directory of data-source plugins: data_sources[i].name alone finds the plugin serving it
+	// Flight recording (triggers.go, snapshot.go, control/).
+	TriggerConfig     *TriggerConfig `koanf:"trigger_config"`      // nil: no triggers
+	UniqueSessionName string         `koanf:"unique_session_name"` // names the session; a second session with the name is refused
+	RotatePeriod      time.Duration  `koanf:"rotate_period"`       // rotate the file sinks' files this often (beside max_file_size); 0 = never
 
 	// baseDir is the directory relative paths (data_sources[i].plugin,
 	// data_sources[i].protovm.program) are resolved against: the config

@@ -584,6 +584,8 @@ sinks:
     max_file_size: 0
     fsync_period: 0s
 plugin_dir: ""
+unique_session_name: ""
+rotate_period: 0s
 `
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)

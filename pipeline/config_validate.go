@@ -117,6 +117,7 @@ func (c *Config) check(skip []Problem) []Problem {
 		k.bad("data_sources", "at least one data source is required")
 	}
 	c.checkSinks(k)
+	c.checkTriggers(k) // triggers.go
 	return k.problems
 }
 

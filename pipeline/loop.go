@@ -119,6 +119,13 @@ func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 			s.snapStep()
 		case sn := <-s.snap.done:
 			s.snapFinished(sn, sn.result)
+		case a := <-s.trig.acts:
+			s.triggerActed(a)
+		case <-s.trig.stopC:
+			s.trig.stopC = nil
+			s.recordingStopped = true
+		case <-s.trig.timeoutC:
+			s.triggerTimedOut()
 		}
 	}
 	return true

@@ -101,6 +101,9 @@ func (s *Service) readPass(final, early bool) {
 	}
 	s.appendPreamble(b)
 	for _, bs := range s.buffers {
+		if s.trig.timedOut {
+			break // trigger_timeout: the session returns no data
+		}
 		complete := true
 		bs.buf.BeginRead()
 		for {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ type Options struct {
 	// snapshot (n: its number, trigger: its trigger's name), besides the
 	// files next to the file sinks (snapshot.go). For embedding and tests.
 	SnapshotSink func(n int, trigger string) (sinks.Sink, error)
+	// TriggerSeed seeds skip_probability's random draws (0: random), so
+	// that tests can reproduce them.
+	TriggerSeed uint64
 }
 
 // PassInfo describes the output after a read pass was written.
@@ -130,7 +134,8 @@ type Service struct {
 
 	status statusCell
 	ran    bool
-	snap   snapState // clone snapshots (snapshot.go)
+	snap   snapState    // clone snapshots (snapshot.go)
+	trig   triggerState // triggers (triggers.go)
 }
 
 // bufferState is one configured buffer and what the service tracks of it.
@@ -171,6 +176,11 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	}
 	s.outCtx, s.outCancel = context.WithCancel(context.Background())
 	s.snap.init()
+	seed := opts.TriggerSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	s.trig.init(cfg.TriggerConfig, seed)
 	s.newUUID()
 	for i, bc := range cfg.Buffers {
 		policy := buffer.RingBuffer
@@ -273,6 +283,11 @@ type Result struct {
 	StartErrors []error
 	// Snapshots counts the session's clone snapshots (snapshot.go).
 	Snapshots SnapshotStats
+	// Triggers counts the triggers received; TriggerTimedOut: no trigger
+	// acted within trigger_timeout (start_tracing, stop_tracing), so the
+	// session ended without data.
+	Triggers        TriggerStats
+	TriggerTimedOut bool
 }
 
 // ErrAlreadyRun is returned by a second call to Run.
@@ -302,13 +317,18 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	}
 	defer cancel()
 	s.stopRecording = recCtx.Done()
-	s.startProducers()
+	defer s.trig.stop()
+	if !s.triggerStart() {
+		s.startProducers()
+	}
 	s.serveUntil(func() bool { return s.recordingStopped || s.recordingOver() }, nil)
 	s.phase = phaseEnding
 	s.snapEnd()
 	res, err := s.finish()
 	res.StartErrors = s.startErrs
 	res.Snapshots = s.SnapshotStats()
+	res.Triggers = s.TriggerStats()
+	res.TriggerTimedOut = s.trig.timedOut
 	return res, errors.Join(s.abort, err)
 }
 
