@@ -39,6 +39,9 @@ type Options struct {
 	// TriggerSeed seeds skip_probability's random draws (0: random), so
 	// that tests can reproduce them.
 	TriggerSeed uint64
+	// Rotatable lets file sinks rotate on demand (Service.Rotate) even
+	// without rotate_period; `tracepipe run` sets it for its control socket.
+	Rotatable bool
 }
 
 // PassInfo describes the output after a read pass was written.
