@@ -88,15 +88,23 @@ func Listen(dir, name string, h Handler) (*Server, error) {
 			return nil, fmt.Errorf("control: removing stale socket: %w", err)
 		}
 	}
-	ln, err := net.Listen("unix", path)
+	// Bind under a temporary name, restrict it, then rename it into
+	// place: no client ever sees the socket with the umask's mode.
+	tmp := filepath.Join(dir, fmt.Sprintf(".%d.tmp", os.Getpid()))
+	_ = os.Remove(tmp)
+	ln, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("control: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
 		ln.Close()
+		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("control: %w", err)
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.MaxConcurrentStreams(16),
 		grpc.ConnectionTimeout(5*time.Second))
 	ctlpb.RegisterControlServer(g, &service{h: h})

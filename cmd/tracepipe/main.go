@@ -52,9 +52,12 @@ Commands:
   inspect    summarise a trace: sequences, sizes, time range, first packets
   protovm    compile ProtoVM programs and replay traces through them
   check      predict trace_processor's import: skipped packets, error stats
+  sessions, trigger, snapshot, rotate, stop
+             control running sessions (their control sockets)
 
 Exit codes: 0 ok, 1 error, 2 usage error, 3 data loss found by
-'stats --fail-on-loss' or problems found by 'check'.`
+'stats --fail-on-loss' or problems found by 'check', 4 'run' of a
+start_tracing/stop_tracing session that no trigger reached in time.`
 
 // newRootCmd builds the tracepipe command tree.
 func newRootCmd() *cobra.Command {
@@ -89,9 +92,10 @@ func newRootCmd() *cobra.Command {
 		newStatsCmd(),
 		newInspectCmd(),
 		newProtoVMCmd(),
-		newCheckCmd(), // check_cmd.go
+		newCheckCmd(),   // check_cmd.go
 		newPluginsCmd(), // plugins_cmd.go: `tracepipe plugins`
 	)
+	root.AddCommand(newControlCmds()...) // control_cmd.go: sessions, trigger, snapshot, rotate, stop
 	classifyUsageErrors(root)
 	return root
 }

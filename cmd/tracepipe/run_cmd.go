@@ -131,10 +131,20 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) err
 	defer cancel()
 	svc, err := pipeline.New(cfg, pipeline.Options{Logf: func(format string, args ...any) {
 		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: warning: "+format+"\n", args...)
-	}})
+	}, Rotatable: true})
 	if err != nil {
 		return err
 	}
+	ctl, err := openControl(svc, cfg, cancel, stderr) // control_cmd.go
+	if err != nil {
+		return err
+	}
+	if ctl != nil {
+		defer ctl.Close()
+	}
+	usr1 := make(chan os.Signal, 1) // SIGUSR1: a snapshot
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	tty := isTerminal(stderr)
 	done := make(chan struct{})
 	go func() {
@@ -143,6 +153,15 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) err
 			select {
 			case <-done:
 				return
+			case <-usr1:
+				go func() {
+					r := <-svc.Snapshot(pipeline.SnapshotRequest{Trigger: "sigusr1"})
+					if r.Err != nil {
+						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: SIGUSR1 snapshot: %v\n", r.Err)
+						return
+					}
+					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: SIGUSR1 snapshot %d: %s\n", r.N, strings.Join(r.Files, ", "))
+				}()
 			case sig := <-sigs:
 				switch req.on(time.Now()) {
 				case sigStop:
@@ -176,6 +195,12 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) err
 	}
 	if res != nil {
 		printSummary(stderr, res)
+		if err == nil && res.TriggerTimedOut {
+			for _, f := range res.Files {
+				_ = os.Remove(f)
+			}
+			return exitCodeError{code: exitNoTrigger, err: fmt.Errorf("trigger_timeout: no trigger acted within %v; no trace written", cfg.TriggerConfig.Timeout)}
+		}
 	}
 	return err
 }
