@@ -257,6 +257,7 @@ func (s *Service) buildProducers() error {
 			}
 		}
 		p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
+		p.onTriggers = func(names []string) { s.ActivateTriggers(p.name, names...) } // triggers.go
 		p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
 		s.producers = append(s.producers, p)
 	}
@@ -287,8 +288,8 @@ type Result struct {
 	// Snapshots counts the session's clone snapshots (snapshot.go).
 	Snapshots SnapshotStats
 	// Triggers counts the triggers received; TriggerTimedOut: no trigger
-	// acted within trigger_timeout (start_tracing, stop_tracing), so the
-	// session ended without data.
+	// acted within trigger_timeout or before the session ended
+	// (start_tracing, stop_tracing), so it ended without data.
 	Triggers        TriggerStats
 	TriggerTimedOut bool
 }
@@ -326,6 +327,7 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	}
 	s.serveUntil(func() bool { return s.recordingStopped || s.recordingOver() }, nil)
 	s.phase = phaseEnding
+	s.triggerEnded()
 	s.snapEnd()
 	res, err := s.finish()
 	res.StartErrors = s.startErrs

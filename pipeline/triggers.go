@@ -296,6 +296,22 @@ func (s *Service) triggerTimedOut() {
 	s.logf("trigger_timeout (%v): no trigger acted; the session ends without data", s.trig.cfg.Timeout)
 }
 
+// triggerEnded runs when recording stops for any reason: a start_tracing
+// or stop_tracing session that no trigger reached returns no data, as
+// when its trigger_timeout fires (the sources may have finished first).
+func (s *Service) triggerEnded() {
+	t := &s.trig
+	for len(t.acts) > 0 { // acted before the end, not yet seen by the loop
+		s.triggerActed(<-t.acts)
+	}
+	switch {
+	case t.timedOut:
+	case t.mode() == TriggerModeStart && !t.started, t.mode() == TriggerModeStop && !t.stopping:
+		t.timedOut = true
+		s.logf("no trigger acted before the session ended; it ends without data (trigger_mode %s)", t.mode())
+	}
+}
+
 func (t *triggerState) stop() {
 	for _, tm := range t.timers {
 		tm.Stop()
