@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
@@ -211,4 +213,26 @@ func newControlCmds() []*cobra.Command {
 	stop := controlCmd("stop [--session NAME|PID]", "Stop the running session gracefully (as SIGINT does)", cobra.NoArgs,
 		func(ctx context.Context, c *control.Client, _ []string, _, _ io.Writer) error { return c.Stop(ctx) })
 	return []*cobra.Command{newSessionsCmd(), trig, snap, rot, stop}
+}
+
+// serveAlerts serves the Alertmanager webhook at POST /alertmanager on
+// addr until the returned stop is called.
+func serveAlerts(addr string, svc *pipeline.Service, stderr io.Writer) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--alert-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/alertmanager", control.AlertHandler(func(names []string) []string {
+		acted := svc.ActivateTriggers("alertmanager", names...)
+		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: alertmanager: triggers %v, acted %v\n", names, acted)
+		return acted
+	}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	go func() { _ = srv.Serve(ln) }()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,7 +49,13 @@ sinks: [{type: file, path: %q}]
 `, live)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd, stderr := startCLI(t, "run", "-c", cfg, "--duration", "10m")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	alertAddr := ln.Addr().String()
+	ln.Close()
+	cmd, stderr := startCLI(t, "run", "-c", cfg, "--duration", "10m", "--alert-addr", alertAddr)
 	sock := filepath.Join(rt, "tracepipe", fmt.Sprintf("flight-test.%d.sock", cmd.Process.Pid))
 	waitFile(t, sock)
 	fi, err := os.Stat(sock)
@@ -75,8 +83,20 @@ sinks: [{type: file, path: %q}]
 	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{snap, filepath.Join(dir, "live.snap-2-oops.pftrace"), filepath.Join(dir, "live.snap-3-sigusr1.pftrace")}
-	for _, f := range want[1:] {
+	want := []string{snap, filepath.Join(dir, "live.snap-2-oops.pftrace"), filepath.Join(dir, "live.snap-3-sigusr1.pftrace"),
+		filepath.Join(dir, "live.snap-4-oops.pftrace")}
+	for i, f := range want[1:] {
+		if i == 2 { // an Alertmanager notification whose alert is named like the trigger
+			body := `{"version":"4","status":"firing","alerts":[{"status":"firing","labels":{"alertname":"oops"}}]}`
+			resp, err := http.Post("http://"+alertAddr+"/alertmanager", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("alertmanager webhook: %s", resp.Status)
+			}
+		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			if _, err := os.Stat(f); err == nil {

@@ -44,6 +44,7 @@ func newRunCmd() *cobra.Command {
 		path, output string
 		duration     time.Duration
 		sets         []string
+		alertAddr    string // control_cmd.go: the Alertmanager webhook
 	)
 	c := &cobra.Command{
 		Use:   "run [-c FILE] [-o OUTPUT] [--duration D] [--set key=value]...",
@@ -66,12 +67,13 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr())
+			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), alertAddr)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
 	c.Flags().StringVarP(&output, "output", "o", "", "trace file path: replaces the first file sink's path (or adds a file sink)")
 	c.Flags().DurationVar(&duration, "duration", 0, "session duration, e.g. 30s (overrides the config's duration; 0 = until SIGINT)")
+	c.Flags().StringVar(&alertAddr, "alert-addr", "", "serve Prometheus Alertmanager's webhook on this address (POST /alertmanager): each firing alert activates the trigger named by its alertname (or tracepipe_trigger label)")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
 	return c
 }
@@ -119,7 +121,7 @@ func (r *stopRequests) on(now time.Time) int {
 }
 
 // runSession runs one session with a status line on a terminal.
-func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) error {
+func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, alertAddr string) error {
 	// Our handler stays installed for the whole session: a disposition
 	// inherited from the parent (SIGINT ignored in a script's background
 	// job) is replaced, and a second signal is ours to judge.
@@ -141,6 +143,13 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) err
 	}
 	if ctl != nil {
 		defer ctl.Close()
+	}
+	if alertAddr != "" {
+		stopAlerts, err := serveAlerts(alertAddr, svc, stderr) // control_cmd.go
+		if err != nil {
+			return err
+		}
+		defer stopAlerts()
 	}
 	usr1 := make(chan os.Signal, 1) // SIGUSR1: a snapshot
 	signal.Notify(usr1, syscall.SIGUSR1)
