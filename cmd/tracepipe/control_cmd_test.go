@@ -123,6 +123,9 @@ sinks: [{type: file, path: %q}]
 	}
 	for _, f := range want {
 		completeTrace(t, f)
+		if code, _, errs := cli("stats", f); code != 0 && code != 3 {
+			t.Fatalf("stats %s: exit %d %s", f, code, errs)
+		}
 		rep, err := tpimport.CheckFile(f, tpimport.Options{})
 		if err != nil {
 			t.Fatal(err)
