@@ -208,7 +208,9 @@ func (s *Service) snapAdvance() {
 	for _, sn := range s.snap.active {
 		switch sn.phase {
 		case snapWantFlush:
-			if s.flush == nil {
+			// A buffer has one clone copying at a time: the next
+			// snapshot flushes once the previous one is copied.
+			if s.flush == nil && s.snapCopying() == nil {
 				s.startFlush(false) // Perfetto flushes with reason TRACE_CLONE
 				sn.flushID = s.flushID
 				sn.phase = snapFlushing

@@ -120,3 +120,49 @@ func median(v []float64) float64 {
 	}
 	return c[len(c)/2]
 }
+
+// BenchmarkSnapshotsUnderLoad: a ring session fed as fast as the
+// synthetic source goes (stall policy, 4 writers) takes one snapshot per
+// iteration, 2 s apart (-benchtime 30x: a 60 s run). It reports the
+// producers' input rate (in-MB/s, target 200 on an idle machine), the
+// producer packets lost to a full SMB (lost-pkts, target 0) and the
+// longest snapshot pause.
+func BenchmarkSnapshotsUnderLoad(b *testing.B) {
+	dir, err := os.MkdirTemp("/dev/shm", "snapload")
+	if err != nil {
+		b.Skip("no tmpfs at /dev/shm")
+	}
+	defer os.RemoveAll(dir)
+	cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
+		"duration=1h", "buffers[0].size_kb=262144", "data_sources[0].config.rate=0", "data_sources[0].buffer_exhausted_policy=drop",
+		"sinks[0].path=" + filepath.Join(dir, "live.pftrace"),
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.DataSources = cfg.DataSources[:1]
+	s, err := New(cfg, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *Result, 1)
+	go func() { r, _ := s.Run(ctx); done <- r }()
+	t0 := time.Now()
+	in0 := s.Status().BytesIn
+	for i := 0; b.Loop(); i++ {
+		time.Sleep(2 * time.Second)
+		r := <-s.Snapshot(SnapshotRequest{Trigger: "load", Path: filepath.Join(dir, fmt.Sprintf("s%d.pftrace", i))})
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		_ = os.Remove(r.Files[0])
+	}
+	el := time.Since(t0)
+	in := s.Status().BytesIn - in0
+	cancel()
+	res := <-done
+	b.ReportMetric(float64(in)/el.Seconds()/1e6, "in-MB/s")
+	b.ReportMetric(float64(res.Stats.Tracepipe.ProducerPacketsDropped), "lost-pkts")
+	b.ReportMetric(float64(res.Snapshots.MaxPause)/1e6, "max-pause-ms")
+}

@@ -263,3 +263,19 @@ func TestSnapshotsInFlightCapped(t *testing.T) {
 		t.Fatalf("counters %+v, answers %d taken %d refused", res.Snapshots, taken, refused)
 	}
 }
+
+// Two snapshots requested together are both taken: the second waits for
+// the first's copy (one clone per buffer at a time) instead of failing.
+func TestConcurrentSnapshotsBothTaken(t *testing.T) {
+	s, _, stop := snapshotSession(t, "buffers[0].size_kb=131072", "data_sources[0].config.rate=0")
+	a := s.Snapshot(SnapshotRequest{Trigger: "a"})
+	b := s.Snapshot(SnapshotRequest{Trigger: "b"})
+	for _, c := range []<-chan SnapshotResult{a, b} {
+		if r := <-c; r.Err != nil {
+			t.Fatalf("snapshot %s: %v", r.Trigger, r.Err)
+		}
+	}
+	if res := stop(); res.Snapshots.Taken != 2 || res.Snapshots.Failed != 0 {
+		t.Fatalf("snapshot counters %+v", res.Snapshots)
+	}
+}
