@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -277,5 +279,74 @@ func TestConcurrentSnapshotsBothTaken(t *testing.T) {
 	}
 	if res := stop(); res.Snapshots.Taken != 2 || res.Snapshots.Failed != 0 {
 		t.Fatalf("snapshot counters %+v", res.Snapshots)
+	}
+}
+
+// memorySink keeps what it is given (Options.SnapshotSink in tests).
+type memorySink struct {
+	mu      sync.Mutex
+	packets [][]byte
+	closed  bool
+}
+
+func (m *memorySink) Write(_ context.Context, pkts [][]byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range pkts {
+		m.packets = append(m.packets, append([]byte(nil), p...))
+	}
+	return nil
+}
+func (m *memorySink) Flush(context.Context) error { return nil }
+func (m *memorySink) Close(context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	return nil
+}
+func (m *memorySink) Stats() sinks.SinkStats { return sinks.SinkStats{} }
+
+// Options.SnapshotSink receives each snapshot as a trace of its own, as a
+// file sink's snapshot file does.
+func TestSnapshotSinkOption(t *testing.T) {
+	cfg := loadYAML(t, fmt.Sprintf(`
+duration: 60s
+buffers: [{size_kb: 1024}]
+data_sources: [{name: tracepipe.synthetic, config: {writers: 1, rate: 500}}]
+sinks: [{type: file, path: %q}]
+`, filepath.Join(t.TempDir(), "live.pftrace")))
+	var got []*memorySink
+	var mu sync.Mutex
+	s, err := New(cfg, Options{Logf: t.Logf, SnapshotSink: func(n int, trigger string) (sinks.Sink, error) {
+		m := &memorySink{}
+		mu.Lock()
+		got = append(got, m)
+		mu.Unlock()
+		return m, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = s.Run(ctx) }()
+	waitFor(t, "data", 20*time.Second, func() bool { return s.Status().BytesIn > 0 })
+	r := <-s.Snapshot(SnapshotRequest{Trigger: "mem"})
+	cancel()
+	<-done
+	if r.Err != nil || len(got) != 1 || !got[0].closed {
+		t.Fatalf("snapshot %v, sinks %d", r.Err, len(got))
+	}
+	var trig, stats bool
+	for _, p := range got[0].packets {
+		if name, ok := triggerName(p, fieldCloneSnapshotTrigger); ok && name == "mem" {
+			trig = true
+		}
+		if _, ok, _ := tracefile.DecodeTraceStatsPacket(p); ok {
+			stats = true
+		}
+	}
+	if !trig || !stats {
+		t.Fatalf("snapshot sink: trigger packet %v, TraceStats %v, %d packets", trig, stats, len(got[0].packets))
 	}
 }
