@@ -62,6 +62,12 @@ type BufferConfig struct {
 	Name       string `koanf:"name"`        // optional; unique; referenced by data_sources[i].target_buffer_name
 	SizeKB     uint32 `koanf:"size_kb"`     // a multiple of 4, > 0, < 4 GiB (≤ 4194303)
 	FillPolicy string `koanf:"fill_policy"` // "ring_buffer" (default when empty) | "discard"
+	// Snapshots (snapshot.go): transfer_on_clone moves the buffer into
+	// the snapshot and leaves an empty one behind (no copy);
+	// clear_before_clone (with transfer_on_clone) empties it before the
+	// snapshot's flush, so the snapshot holds only what that flush wrote.
+	TransferOnClone  bool `koanf:"transfer_on_clone"`
+	ClearBeforeClone bool `koanf:"clear_before_clone"`
 }
 
 // DataSourceConfig is one data source of the session (Perfetto's

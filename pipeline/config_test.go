@@ -553,6 +553,8 @@ buffers:
   - name: main
     size_kb: 1024
     fill_policy: ring_buffer
+    transfer_on_clone: false
+    clear_before_clone: false
 data_sources:
   - name: test.fake
     target_buffer: 0

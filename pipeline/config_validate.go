@@ -156,6 +156,9 @@ func (c *Config) checkBuffers(k *checker) {
 		default:
 			k.bad(p+".fill_policy", "must be ring_buffer or discard, got %q", b.FillPolicy)
 		}
+		if b.ClearBeforeClone && !b.TransferOnClone {
+			k.bad(p+".clear_before_clone", "only works with transfer_on_clone: true (as in Perfetto)")
+		}
 		if b.Name != "" {
 			if j, dup := names[b.Name]; dup {
 				k.bad(p+".name", "%q is already the name of buffers[%d]", b.Name, j)

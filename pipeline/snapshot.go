@@ -104,7 +104,8 @@ type snapshot struct {
 	release []func()
 	err     error
 
-	pending  []*buffer.PendingClone
+	pending  []*buffer.PendingClone // nil for a buffer moved into the snapshot
+	moved    []*buffer.TraceBuffer  // transfer_on_clone: the buffer itself
 	restores []*restoreSet
 	preamble [][]byte // service packets, in order
 	stats    tracefile.TraceStats
@@ -173,7 +174,9 @@ func (s *Service) snapRequested(sn *snapshot) {
 	sn.n = s.snap.n
 	sizes := make([]int, len(s.buffers))
 	for i, bs := range s.buffers {
-		sizes[i] = bs.buf.Size()
+		if !s.cfg.Buffers[i].TransferOnClone { // a moved buffer needs no copy
+			sizes[i] = bs.buf.Size()
+		}
 	}
 	go func() {
 		for _, n := range sizes {
@@ -211,6 +214,11 @@ func (s *Service) snapAdvance() {
 			// A buffer has one clone copying at a time: the next
 			// snapshot flushes once the previous one is copied.
 			if s.flush == nil && s.snapCopying() == nil {
+				for i, bs := range s.buffers {
+					if s.cfg.Buffers[i].ClearBeforeClone {
+						s.replaceBuffer(bs) // dropped: the snapshot holds what the flush writes
+					}
+				}
 				s.startFlush(false) // Perfetto flushes with reason TRACE_CLONE
 				sn.flushID = s.flushID
 				sn.phase = snapFlushing
@@ -259,11 +267,23 @@ func (s *Service) snapCapture(sn *snapshot) {
 	add(tracefile.AppendTraceProvenance(s.servicePacket(), seqs))
 	add(appendSystemInfo(s.servicePacket()))
 	add(appendTriggerPacket(s.servicePacket(), fieldCloneSnapshotTrigger, sn.when, sn.req.Trigger, sn.req.Producer))
+	sn.moved = make([]*buffer.TraceBuffer, len(s.buffers))
 	for i, bs := range s.buffers {
+		if s.cfg.Buffers[i].TransferOnClone {
+			sn.moved[i] = s.replaceBuffer(bs)
+			sn.pending = append(sn.pending, nil)
+			if bs.vms != nil && bs.vms.Len() > 0 {
+				add(bs.vms.CloneReadOnly().AppendProtoVMsField(s.servicePacket()))
+			}
+			sn.restores = append(sn.restores, bs.restore.cloneForSnapshot())
+			continue
+		}
 		pc, err := bs.buf.BeginClone(sn.mems[i])
 		if err != nil { // only one clone per buffer at a time: refuse this one
 			for _, q := range sn.pending {
-				q.Abandon()
+				if q != nil {
+					q.Abandon()
+				}
 			}
 			sn.pending = nil
 			sn.err = err
@@ -299,7 +319,7 @@ func (s *Service) snapStep() {
 		done := true
 		budget := snapshotStepBytes
 		for _, pc := range sn.pending {
-			if pc.Done() {
+			if pc == nil || pc.Done() {
 				continue
 			}
 			if budget <= 0 {
@@ -364,7 +384,9 @@ func (s *Service) snapFinished(sn *snapshot, res SnapshotResult) {
 func (s *Service) snapEnd() {
 	for _, sn := range s.snap.active {
 		for _, pc := range sn.pending {
-			pc.Abandon()
+			if pc != nil {
+				pc.Abandon()
+			}
 		}
 		if sn.err == nil {
 			sn.err = errors.New("pipeline: the session ended before the snapshot was complete")
@@ -486,7 +508,11 @@ func (s *Service) writeSnapshot(sn *snapshot) {
 	defer func() { s.snap.done <- sn }()
 	clones := make([]*buffer.TraceBuffer, len(sn.pending))
 	for i, pc := range sn.pending {
-		clones[i] = pc.Clone()
+		if pc == nil {
+			clones[i] = sn.moved[i]
+		} else {
+			clones[i] = pc.Clone()
+		}
 	}
 	dests := s.snapshotDestinations(sn)
 	var opened []sinks.Sink
@@ -642,4 +668,21 @@ type SnapshotStats struct {
 func (s *Service) SnapshotStats() SnapshotStats {
 	return SnapshotStats{Taken: s.snap.taken.Load(), Failed: s.snap.failed.Load(), Refused: s.snap.refused.Load(),
 		MaxPause: time.Duration(s.snap.maxPauseNs.Load())}
+}
+
+// replaceBuffer gives bs an empty buffer of the same size and policy and
+// returns the old one (transfer_on_clone, clear_before_clone). The
+// buffer's sequence-restore fold goes on: the moved packets are not in
+// it, so a sequence's state in the live trace comes back at its next
+// incremental-state clear.
+func (s *Service) replaceBuffer(bs *bufferState) *buffer.TraceBuffer {
+	old := bs.buf
+	nb, err := buffer.New(old.Size(), old.Policy())
+	if err != nil { // the same size and policy worked at New
+		panic(fmt.Sprintf("pipeline: replacing buffer %d: %v", bs.index, err))
+	}
+	old.SetOverwriteObserver(nil)
+	bs.buf, bs.unread = nb, 0
+	bs.observeOverwrites()
+	return old
 }

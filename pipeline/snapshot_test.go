@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -349,4 +350,55 @@ sinks: [{type: file, path: %q}]
 	if !trig || !stats {
 		t.Fatalf("snapshot sink: trigger packet %v, TraceStats %v, %d packets", trig, stats, len(got[0].packets))
 	}
+}
+
+// transfer_on_clone moves the buffer into the snapshot (no copy) and the
+// live session goes on in an empty one: the snapshot's packets precede
+// the live trace's. clear_before_clone empties the buffer before the
+// snapshot's flush: the snapshot holds only what was written after the
+// request.
+func TestSnapshotTransferOnClone(t *testing.T) {
+	for _, clear := range []bool{false, true} {
+		t.Run(fmt.Sprint("clear=", clear), func(t *testing.T) {
+			s, dir, stop := snapshotSession(t, "buffers[0].size_kb=16384", "buffers[0].transfer_on_clone=true", fmt.Sprintf("buffers[0].clear_before_clone=%v", clear))
+			waitFor(t, "1 s of recording", 20*time.Second, func() bool { return s.Status().Elapsed >= time.Second })
+			before := bootNanos()
+			r := <-s.Snapshot(SnapshotRequest{Trigger: "moved"})
+			after := bootNanos()
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			res := stop()
+			snapTS := dataTimestamps(readTrace(t, r.Files[0]))
+			liveTS := dataTimestamps(readTrace(t, res.Files[0]))
+			if len(snapTS) == 0 || len(liveTS) == 0 {
+				t.Fatalf("snapshot %d data packets, live %d", len(snapTS), len(liveTS))
+			}
+			if slices.Max(snapTS) > after || slices.Min(liveTS) < before {
+				t.Fatal("the snapshot and the live trace overlap: the buffer was copied, not moved")
+			}
+			// What writers held in their chunks reaches the buffer with
+			// the flush: at most a commit tick and a chunk old, far less
+			// than the second recorded before the request.
+			const held = uint64(300 * time.Millisecond)
+			if clear && slices.Min(snapTS) < before-held {
+				t.Fatalf("clear_before_clone: the snapshot holds data %v older than the request", time.Duration(before-slices.Min(snapTS)))
+			}
+			if !clear && slices.Min(snapTS) >= before-held {
+				t.Fatal("without clear_before_clone the snapshot lacks the data recorded before the request")
+			}
+			_ = dir
+		})
+	}
+}
+
+// dataTimestamps lists the timestamps of the data sources' packets.
+func dataTimestamps(pkts []tracePacket) []uint64 {
+	var out []uint64
+	for _, p := range pkts {
+		if p.info.SequenceID > 1 && p.info.HasTimestamp && p.info.PayloadField == tracefile.FieldTrackEvent {
+			out = append(out, p.info.Timestamp)
+		}
+	}
+	return out
 }

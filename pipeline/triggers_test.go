@@ -252,3 +252,17 @@ func TestTriggerConfigErrorsNameFields(t *testing.T) {
 		}
 	}
 }
+
+func TestClearBeforeCloneNeedsTransfer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	body := "buffers: [{size_kb: 1024, clear_before_clone: true}]\ndata_sources: [{name: tracepipe.synthetic}]\nsinks: [{type: file, path: x.pftrace}]\n"
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(LoadOptions{Path: path}); err == nil || !strings.Contains(err.Error(), "buffers[0].clear_before_clone") {
+		t.Fatalf("error %v; want one naming buffers[0].clear_before_clone", err)
+	}
+	if _, err := Load(LoadOptions{Path: path, Sets: []string{"buffers[0].transfer_on_clone=true"}}); err != nil {
+		t.Fatalf("with transfer_on_clone: %v", err)
+	}
+}
