@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -256,7 +257,7 @@ func (s *Service) snapCapture(sn *snapshot) {
 	add(appendTraceConfig(s.servicePacket(), s.cfg))
 	var u [16]byte
 	s.snapUUID(&u, sn.n)
-	add(tracefile.AppendTraceUUID(s.servicePacket(), int64(beUint64(u[:8])), int64(beUint64(u[8:]))))
+	add(tracefile.AppendTraceUUID(s.servicePacket(), int64(binary.BigEndian.Uint64(u[:8])), int64(binary.BigEndian.Uint64(u[8:]))))
 	seqs := make([][]tracefile.ProvenanceSequence, len(s.buffers))
 	for i, bs := range s.buffers {
 		for _, ws := range bs.buf.WriterStats() {
@@ -419,14 +420,6 @@ func (s *Service) snapUUID(u *[16]byte, n int) {
 	u[15] ^= byte(n)
 	u[14] ^= byte(n >> 8)
 	u[0] ^= 0x80
-}
-
-func beUint64(b []byte) uint64 {
-	var v uint64
-	for _, c := range b[:8] {
-		v = v<<8 | uint64(c)
-	}
-	return v
 }
 
 // appendTriggerPacket appends a trigger (46) or clone_snapshot_trigger
