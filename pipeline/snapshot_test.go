@@ -85,15 +85,18 @@ func TestSnapshotsOfWrappedRingStandAlone(t *testing.T) {
 		return s.Status().BytesIn >= 4<<20
 	})
 	var results []SnapshotResult
+	requested := map[int]uint64{} // snapshot number → boot time of its request
 	for i := range 5 {
 		trig := "manual"
 		if i%2 == 1 {
 			trig = "slow_frame"
 		}
+		at := bootNanos()
 		r := <-s.Snapshot(SnapshotRequest{Trigger: trig})
 		if r.Err != nil {
 			t.Fatalf("snapshot %d: %v", i+1, r.Err)
 		}
+		requested[r.N] = at
 		results = append(results, r)
 	}
 	cancel()
@@ -109,7 +112,7 @@ func TestSnapshotsOfWrappedRingStandAlone(t *testing.T) {
 		if r.Files[0] != want {
 			t.Fatalf("snapshot file %q, want %q", r.Files[0], want)
 		}
-		checkSnapshotFile(t, r.Files[0], r.Trigger)
+		checkSnapshotFile(t, r.Files[0], r.Trigger, requested[r.N])
 		t.Logf("snapshot %d: %d packets, %d bytes, longest pause %v", r.N, r.Packets, r.Bytes, r.Pause)
 	}
 	// The live session's own trace is whole too.
@@ -126,9 +129,10 @@ func TestSnapshotsOfWrappedRingStandAlone(t *testing.T) {
 	}
 }
 
-func checkSnapshotFile(t *testing.T, path, trigger string) {
+func checkSnapshotFile(t *testing.T, path, trigger string, requested uint64) {
 	t.Helper()
 	pkts := readTrace(t, path)
+	last := map[uint32]uint64{} // sequence → its last TrackEvent's timestamp
 	var clock, config, stats, trig bool
 	lossAfterFirst := map[uint32]bool{}
 	seen := map[uint32]bool{}
@@ -149,6 +153,9 @@ func checkSnapshotFile(t *testing.T, path, trigger string) {
 			trig = true
 		}
 		if id := p.info.SequenceID; id > 1 {
+			if p.info.PayloadField == tracefile.FieldTrackEvent && p.info.HasTimestamp {
+				last[id] = max(last[id], p.info.Timestamp)
+			}
 			if seen[id] && p.info.PreviousPacketDropped != 0 {
 				lossAfterFirst[id] = true
 			}
@@ -163,6 +170,17 @@ func checkSnapshotFile(t *testing.T, path, trigger string) {
 	}
 	if wrapped == 0 {
 		t.Fatalf("%s: no sequence starts after an overwrite: the ring had not wrapped, the test proves nothing", path)
+	}
+	// The window ends at the snapshot: the flush brought every writer's
+	// packets up to the request (a writer at 5000 packets/s writes one
+	// every 0.2 ms; a second allows for a loaded machine).
+	for id, ts := range last {
+		if ts+uint64(time.Second) < requested {
+			t.Fatalf("%s: sequence %d ends %v before the snapshot was requested", path, id, time.Duration(requested-ts))
+		}
+	}
+	if len(last) == 0 {
+		t.Fatalf("%s: no TrackEvent packets", path)
 	}
 	if len(lossAfterFirst) != 0 {
 		t.Fatalf("%s: sequences %v have a gap inside the snapshot's window", path, lossAfterFirst)
