@@ -553,6 +553,7 @@ func (s *Service) writeSnapshot(sn *snapshot) {
 			tp = *st.Tracepipe
 		}
 		withSinkTotals(&tp, sk.Stats())
+		tp.SinkPacketsWritten++ // the stats packet itself, as a lane counts it
 		tp.SequenceRestores = r.restores
 		st.Tracepipe = &tp
 		pkt := tracefile.AppendTraceStatsPacket(nil, &st, sn.uid, bootNanos())

@@ -420,3 +420,22 @@ func dataTimestamps(pkts []tracePacket) []uint64 {
 	}
 	return out
 }
+
+// A snapshot's TraceStats counts the packets of its own file, the stats
+// packet included (as a lane does), and its own restores.
+func TestSnapshotTraceStatsCountsItsFile(t *testing.T) {
+	s, _, stop := snapshotSession(t)
+	r := <-s.Snapshot(SnapshotRequest{Trigger: "count"})
+	stop()
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	pkts := readTrace(t, r.Files[0])
+	ts, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1].raw)
+	if !ok || err != nil {
+		t.Fatal("the snapshot does not end with its TraceStats")
+	}
+	if ts.Tracepipe.SinkPacketsWritten != uint64(len(pkts)) {
+		t.Fatalf("TraceStats counts %d packets written, the file holds %d", ts.Tracepipe.SinkPacketsWritten, len(pkts))
+	}
+}
