@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/control"
 	"github.com/tracepipe/tracepipe/tpimport"
 )
 
@@ -87,6 +89,9 @@ sinks: [{type: file, path: %q}]
 		filepath.Join(dir, "live.snap-4-oops.pftrace")}
 	for i, f := range want[1:] {
 		if i == 2 { // an Alertmanager notification whose alert is named like the trigger
+			// At most 2 snapshots are in flight (more are refused): wait
+			// until the earlier ones are written, not just created.
+			waitTaken(t, filepath.Join(rt, "tracepipe"), 3)
 			body := `{"version":"4","status":"firing","alerts":[{"status":"firing","labels":{"alertname":"oops"}}]}`
 			resp, err := http.Post("http://"+alertAddr+"/alertmanager", "application/json", strings.NewReader(body))
 			if err != nil {
@@ -103,7 +108,7 @@ sinks: [{type: file, path: %q}]
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s never appeared; stderr %s", f, stderr)
+				t.Fatalf("%s never appeared", f) // stderr is shown once the child exited
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -136,5 +141,34 @@ sinks: [{type: file, path: %q}]
 	}
 	if code, _, errs := cli("snapshot"); code != 1 || !strings.Contains(errs, "no running tracepipe session") {
 		t.Fatalf("snapshot without a session: %d %q", code, errs)
+	}
+}
+
+// waitTaken waits (bounded) until the only session in dir has written n
+// snapshots.
+func waitTaken(t *testing.T, dir string, n uint64) {
+	t.Helper()
+	ep, err := control.Find(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := control.Dial(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		in, err := c.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.GetSnapshotsTaken() >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d snapshots taken after 60 s; want %d", in.GetSnapshotsTaken(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
