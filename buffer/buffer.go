@@ -106,6 +106,8 @@ type TraceBuffer struct {
 	warmSink  byte     // see warm
 	pfFrom    int      // b.mem[pfFrom:pfTo] was prefetched last
 	pfTo      int
+
+	cow *PendingClone // an incremental clone copying b.mem (clone_incremental.go)
 }
 
 // New creates a buffer of size bytes, rounded up to a multiple of 4096.

@@ -7,8 +7,17 @@ package buffer
 // overwrite observer. Writes to the clone are counted as discarded chunks
 // and patches fail.
 func (b *TraceBuffer) CloneReadOnly() *TraceBuffer {
+	c := b.cloneState(make([]byte, len(b.mem)))
+	adviseHugePages(c.mem)
+	copy(c.mem, b.mem[:b.usedSize])
+	return c
+}
+
+// cloneState returns the clone of everything but the memory contents,
+// with mem as its memory (CloneReadOnly, BeginClone).
+func (b *TraceBuffer) cloneState(mem []byte) *TraceBuffer {
 	c := &TraceBuffer{
-		mem:        make([]byte, len(b.mem)),
+		mem:        mem,
 		policy:     b.policy,
 		readOnly:   true,
 		wr:         b.wr,
@@ -21,8 +30,6 @@ func (b *TraceBuffer) CloneReadOnly() *TraceBuffer {
 		pktSlices:  make([][]byte, 0, 4),
 		stats:      b.stats,
 	}
-	adviseHugePages(c.mem)
-	copy(c.mem, b.mem[:b.usedSize])
 	for k, s := range b.seqs {
 		cs := *s
 		cs.ents = append([]seqEnt(nil), s.ents[s.head:]...)

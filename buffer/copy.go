@@ -122,6 +122,7 @@ func (b *TraceBuffer) recommit(s *seqState, pos int, flags, aux uint8, complete 
 		b.eraseFront(s)
 		return true, exPayload
 	}
+	b.guard(off, hdrSize+allFrags)
 	if complete {
 		exFlags &^= flagIncomplete
 		b.mem[off+hdrFlags] = exFlags
@@ -151,11 +152,13 @@ func (b *TraceBuffer) write(s *seqState, key, chunkID uint32, flags, aux uint8, 
 			return
 		}
 		if size-b.wr > 0 {
+			b.guard(b.wr, size-b.wr)
 			b.deleteNextChunksFor(size - b.wr)
 		}
 		b.wr = 0
 		b.stats.WriteWrapCount++
 	}
+	b.guard(b.wr, outer+hdrSize) // the records written over and a padding header after them
 	if b.wr < b.usedSize {
 		b.deleteNextChunksFor(outer)
 	}
@@ -199,6 +202,7 @@ func (b *TraceBuffer) eraseSimple(s *seqState, off, outer int) bool {
 	r := seqReader{seq: s, target: off, erase: true}
 	b.initReader(&r)
 	if avail > 0 {
+		b.guard(off, hdrSize)
 		put16(h, hdrAvail, 0)
 		b.stats.ChunksOverwritten++
 		b.stats.BytesOverwritten += uint64(outer)
@@ -258,6 +262,7 @@ func (b *TraceBuffer) eraseObserved(s *seqState, off, outer int) bool {
 			// Not reachable for a record measured at copy time and never
 			// patched; leave the rest to the general walk, as if it had
 			// walked this far itself.
+			b.guard(off, hdrSize)
 			put16(h, hdrAvail, uint16(len(p)-start))
 			if produced {
 				s.addLoss(LossOverwrite)
@@ -273,6 +278,7 @@ func (b *TraceBuffer) eraseObserved(s *seqState, off, outer int) bool {
 	}
 	b.erasePkt = pkt
 	if avail > 0 {
+		b.guard(off, hdrSize)
 		put16(h, hdrAvail, 0)
 		b.stats.ChunksOverwritten++
 		b.stats.BytesOverwritten += uint64(outer)
@@ -301,6 +307,7 @@ func (b *TraceBuffer) eraseFront(s *seqState) {
 	s.last = consumedChunk{id: e.id, payloadSize: b.recPayload(off),
 		wasIncomplete: b.recFlags(off)&flagIncomplete != 0}
 	s.hasLast = true
+	b.guard(off, hdrSize)
 	put32(b.mem, off+hdrPriWriID, 0)
 	s.popFront()
 	if s.n() == 0 {
@@ -329,6 +336,7 @@ func (b *TraceBuffer) deleteNextChunksFor(n int) {
 		if s == nil || s.n() == 0 {
 			// Unreachable while sequences with records are never
 			// collected; erase defensively rather than loop.
+			b.guard(off, hdrSize)
 			put32(b.mem, off+hdrPriWriID, 0)
 			off += outer
 			continue
@@ -362,6 +370,7 @@ func (b *TraceBuffer) deleteNextChunksFor(n int) {
 	for off < end && off < b.usedSize {
 		rend := off + b.recOuter(off)
 		if rend > end {
+			b.guard(end, hdrSize)
 			b.writePadding(end, rend-end)
 			b.stats.PaddingBytesWritten += uint64(rend - end)
 			break

@@ -32,6 +32,7 @@ func (b *TraceBuffer) TryPatchChunkContents(producer, writer uint16, chunkID uin
 	off := int(s.at(i).off)
 	plen := b.recPayload(off)
 	base := off + hdrSize
+	b.guard(off, hdrSize+plen)
 	for k := range patches {
 		pt := &patches[k]
 		if plen < 4 || int(pt.Offset) > plen-4 {

@@ -51,6 +51,7 @@ func (b *TraceBuffer) payload(off int) []byte {
 // record as read (or overwritten) when nothing is left.
 func (b *TraceBuffer) consume(off, n int, erase bool) {
 	avail := b.recAvail(off) - n
+	b.guard(off, hdrSize)
 	put16(b.mem, off+hdrAvail, uint16(avail))
 	if avail == 0 {
 		outer := uint64(b.recOuter(off))

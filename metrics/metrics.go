@@ -106,12 +106,21 @@ func Handler(cs ...prometheus.Collector) http.Handler {
 // Serve listens on addr and serves /metrics until the returned shutdown
 // is called (it waits at most 2 s for scrapes in progress).
 func Serve(addr string, cs ...prometheus.Collector) (shutdown func(), bound string, err error) {
+	return ServeWith(addr, nil, cs...)
+}
+
+// ServeWith is Serve with more handlers on the same server, by path (the
+// Alertmanager webhook of a running session).
+func ServeWith(addr string, extra map[string]http.Handler, cs ...prometheus.Collector) (shutdown func(), bound string, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("metrics: --metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", Handler(cs...))
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

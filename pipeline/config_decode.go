@@ -176,6 +176,13 @@ func (d *decoder) decodeValue(path, key string, raw any, v reflect.Value) {
 			return
 		}
 		v.SetUint(uint64(n))
+	case reflect.Float64:
+		f, ok := toFloat(raw)
+		if !ok {
+			d.bad(path, "want a number, got %s", describe(raw))
+			return
+		}
+		v.SetFloat(f)
 	case reflect.Int, reflect.Int64:
 		n, ok := toInt(raw)
 		if !ok || v.OverflowInt(n) {
@@ -418,3 +425,15 @@ func editDistance(a, b string, limit int) int {
 // ParseByteSize parses a byte count for max_file_size: see
 // sinks.ParseByteSize, which owns the syntax (sink sections use it too).
 func ParseByteSize(s string) (int64, error) { return sinks.ParseByteSize(s) }
+
+// toFloat accepts any number (skip_probability: 0, 1, 0.5).
+func toFloat(raw any) (float64, bool) {
+	switch f := raw.(type) {
+	case float64:
+		return f, true
+	case float32:
+		return float64(f), true
+	}
+	n, ok := toInt(raw)
+	return float64(n), ok
+}

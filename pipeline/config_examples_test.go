@@ -48,7 +48,7 @@ func TestEmbeddedDefaultConfig(t *testing.T) {
 	if c.Duration != 10*time.Second || !c.WriteIntoFile || c.FileWritePeriod != time.Second {
 		t.Errorf("duration %v write_into_file %v file_write_period %v", c.Duration, c.WriteIntoFile, c.FileWritePeriod)
 	}
-	if len(c.Buffers) != 2 || c.Buffers[0] != (BufferConfig{"main", 16384, FillPolicyRingBuffer}) || c.Buffers[1].Name != "process" || c.Buffers[1].SizeKB != 1024 {
+	if len(c.Buffers) != 2 || c.Buffers[0] != (BufferConfig{Name: "main", SizeKB: 16384, FillPolicy: FillPolicyRingBuffer}) || c.Buffers[1].Name != "process" || c.Buffers[1].SizeKB != 1024 {
 		t.Errorf("buffers %+v", c.Buffers)
 	}
 	want := map[string]int{"linux.process_stats": 1, "linux.sys_stats": 0, "tracepipe.synthetic": 0}

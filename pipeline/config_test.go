@@ -553,6 +553,8 @@ buffers:
   - name: main
     size_kb: 1024
     fill_policy: ring_buffer
+    transfer_on_clone: false
+    clear_before_clone: false
 data_sources:
   - name: test.fake
     target_buffer: 0
@@ -584,6 +586,8 @@ sinks:
     max_file_size: 0
     fsync_period: 0s
 plugin_dir: ""
+unique_session_name: ""
+rotate_period: 0s
 `
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)

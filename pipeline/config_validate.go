@@ -117,6 +117,7 @@ func (c *Config) check(skip []Problem) []Problem {
 		k.bad("data_sources", "at least one data source is required")
 	}
 	c.checkSinks(k)
+	c.checkTriggers(k) // triggers.go
 	return k.problems
 }
 
@@ -154,6 +155,9 @@ func (c *Config) checkBuffers(k *checker) {
 		case FillPolicyRingBuffer, FillPolicyDiscard:
 		default:
 			k.bad(p+".fill_policy", "must be ring_buffer or discard, got %q", b.FillPolicy)
+		}
+		if b.ClearBeforeClone && !b.TransferOnClone {
+			k.bad(p+".clear_before_clone", "only works with transfer_on_clone: true (as in Perfetto)")
 		}
 		if b.Name != "" {
 			if j, dup := names[b.Name]; dup {

@@ -67,6 +67,7 @@ func (s *Service) buildSinks() error {
 		SessionUUID: s.uuidBytes(),
 		Now:         now,
 		Logf:        s.logf,
+		Rotatable:   s.cfg.RotatePeriod > 0 || s.opts.Rotatable,
 	}
 	for i, sc := range s.cfg.Sinks {
 		if sc.Name == "" {

@@ -16,6 +16,7 @@ const (
 // loopTimers are the session's periodic timers; nil channels never fire.
 type loopTimers struct {
 	read, flush, clear <-chan time.Time
+	rotate             <-chan time.Time // rotate_period (rotate.go)
 	status             *time.Ticker
 	start              *time.Timer // bounds the data sources' Start
 	stop               []*time.Ticker
@@ -44,6 +45,7 @@ func (s *Service) startTimers() {
 	t.read = t.ticker(s.cfg.WriteIntoFile, s.cfg.FileWritePeriod)
 	t.flush = t.ticker(s.cfg.FlushPeriod > 0, s.cfg.FlushPeriod)
 	t.clear = t.ticker(s.cfg.IncrementalState.ClearPeriod > 0, s.cfg.IncrementalState.ClearPeriod)
+	t.rotate = t.ticker(s.cfg.RotatePeriod > 0, s.cfg.RotatePeriod)
 	t.status = time.NewTicker(250 * time.Millisecond)
 	t.start = time.NewTimer(startTimeout)
 }
@@ -55,6 +57,7 @@ func (s *Service) startTimers() {
 // cond is checked before each wait.
 func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 	for !cond() {
+		s.snapAdvance()
 		var flushTimeout <-chan time.Time
 		if s.flush != nil {
 			flushTimeout = s.flush.timer.C
@@ -112,6 +115,25 @@ func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 			s.startTimedOut()
 		case <-s.timers.status.C:
 			s.publishStatus()
+		case sn := <-s.snap.req:
+			s.snapRequested(sn)
+		case sn := <-s.snap.mem:
+			s.snapAllocated(sn)
+		case <-s.snapCopying():
+			s.snapStep()
+		case sn := <-s.snap.done:
+			s.snapFinished(sn, sn.result)
+		case <-s.timers.rotate:
+			if s.phase == phaseRecording {
+				s.rotateFiles()
+			}
+		case a := <-s.trig.acts:
+			s.triggerActed(a)
+		case <-s.trig.stopC:
+			s.trig.stopC = nil
+			s.recordingStopped = true
+		case <-s.trig.timeoutC:
+			s.triggerTimedOut()
 		}
 	}
 	return true

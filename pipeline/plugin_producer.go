@@ -60,6 +60,7 @@ func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIde
 		TargetBuffer:     bufferID(spec.target),
 		Policy:           spec.policy,
 		OnCommit:         p.deliver,
+		OnTriggers:       func(names []string) { p.onTriggers(names) },
 		Stderr:           stderr,
 	}}
 	return p, nil

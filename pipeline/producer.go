@@ -51,6 +51,10 @@ type producer struct {
 	// onChunk and onPatch are bound once so ReadCommit calls allocate nothing.
 	onChunk func(*smb.ChunkView)
 	onPatch func(*smb.ChunkToPatch)
+
+	// onTriggers receives the triggers the data source activates
+	// (plugins.TriggerHost), from any goroutine; set by the service.
+	onTriggers func(names []string)
 }
 
 // producerSpec is what the service knows of a producer before it runs.
@@ -306,7 +310,8 @@ func newInProcess(spec producerSpec, ds plugins.DataSource, smbSize, pageSize in
 	p := newProducer(spec, s, client, commits, notes, finished)
 	rt, err := pruntime.New(pruntime.Config{
 		SMB: s, TargetBuffer: bufferID(spec.target), Policy: spec.policy,
-		OnCommit: func(cd *smb.CommitData) { p.deliver(cd.AppendMarshal(p.commitBuffer())) },
+		OnCommit:   func(cd *smb.CommitData) { p.deliver(cd.AppendMarshal(p.commitBuffer())) },
+		OnTriggers: func(names []string) { p.onTriggers(names) },
 	}, ds)
 	if err != nil {
 		return nil, err

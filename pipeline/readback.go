@@ -101,6 +101,9 @@ func (s *Service) readPass(final, early bool) {
 	}
 	s.appendPreamble(b)
 	for _, bs := range s.buffers {
+		if s.trig.timedOut {
+			break // trigger_timeout: the session returns no data
+		}
 		complete := true
 		bs.buf.BeginRead()
 		for {
@@ -154,24 +157,40 @@ func (s *Service) readPass(final, early bool) {
 // appendBufferPacket validates one packet read from a buffer and appends
 // it with the trusted fields the service stamps (trace-format.md §3).
 func (s *Service) appendBufferPacket(b *batch, bs *bufferState, p *buffer.Packet) {
-	start := len(b.data)
-	b.data = p.AppendTo(b.data)
-	if tracefile.ValidateProducerPacket(b.data[start:]) != nil {
-		b.data = b.data[:start]
+	start, ok := b.appendValid(p)
+	if !ok {
 		s.counters.invalidPackets++
 		s.invalidPacket(p.Seq.ProducerID)
 		return
 	}
+	b.stamp(bs.restore, p, start, s.sequenceID(bs, p.Seq.ProducerID, p.Seq.WriterID))
+}
+
+// appendValid appends p's bytes to b if they are a valid producer packet;
+// start is where they begin. An invalid packet leaves b as it was.
+func (b *batch) appendValid(p *buffer.Packet) (start int, ok bool) {
+	start = len(b.data)
+	b.data = p.AppendTo(b.data)
+	if tracefile.ValidateProducerPacket(b.data[start:]) != nil {
+		b.data = b.data[:start]
+		return start, false
+	}
+	return start, true
+}
+
+// stamp ends the packet appendValid appended at start: a sequence state
+// restore ahead of it when rs says so, then its trusted fields.
+func (b *batch) stamp(rs *restoreSet, p *buffer.Packet, start int, seqID uint32) {
 	tr := tracefile.Trusted{
 		UID:                   p.Seq.Client.UID,
-		SequenceID:            s.sequenceID(bs, p.Seq.ProducerID, p.Seq.WriterID),
+		SequenceID:            seqID,
 		PID:                   p.Seq.Client.PID,
 		HasPID:                true,
 		PreviousPacketDropped: p.PreviousPacketDropped,
 	}
-	if bs.restore != nil {
-		if q := bs.restore.seq(p.Seq.ProducerID, p.Seq.WriterID); q != nil {
-			tr = bs.restore.restoreAhead(b, q, start, tr) // restore.go
+	if rs != nil {
+		if q := rs.seq(p.Seq.ProducerID, p.Seq.WriterID); q != nil {
+			tr = rs.restoreAhead(b, q, start, tr) // restore.go
 		}
 	}
 	b.data = tracefile.AppendTrusted(b.data, tr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
@@ -31,6 +32,16 @@ type Options struct {
 	// Logf receives warnings (a data source that failed to stop, a sink
 	// error). Nil discards them.
 	Logf func(format string, args ...any)
+	// SnapshotSink, if set, opens one more destination for each clone
+	// snapshot (n: its number, trigger: its trigger's name), besides the
+	// files next to the file sinks (snapshot.go). For embedding and tests.
+	SnapshotSink func(n int, trigger string) (sinks.Sink, error)
+	// TriggerSeed seeds skip_probability's random draws (0: random), so
+	// that tests can reproduce them.
+	TriggerSeed uint64
+	// Rotatable lets file sinks rotate on demand (Service.Rotate) even
+	// without rotate_period; `tracepipe run` sets it for its control socket.
+	Rotatable bool
 }
 
 // PassInfo describes the output after a read pass was written.
@@ -128,6 +139,8 @@ type Service struct {
 
 	status statusCell
 	ran    bool
+	snap   snapState    // clone snapshots (snapshot.go)
+	trig   triggerState // triggers (triggers.go)
 }
 
 // bufferState is one configured buffer and what the service tracks of it.
@@ -168,6 +181,12 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		sinkStop:  make(chan struct{}),
 	}
 	s.outCtx, s.outCancel = context.WithCancel(context.Background())
+	s.snap.init()
+	seed := opts.TriggerSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	s.trig.init(cfg.TriggerConfig, seed)
 	s.newUUID()
 	for i, bc := range cfg.Buffers {
 		policy := buffer.RingBuffer
@@ -253,6 +272,7 @@ func (s *Service) buildProducer(i int, id uint16) (*producer, error) {
 		}
 	}
 	p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
+	p.onTriggers = func(names []string) { s.ActivateTriggers(p.name, names...) } // triggers.go
 	p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
 	return p, nil
 }
@@ -278,6 +298,13 @@ type Result struct {
 	// whose error Run also returns), each as
 	// "data_sources[i] (source): <why>".
 	StartErrors []error
+	// Snapshots counts the session's clone snapshots (snapshot.go).
+	Snapshots SnapshotStats
+	// Triggers counts the triggers received; TriggerTimedOut: no trigger
+	// acted within trigger_timeout or before the session ended
+	// (start_tracing, stop_tracing), so it ended without data.
+	Triggers        TriggerStats
+	TriggerTimedOut bool
 }
 
 // ErrAlreadyRun is returned by a second call to Run.
@@ -307,11 +334,19 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	}
 	defer cancel()
 	s.stopRecording = recCtx.Done()
-	s.startProducers()
+	defer s.trig.stop()
+	if !s.triggerStart() {
+		s.startProducers()
+	}
 	s.serveUntil(func() bool { return s.recordingStopped || s.recordingOver() }, nil)
 	s.phase = phaseEnding
+	s.triggerEnded()
+	s.snapEnd()
 	res, err := s.finish()
 	res.StartErrors = s.startErrs
+	res.Snapshots = s.SnapshotStats()
+	res.Triggers = s.TriggerStats()
+	res.TriggerTimedOut = s.trig.timedOut
 	return res, errors.Join(s.abort, err)
 }
 

@@ -23,6 +23,9 @@ const (
 	bufSizeKB     = 1
 	bufFillPolicy = 4
 	bufName       = 7
+	// BufferConfig.transfer_on_clone (5), clear_before_clone (6).
+	bufTransferOnClone  = 5
+	bufClearBeforeClone = 6
 
 	dsConfig           = 1 // TraceConfig.DataSource.config
 	dscName            = 1 // DataSourceConfig.name
@@ -60,6 +63,12 @@ func appendTraceConfig(dst []byte, c *Config) []byte {
 		m = appendVarint(m, bufFillPolicy, policy)
 		if bc.Name != "" {
 			m = appendString(m, bufName, bc.Name)
+		}
+		if bc.TransferOnClone {
+			m = appendVarint(m, bufTransferOnClone, 1)
+		}
+		if bc.ClearBeforeClone {
+			m = appendVarint(m, bufClearBeforeClone, 1)
 		}
 		b = appendMessage(b, tcBuffers, m)
 	}

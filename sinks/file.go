@@ -61,6 +61,9 @@ type FileOptions struct {
 	FsyncPeriod time.Duration
 	// BufferSize of the record buffer (0 → DefaultFileBufferSize).
 	BufferSize int
+	// Rotatable keeps what a new file needs to start self-contained, so
+	// that Rotate works without MaxFileSize (rotate_now.go).
+	Rotatable bool
 }
 
 // fileHooks lets tests replace the clock, fsync, writes and fallocate.
@@ -152,7 +155,7 @@ func newFileSink(opts FileOptions, hooks fileHooks) (*FileSink, error) {
 		opts.BufferSize = DefaultFileBufferSize
 	}
 	s := &FileSink{opts: opts, hooks: hooks, buf: make([]byte, 0, opts.BufferSize)}
-	if opts.MaxFileSize > 0 {
+	if opts.MaxFileSize > 0 || opts.Rotatable {
 		s.restore = newRestoreState()
 	}
 	switch opts.Compression {

@@ -96,6 +96,7 @@ func (b *fileBuilder) Destination() string {
 // overwrites.
 func (b *fileBuilder) Open(env Env) (Sink, error) {
 	o := b.opts
+	o.Rotatable = o.Rotatable || env.Rotatable
 	if o.Path == StdoutPath {
 		return NewFile(o)
 	}

@@ -104,6 +104,9 @@ type Env struct {
 	Now time.Time
 	// Logf receives the sink's warnings; nil discards them.
 	Logf func(format string, args ...any)
+	// Rotatable asks file sinks to be able to rotate on demand
+	// (FileSink.Rotate: rotate_period, `tracepipe rotate`).
+	Rotatable bool
 }
 
 func (e Env) expand(s string) string { return e.expandN(s, 0) }

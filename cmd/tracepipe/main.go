@@ -54,9 +54,12 @@ Commands:
   check      predict trace_processor's import: skipped packets, error stats
   serve      receive traces from other machines (relay sinks, NATS)
   plugins    list data-source plugins: their sources, descriptions, config keys
+  sessions, trigger, snapshot, rotate, stop
+             control running sessions (their control sockets)
 
 Exit codes: 0 ok, 1 error, 2 usage error, 3 data loss found by
-'stats --fail-on-loss' or problems found by 'check'.`
+'stats --fail-on-loss' or problems found by 'check', 4 'run' of a
+start_tracing/stop_tracing session that no trigger reached in time.`
 
 // newRootCmd builds the tracepipe command tree.
 func newRootCmd() *cobra.Command {
@@ -95,6 +98,7 @@ func newRootCmd() *cobra.Command {
 		newPluginsCmd(), // plugins_cmd.go: `tracepipe plugins`
 		newServeCmd(),   // serve_cmd.go: receive relay and NATS streams
 	)
+	root.AddCommand(newControlCmds()...) // control_cmd.go: sessions, trigger, snapshot, rotate, stop
 	classifyUsageErrors(root)
 	return root
 }

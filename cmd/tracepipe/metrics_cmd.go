@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/http"
 
 	"github.com/tracepipe/tracepipe/metrics"
 	"github.com/tracepipe/tracepipe/pipeline"
@@ -10,7 +11,7 @@ import (
 
 // serveSessionMetrics serves `run --metrics-addr`.
 func serveSessionMetrics(addr string, svc *pipeline.Service, stderr io.Writer) (func(), error) {
-	shutdown, bound, err := metrics.Serve(addr, metrics.Session(svc))
+	shutdown, bound, err := metrics.ServeWith(addr, map[string]http.Handler{"/alertmanager": alertHandler(svc, stderr)}, metrics.Session(svc))
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,7 @@ func newRunCmd() *cobra.Command {
 		metricsAddr  string
 		duration     time.Duration
 		sets         []string
+		alertAddr    string // control_cmd.go: the Alertmanager webhook
 	)
 	c := &cobra.Command{
 		Use:   "run [-c FILE] [-o OUTPUT] [--duration D] [--set key=value]...",
@@ -67,13 +68,14 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr)
+			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
 	c.Flags().StringVarP(&output, "output", "o", "", "trace file path: replaces the first file sink's path (or adds a file sink)")
 	c.Flags().DurationVar(&duration, "duration", 0, "session duration, e.g. 30s (overrides the config's duration; 0 = until SIGINT)")
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics while the session runs")
+	c.Flags().StringVar(&alertAddr, "alert-addr", "", "serve Prometheus Alertmanager's webhook on this address (POST /alertmanager): each firing alert activates the trigger named by its alertname (or tracepipe_trigger label)")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
 	return c
 }
@@ -121,7 +123,7 @@ func (r *stopRequests) on(now time.Time) int {
 }
 
 // runSession runs one session with a status line on a terminal.
-func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr string) error {
+func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr string) error {
 	tty := isTerminal(stderr)
 	stderr = &syncWriter{w: stderr} // sinks log from their own goroutines
 	// Our handler stays installed for the whole session: a disposition
@@ -135,17 +137,34 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	defer cancel()
 	svc, err := pipeline.New(cfg, pipeline.Options{Logf: func(format string, args ...any) {
 		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: warning: "+format+"\n", args...)
-	}})
+	}, Rotatable: true})
 	if err != nil {
 		return err
 	}
-	if metricsAddr != "" { // metrics_cmd.go
+	ctl, err := openControl(svc, cfg, cancel, stderr) // control_cmd.go
+	if err != nil {
+		return err
+	}
+	if ctl != nil {
+		defer ctl.Close()
+	}
+	if metricsAddr != "" { // metrics_cmd.go; the Alertmanager webhook rides along
 		shutdown, err := serveSessionMetrics(metricsAddr, svc, stderr)
 		if err != nil {
 			return err
 		}
 		defer shutdown()
 	}
+	if alertAddr != "" {
+		stopAlerts, err := serveAlerts(alertAddr, svc, stderr) // control_cmd.go
+		if err != nil {
+			return err
+		}
+		defer stopAlerts()
+	}
+	usr1 := make(chan os.Signal, 1) // SIGUSR1: a snapshot
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	done := make(chan struct{})
 	go func() {
 		var req stopRequests
@@ -153,6 +172,15 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 			select {
 			case <-done:
 				return
+			case <-usr1:
+				go func() {
+					r := <-svc.Snapshot(pipeline.SnapshotRequest{Trigger: "sigusr1"})
+					if r.Err != nil {
+						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: SIGUSR1 snapshot: %v\n", r.Err)
+						return
+					}
+					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: SIGUSR1 snapshot %d: %s\n", r.N, strings.Join(r.Files, ", "))
+				}()
 			case sig := <-sigs:
 				switch req.on(time.Now()) {
 				case sigStop:
@@ -186,6 +214,12 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	}
 	if res != nil {
 		printSummary(stderr, res)
+		if err == nil && res.TriggerTimedOut {
+			for _, f := range res.Files {
+				_ = os.Remove(f)
+			}
+			return exitCodeError{code: exitNoTrigger, err: fmt.Errorf("trigger_timeout: no trigger acted within %v; no trace written", cfg.TriggerConfig.Timeout)}
+		}
 		if err == nil {
 			// on_error: drop let the session finish; the run still failed
 			// to deliver everything, and the exit code says so.

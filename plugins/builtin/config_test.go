@@ -59,7 +59,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{synthetic, map[string]any{"pakcet_size": 100}, []string{"pakcet_size: unknown key (did you mean packet_size?)"}},
 		{synthetic, map[string]any{"Rate": 1}, []string{"Rate: unknown key (did you mean rate?)"}},
-		{synthetic, map[string]any{"speed": 1}, []string{"speed: unknown key (known keys: writers, rate, packet_size, max_packets, names, counter_every, deterministic_timestamps)"}},
+		{synthetic, map[string]any{"speed": 1}, []string{"speed: unknown key (known keys: writers, rate, packet_size, max_packets, names, counter_every, deterministic_timestamps, trigger, trigger_after_packets, trigger_after_ms, trigger_every_ms)"}},
 		{synthetic, map[string]any{"rate": -5}, []string{"rate: must be >= 0, got -5"}},
 		{synthetic, map[string]any{"rate": "fast"}, []string{`rate: must be an integer, got string "fast"`}},
 		{synthetic, map[string]any{"rate": nil}, []string{"rate: must be an integer, got null"}},
@@ -80,7 +80,7 @@ func TestConfigErrors(t *testing.T) {
 		{synthetic, map[string]any{"rate": -1, "writers": true, "bogus": 1, "Rate": 1, "names": "many", "packet_size": 32},
 			[]string{
 				"Rate: unknown key (did you mean rate?)",
-				"bogus: unknown key (known keys: writers, rate, packet_size, max_packets, names, counter_every, deterministic_timestamps)",
+				"bogus: unknown key (known keys: writers, rate, packet_size, max_packets, names, counter_every, deterministic_timestamps, trigger, trigger_after_packets, trigger_after_ms, trigger_every_ms)",
 				"writers: must be an integer, got bool true",
 				"rate: must be >= 0, got -1",
 				"packet_size: must be between 64 and 1048576, got 32",

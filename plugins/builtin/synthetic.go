@@ -66,6 +66,10 @@ type SyntheticConfig struct {
 	// a zero base with a random one unless DeterministicTimestamps is set,
 	// so that two instances in one trace do not share tracks.
 	TrackUUIDBase uint64
+
+	// trigger: keys trigger, trigger_after_packets, trigger_after_ms,
+	// trigger_every_ms (synthetic_trigger.go).
+	trigger syntheticTrigger
 }
 
 // DefaultSyntheticConfig is the config of an empty or nil map.
@@ -85,6 +89,7 @@ func ParseSyntheticConfig(m map[string]any) (SyntheticConfig, error) {
 	c.Names = int(r.intKey("names", int64(c.Names), between(1, SyntheticMaxNames)))
 	c.CounterEvery = int(r.intKey("counter_every", int64(c.CounterEvery), atLeast(0)))
 	c.DeterministicTimestamps = r.boolKey("deterministic_timestamps", c.DeterministicTimestamps)
+	c.trigger = readSyntheticTrigger(r) // synthetic_trigger.go
 	if err := r.err(); err != nil {
 		return SyntheticConfig{}, err
 	}

@@ -32,6 +32,8 @@ type Synthetic struct {
 	done     chan struct{}
 	doneOnce sync.Once
 	finished atomic.Int32 // writers done
+
+	firer *triggerFirer // the trigger option (synthetic_trigger.go); nil without
 }
 
 var _ plugins.DataSource = (*Synthetic)(nil)
@@ -60,6 +62,8 @@ type synthWriter struct {
 	finishErr error
 
 	c counters
+
+	onPacket func(n uint64) // writer 0 with the trigger option: after each packet
 }
 
 // NewSynthetic returns an unstarted instance. A zero TrackUUIDBase is
@@ -109,6 +113,9 @@ func (s *Synthetic) Start(h plugins.Host) error {
 			w:       w,
 			gen:     NewSyntheticGenerator(s.cfg, i),
 		}
+	}
+	if s.firer = newTriggerFirer(s.cfg.trigger, h); s.firer != nil {
+		ws[0].onPacket = s.firer.packet
 	}
 	s.writers, s.started = ws, true
 	s.published.Store(&ws)
@@ -172,6 +179,7 @@ func (s *Synthetic) Stop() error {
 		return nil
 	}
 	s.stopped = true
+	s.firer.close()
 	for _, sw := range s.writers {
 		sw.ctl.Or(ctlStop)
 		sw.poke()
@@ -272,6 +280,9 @@ func (sw *synthWriter) run(rate int64, finished func()) {
 		buf = sw.gen.Next(buf[:0])
 		sw.c.write(sw.w, buf)
 		n++
+		if sw.onPacket != nil {
+			sw.onPacket(n)
+		}
 		if n%yieldEvery == 0 {
 			// An in-process load generator shares the Go scheduler with
 			// the service: yield now and then, as a producer in its own

@@ -61,6 +61,11 @@ type Config struct {
 	// from one goroutine. It may block (backpressure reaches the plugin's
 	// writers). data is owned by the callee. Untrusted: decode and validate.
 	OnCommit func(data []byte)
+	// OnTriggers receives the trigger names the plugin's data source
+	// activates, at most MaxTriggerNames per message, on the same
+	// goroutine as OnCommit. Untrusted: the names are only looked up.
+	// Nil ignores them.
+	OnTriggers func(names []string)
 	// Stderr receives the plugin's stderr and log output (nil: discarded).
 	Stderr io.Writer
 	// StartTimeout bounds the handshake plus Setup (default 10s).
@@ -83,6 +88,7 @@ type Plugin struct {
 	cancel context.CancelFunc
 
 	onCommit func([]byte)
+	onTrig   func([]string)
 	done     chan struct{} // closed when the commit stream goroutine returned
 	errMu    sync.Mutex
 	err      error // why the commit stream ended (nil: cleanly after Stop)
@@ -289,6 +295,7 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		cli:      c.cli,
 		rpc:      c.rpc,
 		onCommit: cfg.OnCommit,
+		onTrig:   cfg.OnTriggers,
 		done:     make(chan struct{}),
 		ended:    make(chan struct{}),
 	}
@@ -327,6 +334,10 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	return p, nil
 }
 
+// MaxTriggerNames bounds the trigger names taken from one plugin message;
+// the rest are ignored.
+const MaxTriggerNames = 64
+
 // readCommits relays the commit stream to OnCommit until it ends.
 func (p *Plugin) readCommits(stream grpc.ServerStreamingClient[wire.PluginMessage]) {
 	defer close(p.done)
@@ -349,6 +360,10 @@ func (p *Plugin) readCommits(stream grpc.ServerStreamingClient[wire.PluginMessag
 		switch k := m.GetKind().(type) {
 		case *wire.PluginMessage_CommitData:
 			p.onCommit(k.CommitData)
+		case *wire.PluginMessage_ActivateTriggers:
+			if names := k.ActivateTriggers.GetTriggerNames(); p.onTrig != nil && len(names) > 0 {
+				p.onTrig(names[:min(len(names), MaxTriggerNames)])
+			}
 		case *wire.PluginMessage_Done:
 			if p.finished != nil {
 				p.finishedOnce.Do(func() { close(p.finished) })

@@ -40,6 +40,9 @@ type Config struct {
 	// OnCommit receives every CommitData, never concurrently with itself.
 	// The runtime reuses cd once OnCommit returns (encode what you keep).
 	OnCommit func(cd *smb.CommitData)
+	// OnTriggers receives the names a data source activates
+	// (ActivateTriggers), from any goroutine; nil drops them.
+	OnTriggers func(names []string)
 }
 
 // Runtime runs one data source instance on one SMB. Its lifecycle methods
@@ -50,6 +53,8 @@ type Runtime struct {
 	target uint32
 	policy smb.BufferExhaustedPolicy
 	ds     plugins.DataSource
+
+	onTriggers func(names []string)
 
 	mu       sync.Mutex // serialises the lifecycle calls
 	started  bool
@@ -79,7 +84,7 @@ func New(cfg Config, ds plugins.DataSource) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{arb: arb, target: cfg.TargetBuffer, policy: cfg.Policy, ds: ds}, nil
+	return &Runtime{arb: arb, target: cfg.TargetBuffer, policy: cfg.Policy, ds: ds, onTriggers: cfg.OnTriggers}, nil
 }
 
 // NewWriter implements plugins.Host: a new sequence in the SMB aimed at the

@@ -160,7 +160,7 @@ func (s *server) Setup(_ context.Context, req *wire.SetupRequest) (*wire.SetupRe
 		_ = shm.Close()
 		return nil, status.Errorf(codes.InvalidArgument, "setup: SMB on fd %d is %d bytes, host announced %d (page size %d)", s.smbFd, size, req.GetSmbSize(), req.GetPageSize())
 	}
-	rt, err := producer.New(producer.Config{SMB: shm, TargetBuffer: req.GetTargetBuffer(), Policy: policy, OnCommit: s.onCommit}, ds)
+	rt, err := producer.New(producer.Config{SMB: shm, TargetBuffer: req.GetTargetBuffer(), Policy: policy, OnCommit: s.onCommit, OnTriggers: s.onTriggers}, ds)
 	if err != nil {
 		_ = shm.Close()
 		return nil, status.Errorf(codes.Internal, "setup: %v", err)
@@ -272,6 +272,16 @@ func (s *server) stateProblem() string {
 // dropped (nobody could read the chunks anyway).
 func (s *server) onCommit(cd *smb.CommitData) {
 	m := &wire.PluginMessage{Kind: &wire.PluginMessage_CommitData{CommitData: cd.AppendMarshal(make([]byte, 0, 64))}}
+	select {
+	case s.queue <- m:
+	case <-s.streamGone:
+	}
+}
+
+// onTriggers is the runtime's OnTriggers: the names go on the stream,
+// in order with the commits; dropped once the stream is gone.
+func (s *server) onTriggers(names []string) {
+	m := &wire.PluginMessage{Kind: &wire.PluginMessage_ActivateTriggers{ActivateTriggers: &wire.ActivateTriggers{TriggerNames: names}}}
 	select {
 	case s.queue <- m:
 	case <-s.streamGone:

@@ -6,6 +6,8 @@
 //
 //	packets: number of packets to write (default 100, >= 0)
 //	size:    length in bytes of each packet's TestEvent.str (default 64, 0..16 MiB)
+//	trigger: a trigger name to activate once every packet is written
+//	         (plugins.ActivateTriggers: the session's trigger_config decides)
 //
 // Packet i (0-based) is a TracePacket with timestamp (field 8) = i+1 and
 // for_testing (field 900) = a valid TestEvent (Perfetto's test_event.proto):
@@ -54,6 +56,8 @@ func main() {
 type counter struct {
 	packets int64
 	size    int64
+	trigger string
+	host    plugins.Host
 
 	stop  chan struct{}   // closed by Stop
 	flush chan chan error // Flush requests, served by the writing goroutine
@@ -93,8 +97,14 @@ func newCounter(config map[string]any) (plugins.DataSource, error) {
 			default:
 				c.size = n
 			}
+		case "trigger":
+			s, ok := v.(string)
+			if !ok || s == "" {
+				problems = append(problems, fmt.Sprintf("trigger: must be a non-empty string, got %T", v))
+			}
+			c.trigger = s
 		default:
-			problems = append(problems, fmt.Sprintf("%s: unknown key (known: packets, size)", k))
+			problems = append(problems, fmt.Sprintf("%s: unknown key (known: packets, size, trigger)", k))
 		}
 	}
 	if len(problems) > 0 {
@@ -132,6 +142,7 @@ func (c *counter) Start(h plugins.Host) error {
 		close(c.done)
 		return err
 	}
+	c.host = h
 	go c.run(w)
 	return nil
 }
@@ -164,6 +175,9 @@ func (c *counter) run(w plugins.PacketWriter) {
 		}
 	}
 	c.err = w.Flush()
+	if c.trigger != "" {
+		plugins.ActivateTriggers(c.host, c.trigger)
+	}
 }
 
 // TestEvent field numbers (Perfetto's protos/perfetto/trace/test_event.proto).

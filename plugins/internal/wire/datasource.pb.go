@@ -674,6 +674,7 @@ type PluginMessage struct {
 	//
 	//	*PluginMessage_CommitData
 	//	*PluginMessage_Done
+	//	*PluginMessage_ActivateTriggers
 	Kind          isPluginMessage_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -734,6 +735,15 @@ func (x *PluginMessage) GetDone() *DataSourceDone {
 	return nil
 }
 
+func (x *PluginMessage) GetActivateTriggers() *ActivateTriggers {
+	if x != nil {
+		if x, ok := x.Kind.(*PluginMessage_ActivateTriggers); ok {
+			return x.ActivateTriggers
+		}
+	}
+	return nil
+}
+
 type isPluginMessage_Kind interface {
 	isPluginMessage_Kind()
 }
@@ -747,9 +757,61 @@ type PluginMessage_Done struct {
 	Done *DataSourceDone `protobuf:"bytes,2,opt,name=done,proto3,oneof"`
 }
 
+type PluginMessage_ActivateTriggers struct {
+	// The data source activated triggers (plugins.TriggerHost); untrusted
+	// names, checked by the service against its trigger_config.
+	ActivateTriggers *ActivateTriggers `protobuf:"bytes,3,opt,name=activate_triggers,json=activateTriggers,proto3,oneof"`
+}
+
 func (*PluginMessage_CommitData) isPluginMessage_Kind() {}
 
 func (*PluginMessage_Done) isPluginMessage_Kind() {}
+
+func (*PluginMessage_ActivateTriggers) isPluginMessage_Kind() {}
+
+type ActivateTriggers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TriggerNames  []string               `protobuf:"bytes,1,rep,name=trigger_names,json=triggerNames,proto3" json:"trigger_names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivateTriggers) Reset() {
+	*x = ActivateTriggers{}
+	mi := &file_datasource_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateTriggers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateTriggers) ProtoMessage() {}
+
+func (x *ActivateTriggers) ProtoReflect() protoreflect.Message {
+	mi := &file_datasource_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateTriggers.ProtoReflect.Descriptor instead.
+func (*ActivateTriggers) Descriptor() ([]byte, []int) {
+	return file_datasource_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ActivateTriggers) GetTriggerNames() []string {
+	if x != nil {
+		return x.TriggerNames
+	}
+	return nil
+}
 
 type StartRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -759,7 +821,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_datasource_proto_msgTypes[12]
+	mi := &file_datasource_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +833,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_datasource_proto_msgTypes[12]
+	mi := &file_datasource_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +846,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_datasource_proto_rawDescGZIP(), []int{12}
+	return file_datasource_proto_rawDescGZIP(), []int{13}
 }
 
 type StartResponse struct {
@@ -795,7 +857,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_datasource_proto_msgTypes[13]
+	mi := &file_datasource_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +869,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_datasource_proto_msgTypes[13]
+	mi := &file_datasource_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +882,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_datasource_proto_rawDescGZIP(), []int{13}
+	return file_datasource_proto_rawDescGZIP(), []int{14}
 }
 
 type FlushRequest struct {
@@ -832,7 +894,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_datasource_proto_msgTypes[14]
+	mi := &file_datasource_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +906,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_datasource_proto_msgTypes[14]
+	mi := &file_datasource_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +919,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_datasource_proto_rawDescGZIP(), []int{14}
+	return file_datasource_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FlushRequest) GetFlushRequestId() uint64 {
@@ -875,7 +937,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_datasource_proto_msgTypes[15]
+	mi := &file_datasource_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +949,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_datasource_proto_msgTypes[15]
+	mi := &file_datasource_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +962,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_datasource_proto_rawDescGZIP(), []int{15}
+	return file_datasource_proto_rawDescGZIP(), []int{16}
 }
 
 type ClearIncrementalStateRequest struct {
@@ -911,7 +973,7 @@ type ClearIncrementalStateRequest struct {
 
 func (x *ClearIncrementalStateRequest) Reset() {
 	*x = ClearIncrementalStateRequest{}
-	mi := &file_datasource_proto_msgTypes[16]
+	mi := &file_datasource_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +985,7 @@ func (x *ClearIncrementalStateRequest) String() string {
 func (*ClearIncrementalStateRequest) ProtoMessage() {}
 
 func (x *ClearIncrementalStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_datasource_proto_msgTypes[16]
+	mi := &file_datasource_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +998,7 @@ func (x *ClearIncrementalStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearIncrementalStateRequest.ProtoReflect.Descriptor instead.
 func (*ClearIncrementalStateRequest) Descriptor() ([]byte, []int) {
-	return file_datasource_proto_rawDescGZIP(), []int{16}
+	return file_datasource_proto_rawDescGZIP(), []int{17}
 }
 
 type ClearIncrementalStateResponse struct {
@@ -947,7 +1009,7 @@ type ClearIncrementalStateResponse struct {
 
 func (x *ClearIncrementalStateResponse) Reset() {
 	*x = ClearIncrementalStateResponse{}
-	mi := &file_datasource_proto_msgTypes[17]
+	mi := &file_datasource_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1021,7 @@ func (x *ClearIncrementalStateResponse) String() string {
 func (*ClearIncrementalStateResponse) ProtoMessage() {}
 
 func (x *ClearIncrementalStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_datasource_proto_msgTypes[17]
+	mi := &file_datasource_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1034,7 @@ func (x *ClearIncrementalStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearIncrementalStateResponse.ProtoReflect.Descriptor instead.
 func (*ClearIncrementalStateResponse) Descriptor() ([]byte, []int) {
-	return file_datasource_proto_rawDescGZIP(), []int{17}
+	return file_datasource_proto_rawDescGZIP(), []int{18}
 }
 
 type StopRequest struct {
@@ -983,7 +1045,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_datasource_proto_msgTypes[18]
+	mi := &file_datasource_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1057,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_datasource_proto_msgTypes[18]
+	mi := &file_datasource_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1070,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_datasource_proto_rawDescGZIP(), []int{18}
+	return file_datasource_proto_rawDescGZIP(), []int{19}
 }
 
 type StopResponse struct {
@@ -1019,7 +1081,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_datasource_proto_msgTypes[19]
+	mi := &file_datasource_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1093,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_datasource_proto_msgTypes[19]
+	mi := &file_datasource_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1106,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_datasource_proto_rawDescGZIP(), []int{19}
+	return file_datasource_proto_rawDescGZIP(), []int{20}
 }
 
 var File_datasource_proto protoreflect.FileDescriptor
@@ -1085,12 +1147,15 @@ const file_datasource_proto_rawDesc = "" +
 	"\bproblems\x18\x01 \x03(\v2#.tracepipe.plugins.v2.ConfigProblemR\bproblems\x12\x16\n" +
 	"\x06finite\x18\x02 \x01(\bR\x06finite\"\x10\n" +
 	"\x0eCommitsRequest\"\x10\n" +
-	"\x0eDataSourceDone\"v\n" +
+	"\x0eDataSourceDone\"\xcd\x01\n" +
 	"\rPluginMessage\x12!\n" +
 	"\vcommit_data\x18\x01 \x01(\fH\x00R\n" +
 	"commitData\x12:\n" +
-	"\x04done\x18\x02 \x01(\v2$.tracepipe.plugins.v2.DataSourceDoneH\x00R\x04doneB\x06\n" +
-	"\x04kind\"\x0e\n" +
+	"\x04done\x18\x02 \x01(\v2$.tracepipe.plugins.v2.DataSourceDoneH\x00R\x04done\x12U\n" +
+	"\x11activate_triggers\x18\x03 \x01(\v2&.tracepipe.plugins.v2.ActivateTriggersH\x00R\x10activateTriggersB\x06\n" +
+	"\x04kind\"7\n" +
+	"\x10ActivateTriggers\x12#\n" +
+	"\rtrigger_names\x18\x01 \x03(\tR\ftriggerNames\"\x0e\n" +
 	"\fStartRequest\"\x0f\n" +
 	"\rStartResponse\"8\n" +
 	"\fFlushRequest\x12(\n" +
@@ -1127,7 +1192,7 @@ func file_datasource_proto_rawDescGZIP() []byte {
 }
 
 var file_datasource_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_datasource_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_datasource_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_datasource_proto_goTypes = []any{
 	(BufferExhaustedPolicy)(0),            // 0: tracepipe.plugins.v2.BufferExhaustedPolicy
 	(*ConfigKey)(nil),                     // 1: tracepipe.plugins.v2.ConfigKey
@@ -1142,46 +1207,48 @@ var file_datasource_proto_goTypes = []any{
 	(*CommitsRequest)(nil),                // 10: tracepipe.plugins.v2.CommitsRequest
 	(*DataSourceDone)(nil),                // 11: tracepipe.plugins.v2.DataSourceDone
 	(*PluginMessage)(nil),                 // 12: tracepipe.plugins.v2.PluginMessage
-	(*StartRequest)(nil),                  // 13: tracepipe.plugins.v2.StartRequest
-	(*StartResponse)(nil),                 // 14: tracepipe.plugins.v2.StartResponse
-	(*FlushRequest)(nil),                  // 15: tracepipe.plugins.v2.FlushRequest
-	(*FlushResponse)(nil),                 // 16: tracepipe.plugins.v2.FlushResponse
-	(*ClearIncrementalStateRequest)(nil),  // 17: tracepipe.plugins.v2.ClearIncrementalStateRequest
-	(*ClearIncrementalStateResponse)(nil), // 18: tracepipe.plugins.v2.ClearIncrementalStateResponse
-	(*StopRequest)(nil),                   // 19: tracepipe.plugins.v2.StopRequest
-	(*StopResponse)(nil),                  // 20: tracepipe.plugins.v2.StopResponse
-	(*structpb.Struct)(nil),               // 21: google.protobuf.Struct
+	(*ActivateTriggers)(nil),              // 13: tracepipe.plugins.v2.ActivateTriggers
+	(*StartRequest)(nil),                  // 14: tracepipe.plugins.v2.StartRequest
+	(*StartResponse)(nil),                 // 15: tracepipe.plugins.v2.StartResponse
+	(*FlushRequest)(nil),                  // 16: tracepipe.plugins.v2.FlushRequest
+	(*FlushResponse)(nil),                 // 17: tracepipe.plugins.v2.FlushResponse
+	(*ClearIncrementalStateRequest)(nil),  // 18: tracepipe.plugins.v2.ClearIncrementalStateRequest
+	(*ClearIncrementalStateResponse)(nil), // 19: tracepipe.plugins.v2.ClearIncrementalStateResponse
+	(*StopRequest)(nil),                   // 20: tracepipe.plugins.v2.StopRequest
+	(*StopResponse)(nil),                  // 21: tracepipe.plugins.v2.StopResponse
+	(*structpb.Struct)(nil),               // 22: google.protobuf.Struct
 }
 var file_datasource_proto_depIdxs = []int32{
 	1,  // 0: tracepipe.plugins.v2.DataSourceInfo.config_keys:type_name -> tracepipe.plugins.v2.ConfigKey
 	2,  // 1: tracepipe.plugins.v2.DescribeResponse.data_sources:type_name -> tracepipe.plugins.v2.DataSourceInfo
-	21, // 2: tracepipe.plugins.v2.ValidateRequest.config:type_name -> google.protobuf.Struct
+	22, // 2: tracepipe.plugins.v2.ValidateRequest.config:type_name -> google.protobuf.Struct
 	5,  // 3: tracepipe.plugins.v2.ValidateResponse.problems:type_name -> tracepipe.plugins.v2.ConfigProblem
-	21, // 4: tracepipe.plugins.v2.SetupRequest.config:type_name -> google.protobuf.Struct
+	22, // 4: tracepipe.plugins.v2.SetupRequest.config:type_name -> google.protobuf.Struct
 	0,  // 5: tracepipe.plugins.v2.SetupRequest.policy:type_name -> tracepipe.plugins.v2.BufferExhaustedPolicy
 	5,  // 6: tracepipe.plugins.v2.SetupResponse.problems:type_name -> tracepipe.plugins.v2.ConfigProblem
 	11, // 7: tracepipe.plugins.v2.PluginMessage.done:type_name -> tracepipe.plugins.v2.DataSourceDone
-	3,  // 8: tracepipe.plugins.v2.DataSource.Describe:input_type -> tracepipe.plugins.v2.DescribeRequest
-	6,  // 9: tracepipe.plugins.v2.DataSource.Validate:input_type -> tracepipe.plugins.v2.ValidateRequest
-	8,  // 10: tracepipe.plugins.v2.DataSource.Setup:input_type -> tracepipe.plugins.v2.SetupRequest
-	10, // 11: tracepipe.plugins.v2.DataSource.Commits:input_type -> tracepipe.plugins.v2.CommitsRequest
-	13, // 12: tracepipe.plugins.v2.DataSource.Start:input_type -> tracepipe.plugins.v2.StartRequest
-	15, // 13: tracepipe.plugins.v2.DataSource.Flush:input_type -> tracepipe.plugins.v2.FlushRequest
-	17, // 14: tracepipe.plugins.v2.DataSource.ClearIncrementalState:input_type -> tracepipe.plugins.v2.ClearIncrementalStateRequest
-	19, // 15: tracepipe.plugins.v2.DataSource.Stop:input_type -> tracepipe.plugins.v2.StopRequest
-	4,  // 16: tracepipe.plugins.v2.DataSource.Describe:output_type -> tracepipe.plugins.v2.DescribeResponse
-	7,  // 17: tracepipe.plugins.v2.DataSource.Validate:output_type -> tracepipe.plugins.v2.ValidateResponse
-	9,  // 18: tracepipe.plugins.v2.DataSource.Setup:output_type -> tracepipe.plugins.v2.SetupResponse
-	12, // 19: tracepipe.plugins.v2.DataSource.Commits:output_type -> tracepipe.plugins.v2.PluginMessage
-	14, // 20: tracepipe.plugins.v2.DataSource.Start:output_type -> tracepipe.plugins.v2.StartResponse
-	16, // 21: tracepipe.plugins.v2.DataSource.Flush:output_type -> tracepipe.plugins.v2.FlushResponse
-	18, // 22: tracepipe.plugins.v2.DataSource.ClearIncrementalState:output_type -> tracepipe.plugins.v2.ClearIncrementalStateResponse
-	20, // 23: tracepipe.plugins.v2.DataSource.Stop:output_type -> tracepipe.plugins.v2.StopResponse
-	16, // [16:24] is the sub-list for method output_type
-	8,  // [8:16] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	13, // 8: tracepipe.plugins.v2.PluginMessage.activate_triggers:type_name -> tracepipe.plugins.v2.ActivateTriggers
+	3,  // 9: tracepipe.plugins.v2.DataSource.Describe:input_type -> tracepipe.plugins.v2.DescribeRequest
+	6,  // 10: tracepipe.plugins.v2.DataSource.Validate:input_type -> tracepipe.plugins.v2.ValidateRequest
+	8,  // 11: tracepipe.plugins.v2.DataSource.Setup:input_type -> tracepipe.plugins.v2.SetupRequest
+	10, // 12: tracepipe.plugins.v2.DataSource.Commits:input_type -> tracepipe.plugins.v2.CommitsRequest
+	14, // 13: tracepipe.plugins.v2.DataSource.Start:input_type -> tracepipe.plugins.v2.StartRequest
+	16, // 14: tracepipe.plugins.v2.DataSource.Flush:input_type -> tracepipe.plugins.v2.FlushRequest
+	18, // 15: tracepipe.plugins.v2.DataSource.ClearIncrementalState:input_type -> tracepipe.plugins.v2.ClearIncrementalStateRequest
+	20, // 16: tracepipe.plugins.v2.DataSource.Stop:input_type -> tracepipe.plugins.v2.StopRequest
+	4,  // 17: tracepipe.plugins.v2.DataSource.Describe:output_type -> tracepipe.plugins.v2.DescribeResponse
+	7,  // 18: tracepipe.plugins.v2.DataSource.Validate:output_type -> tracepipe.plugins.v2.ValidateResponse
+	9,  // 19: tracepipe.plugins.v2.DataSource.Setup:output_type -> tracepipe.plugins.v2.SetupResponse
+	12, // 20: tracepipe.plugins.v2.DataSource.Commits:output_type -> tracepipe.plugins.v2.PluginMessage
+	15, // 21: tracepipe.plugins.v2.DataSource.Start:output_type -> tracepipe.plugins.v2.StartResponse
+	17, // 22: tracepipe.plugins.v2.DataSource.Flush:output_type -> tracepipe.plugins.v2.FlushResponse
+	19, // 23: tracepipe.plugins.v2.DataSource.ClearIncrementalState:output_type -> tracepipe.plugins.v2.ClearIncrementalStateResponse
+	21, // 24: tracepipe.plugins.v2.DataSource.Stop:output_type -> tracepipe.plugins.v2.StopResponse
+	17, // [17:25] is the sub-list for method output_type
+	9,  // [9:17] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_datasource_proto_init() }
@@ -1192,6 +1259,7 @@ func file_datasource_proto_init() {
 	file_datasource_proto_msgTypes[11].OneofWrappers = []any{
 		(*PluginMessage_CommitData)(nil),
 		(*PluginMessage_Done)(nil),
+		(*PluginMessage_ActivateTriggers)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1199,7 +1267,7 @@ func file_datasource_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_datasource_proto_rawDesc), len(file_datasource_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tracepipe/tracepipe/control"
+	"github.com/tracepipe/tracepipe/pipeline"
+)
+
+// exitNoTrigger: a start_tracing or stop_tracing session saw no trigger
+// within trigger_timeout and ended without data (no trace written).
+const exitNoTrigger = 4
+
+// controlTimeout bounds a control command (a snapshot of a large buffer
+// included).
+const controlTimeout = 2 * time.Minute
+
+// sessionControl serves a running session's control socket.
+type sessionControl struct {
+	svc   *pipeline.Service
+	name  string
+	start time.Time
+	stop  func()
+}
+
+func (c *sessionControl) Info() control.Info {
+	st := c.svc.Status()
+	sn := c.svc.SnapshotStats()
+	in := control.Info{Name: c.name, Start: c.start, Losses: st.Losses, BytesIn: st.BytesIn,
+		SnapshotsTaken: sn.Taken, SnapshotsFailed: sn.Failed, SnapshotsRefused: sn.Refused}
+	for _, b := range st.Buffers {
+		in.Buffers = append(in.Buffers, control.BufferInfo{Name: b.Name, Size: uint64(b.Size), Fill: b.Fill()})
+	}
+	return in
+}
+
+func (c *sessionControl) Trigger(names []string) ([]string, int) {
+	acted := c.svc.ActivateTriggers("", names...)
+	return acted, len(names) - len(acted)
+}
+
+func (c *sessionControl) Snapshot(ctx context.Context, path, trigger string) (control.SnapshotResult, error) {
+	select {
+	case r := <-c.svc.Snapshot(pipeline.SnapshotRequest{Trigger: trigger, Path: path}):
+		return control.SnapshotResult{Number: r.N, Files: r.Files, Packets: r.Packets, Bytes: r.Bytes, Pause: r.Pause}, r.Err
+	case <-ctx.Done():
+		return control.SnapshotResult{}, ctx.Err()
+	}
+}
+
+func (c *sessionControl) Rotate() ([]string, error) { return c.svc.Rotate() }
+func (c *sessionControl) Stop()                     { c.stop() }
+
+// openControl opens the session's control socket; a name a live session
+// holds is an error, any other failure only a warning (the session runs
+// without control).
+func openControl(svc *pipeline.Service, cfg *pipeline.Config, stop func(), stderr io.Writer) (*control.Server, error) {
+	dir, err := control.Dir()
+	if err == nil {
+		var srv *control.Server
+		srv, err = control.Listen(dir, cfg.UniqueSessionName, &sessionControl{svc: svc, name: cfg.UniqueSessionName, start: time.Now(), stop: stop})
+		if err == nil {
+			return srv, nil
+		}
+	}
+	if errors.Is(err, control.ErrNameTaken) {
+		return nil, fmt.Errorf("unique_session_name: %w", err)
+	}
+	fmt.Fprintf(stderr, "tracepipe: warning: no control socket (tracepipe sessions/trigger/snapshot will not see this session): %v\n", err)
+	return nil, nil
+}
+
+// dialSession connects to the session --session names.
+func dialSession(sel string) (*control.Client, control.Endpoint, error) {
+	dir, err := control.Dir()
+	if err != nil {
+		return nil, control.Endpoint{}, err
+	}
+	ep, err := control.Find(dir, sel)
+	if err != nil {
+		return nil, ep, err
+	}
+	c, err := control.Dial(ep)
+	return c, ep, err
+}
+
+func newSessionsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "sessions",
+		Short: "List running sessions: name, pid, uptime, buffer fill, losses, snapshots",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := control.Dir()
+			if err != nil {
+				return err
+			}
+			eps, err := control.List(dir)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "%-20s %8s %10s %12s %8s %s\n", "NAME", "PID", "UPTIME", "LOSSES", "SNAPS", "BUFFERS")
+			for _, ep := range eps {
+				c, err := control.Dial(ep)
+				if err != nil {
+					continue
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+				in, err := c.Info(ctx)
+				cancel()
+				c.Close()
+				if err != nil {
+					fmt.Fprintf(w, "%-20s %8d  (not answering: %v)\n", ep.Name, ep.PID, err)
+					continue
+				}
+				var bufs []string
+				for i, b := range in.GetBuffers() {
+					name := b.GetName()
+					if name == "" {
+						name = fmt.Sprint(i)
+					}
+					bufs = append(bufs, fmt.Sprintf("%s %s %.0f%%", name, byteSize(b.GetSize()), 100*b.GetFill()))
+				}
+				name := in.GetName()
+				if name == "" {
+					name = "-"
+				}
+				fmt.Fprintf(w, "%-20s %8d %10v %12d %8d %s\n", name, in.GetPid(),
+					(time.Duration(in.GetUptimeMs()) * time.Millisecond).Truncate(time.Second), in.GetLosses(), in.GetSnapshotsTaken(), strings.Join(bufs, ", "))
+			}
+			return nil
+		},
+	}
+}
+
+// controlCmd builds a command that talks to one session.
+func controlCmd(use, short string, args cobra.PositionalArgs, run func(ctx context.Context, c *control.Client, args []string, w, ew io.Writer) error) *cobra.Command {
+	var sel string
+	c := &cobra.Command{
+		Use: use, Short: short, Args: args,
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cl, _, err := dialSession(sel)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), controlTimeout)
+			defer cancel()
+			if _, err := cl.Info(ctx); err != nil {
+				return err
+			}
+			return run(ctx, cl, a, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	c.Flags().StringVar(&sel, "session", "", "the session's unique_session_name or pid (default: the only running session)")
+	return c
+}
+
+func newControlCmds() []*cobra.Command {
+	var out string
+	snap := controlCmd("snapshot [-o FILE] [--session NAME|PID]", "Clone the running session now into a separate trace (Perfetto's --clone)", cobra.NoArgs,
+		func(ctx context.Context, c *control.Client, _ []string, w, ew io.Writer) error {
+			path := out
+			if path != "" {
+				abs, err := filepath.Abs(path)
+				if err != nil {
+					return err
+				}
+				path = abs
+			}
+			r, err := c.Snapshot(ctx, path, "")
+			if err != nil {
+				return err
+			}
+			for _, f := range r.GetFiles() {
+				fmt.Fprintln(w, f)
+			}
+			fmt.Fprintf(ew, "tracepipe: snapshot %d: %d packets, %s, longest service pause %v\n",
+				r.GetNumber(), r.GetPackets(), byteSize(r.GetBytes()), time.Duration(r.GetPauseUs())*time.Microsecond)
+			return nil
+		})
+	snap.Flags().StringVarP(&out, "output", "o", "", "write the snapshot to this file (default: beside each file sink, <stem>.snap-<n>-manual.pftrace)")
+	trig := controlCmd("trigger NAME... [--session NAME|PID]", "Activate triggers of the running session's trigger_config", cobra.MinimumNArgs(1),
+		func(ctx context.Context, c *control.Client, names []string, w, _ io.Writer) error {
+			r, err := c.Trigger(ctx, names)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "acted: %s; ignored (unknown, skipped or rate-limited): %d\n", strings.Join(r.GetActed(), " "), r.GetIgnored())
+			return nil
+		})
+	rot := controlCmd("rotate [--session NAME|PID]", "Close the running session's files and continue in new ones (lttng rotate)", cobra.NoArgs,
+		func(ctx context.Context, c *control.Client, _ []string, w, _ io.Writer) error {
+			r, err := c.Rotate(ctx)
+			if err != nil {
+				return err
+			}
+			for _, f := range r.GetClosed() {
+				fmt.Fprintln(w, f)
+			}
+			return nil
+		})
+	stop := controlCmd("stop [--session NAME|PID]", "Stop the running session gracefully (as SIGINT does)", cobra.NoArgs,
+		func(ctx context.Context, c *control.Client, _ []string, _, _ io.Writer) error { return c.Stop(ctx) })
+	return []*cobra.Command{newSessionsCmd(), trig, snap, rot, stop}
+}
+
+// serveAlerts serves the Alertmanager webhook at POST /alertmanager on
+// addr until the returned stop is called.
+// alertHandler turns Alertmanager's webhook into trigger activations.
+func alertHandler(svc *pipeline.Service, stderr io.Writer) http.Handler {
+	return control.AlertHandler(func(names []string) []string {
+		acted := svc.ActivateTriggers("alertmanager", names...)
+		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: alertmanager: triggers %v, acted %v\n", names, acted)
+		return acted
+	})
+}
+
+func serveAlerts(addr string, svc *pipeline.Service, stderr io.Writer) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--alert-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/alertmanager", alertHandler(svc, stderr))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	go func() { _ = srv.Serve(ln) }()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}

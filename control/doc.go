@@ -1,0 +1,13 @@
+// Package control is the control endpoint of a running tracepipe session:
+// a gRPC service (control.proto, protocol version 1) on a UNIX socket,
+// mode 0600, in Dir(), one socket per session named
+// "<name>.<pid>.sock". Server serves a Handler (the session); List,
+// Find and Dial are the client side used by `tracepipe sessions`,
+// `trigger`, `snapshot`, `rotate` and `stop`.
+//
+// It owns the socket files (creation, stale-socket detection and
+// replacement, unique session names, removal on Close) and the decoding
+// and validation of requests, which come from other processes and are
+// untrusted. It must not know about buffers, sinks or the pipeline: the
+// Handler does the work.
+package control

@@ -1,0 +1,51 @@
+package pipeline
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/tracepipe/tracepipe/tpimport"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// rotate_period rotates a streaming session's file on time: every file
+// after the first starts with the preamble a max_file_size rotation gives
+// it (clock snapshot first) and every file but the last ends with a
+// TraceStats. (tracepipe check reports unresolved_iid in rotated files of
+// the synthetic source for max_file_size rotation too: a limit of the
+// file sink's fold, not of the timer.)
+func TestRotatePeriod(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "rot.pftrace")
+	cfg := loadYAML(t, fmt.Sprintf(`
+duration: 2500ms
+write_into_file: true
+file_write_period: 100ms
+rotate_period: 1s
+buffers: [{size_kb: 1024}]
+data_sources:
+  - name: tracepipe.synthetic
+    config: {writers: 2, rate: 500, packet_size: 64}
+sinks: [{type: file, path: %q}]
+`, out))
+	res := runSession(t, cfg)
+	if len(res.Files) < 2 {
+		t.Fatalf("files %v; want a rotation per second", res.Files)
+	}
+	for i, f := range res.Files {
+		pkts := readTrace(t, f)
+		if len(pkts) == 0 || pkts[0].info.PayloadField != tracefile.FieldClockSnapshot {
+			t.Fatalf("%s does not start with a clock snapshot", f)
+		}
+		if i < len(res.Files)-1 {
+			if _, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1].raw); !ok || err != nil {
+				t.Fatalf("%s does not end with a TraceStats", f)
+			}
+		}
+		rep, err := tpimport.CheckFile(f, tpimport.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %d packets, check %v", f, len(pkts), rep.Codes())
+	}
+}

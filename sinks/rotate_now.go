@@ -1,0 +1,26 @@
+package sinks
+
+import "errors"
+
+// Rotate ends the current file (with its TraceStats) and continues in the
+// next one, which starts self-contained like a max_file_size rotation
+// (rotation.go): on demand (`tracepipe rotate`, as `lttng rotate`) or on
+// a timer (rotate_period). It returns the name of the file it closed.
+// Only a sink that keeps the fold of what it wrote can start a file
+// self-contained: one opened with FileOptions.Rotatable or MaxFileSize.
+func (s *FileSink) Rotate() (closed string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return "", ErrClosed
+	case s.opts.Path == StdoutPath:
+		return "", errors.New("sinks: file sink: standard output cannot rotate")
+	case s.restore == nil:
+		return "", errors.New("sinks: file sink: not rotatable (opened without rotate_period or max_file_size)")
+	case s.err != nil:
+		return "", s.err
+	}
+	closed = FileName(s.opts.Path, s.index)
+	return closed, s.rotateLocked()
+}
