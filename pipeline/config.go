@@ -46,6 +46,7 @@ type Config struct {
 	Producers        ProducersConfig        `koanf:"producers"`
 	Sinks            []sinks.Config         `koanf:"sinks"`
 	PluginDir        string                 `koanf:"plugin_dir"` // directory of data-source plugins: data_sources[i].name alone finds the plugin serving it
+	Perfetto         PerfettoConfig         `koanf:"perfetto"`   // Perfetto producers on Perfetto's socket (config_perfetto.go)
 
 	// baseDir is the directory relative paths (data_sources[i].plugin,
 	// data_sources[i].protovm.program) are resolved against: the config

@@ -584,6 +584,10 @@ sinks:
     max_file_size: 0
     fsync_period: 0s
 plugin_dir: ""
+perfetto:
+  enabled: false
+  producer_socket: ""
+  wait_for_producers: 0s
 `
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)

@@ -31,6 +31,9 @@ type Options struct {
 	// Logf receives warnings (a data source that failed to stop, a sink
 	// error). Nil discards them.
 	Logf func(format string, args ...any)
+	// Perfetto, when non-nil, serves data sources that are neither built
+	// in nor plugins with the Perfetto producers connected to it.
+	Perfetto *PerfettoProducers
 }
 
 // PassInfo describes the output after a read pass was written.
@@ -211,7 +214,7 @@ func (s *Service) buildProducers() error {
 			policy = smb.Stall
 		}
 		spec := producerSpec{
-			id: uint16(i + 1), index: i, name: dc.Name, target: dc.TargetBuffer,
+			id: uint16(len(s.producers) + 1), index: i, name: dc.Name, target: dc.TargetBuffer,
 			source: dc.Name, policy: policy, abortOnStartError: dc.OnStartError == OnStartErrorAbort,
 		}
 		var p *producer
@@ -223,6 +226,11 @@ func (s *Service) buildProducers() error {
 			if err != nil {
 				return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
 			}
+		} else if _, builtin := plugins.Lookup(dc.Name); !builtin && s.opts.Perfetto != nil {
+			if err := s.addPerfettoProducers(spec, client); err != nil {
+				return err
+			}
+			continue
 		} else {
 			factory, ok := plugins.Lookup(dc.Name)
 			if !ok {
