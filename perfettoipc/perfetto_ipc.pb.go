@@ -1624,6 +1624,947 @@ func (*GetAsyncCommandResponse_SetupDataSource_) isGetAsyncCommandResponse_Cmd()
 
 func (*GetAsyncCommandResponse_ClearIncrementalState_) isGetAsyncCommandResponse_Cmd() {}
 
+// The TraceConfig travels as bytes: the service walks it field by field
+// so that it can name each field it does not support.
+type EnableTracingRequest struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	TraceConfig            []byte                 `protobuf:"bytes,1,opt,name=trace_config,json=traceConfig" json:"trace_config,omitempty"`
+	AttachNotificationOnly *bool                  `protobuf:"varint,2,opt,name=attach_notification_only,json=attachNotificationOnly" json:"attach_notification_only,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *EnableTracingRequest) Reset() {
+	*x = EnableTracingRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnableTracingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnableTracingRequest) ProtoMessage() {}
+
+func (x *EnableTracingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnableTracingRequest.ProtoReflect.Descriptor instead.
+func (*EnableTracingRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *EnableTracingRequest) GetTraceConfig() []byte {
+	if x != nil {
+		return x.TraceConfig
+	}
+	return nil
+}
+
+func (x *EnableTracingRequest) GetAttachNotificationOnly() bool {
+	if x != nil && x.AttachNotificationOnly != nil {
+		return *x.AttachNotificationOnly
+	}
+	return false
+}
+
+type EnableTracingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to State:
+	//
+	//	*EnableTracingResponse_Disabled
+	State         isEnableTracingResponse_State `protobuf_oneof:"state"`
+	Error         *string                       `protobuf:"bytes,3,opt,name=error" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnableTracingResponse) Reset() {
+	*x = EnableTracingResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnableTracingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnableTracingResponse) ProtoMessage() {}
+
+func (x *EnableTracingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnableTracingResponse.ProtoReflect.Descriptor instead.
+func (*EnableTracingResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *EnableTracingResponse) GetState() isEnableTracingResponse_State {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *EnableTracingResponse) GetDisabled() bool {
+	if x != nil {
+		if x, ok := x.State.(*EnableTracingResponse_Disabled); ok {
+			return x.Disabled
+		}
+	}
+	return false
+}
+
+func (x *EnableTracingResponse) GetError() string {
+	if x != nil && x.Error != nil {
+		return *x.Error
+	}
+	return ""
+}
+
+type isEnableTracingResponse_State interface {
+	isEnableTracingResponse_State()
+}
+
+type EnableTracingResponse_Disabled struct {
+	Disabled bool `protobuf:"varint,1,opt,name=disabled,oneof"`
+}
+
+func (*EnableTracingResponse_Disabled) isEnableTracingResponse_State() {}
+
+type StartTracingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartTracingRequest) Reset() {
+	*x = StartTracingRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartTracingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartTracingRequest) ProtoMessage() {}
+
+func (x *StartTracingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartTracingRequest.ProtoReflect.Descriptor instead.
+func (*StartTracingRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{28}
+}
+
+type StartTracingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartTracingResponse) Reset() {
+	*x = StartTracingResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartTracingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartTracingResponse) ProtoMessage() {}
+
+func (x *StartTracingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartTracingResponse.ProtoReflect.Descriptor instead.
+func (*StartTracingResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{29}
+}
+
+type DisableTracingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisableTracingRequest) Reset() {
+	*x = DisableTracingRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisableTracingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisableTracingRequest) ProtoMessage() {}
+
+func (x *DisableTracingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisableTracingRequest.ProtoReflect.Descriptor instead.
+func (*DisableTracingRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{30}
+}
+
+type DisableTracingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisableTracingResponse) Reset() {
+	*x = DisableTracingResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisableTracingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisableTracingResponse) ProtoMessage() {}
+
+func (x *DisableTracingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisableTracingResponse.ProtoReflect.Descriptor instead.
+func (*DisableTracingResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{31}
+}
+
+type ReadBuffersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadBuffersRequest) Reset() {
+	*x = ReadBuffersRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadBuffersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadBuffersRequest) ProtoMessage() {}
+
+func (x *ReadBuffersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadBuffersRequest.ProtoReflect.Descriptor instead.
+func (*ReadBuffersRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{32}
+}
+
+type ReadBuffersResponse struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Slices        []*ReadBuffersResponse_Slice `protobuf:"bytes,2,rep,name=slices" json:"slices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadBuffersResponse) Reset() {
+	*x = ReadBuffersResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadBuffersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadBuffersResponse) ProtoMessage() {}
+
+func (x *ReadBuffersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadBuffersResponse.ProtoReflect.Descriptor instead.
+func (*ReadBuffersResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ReadBuffersResponse) GetSlices() []*ReadBuffersResponse_Slice {
+	if x != nil {
+		return x.Slices
+	}
+	return nil
+}
+
+type FreeBuffersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BufferIds     []uint32               `protobuf:"varint,1,rep,name=buffer_ids,json=bufferIds" json:"buffer_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreeBuffersRequest) Reset() {
+	*x = FreeBuffersRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreeBuffersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreeBuffersRequest) ProtoMessage() {}
+
+func (x *FreeBuffersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreeBuffersRequest.ProtoReflect.Descriptor instead.
+func (*FreeBuffersRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *FreeBuffersRequest) GetBufferIds() []uint32 {
+	if x != nil {
+		return x.BufferIds
+	}
+	return nil
+}
+
+type FreeBuffersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreeBuffersResponse) Reset() {
+	*x = FreeBuffersResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreeBuffersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreeBuffersResponse) ProtoMessage() {}
+
+func (x *FreeBuffersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreeBuffersResponse.ProtoReflect.Descriptor instead.
+func (*FreeBuffersResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{35}
+}
+
+type FlushRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TimeoutMs     *uint32                `protobuf:"varint,1,opt,name=timeout_ms,json=timeoutMs" json:"timeout_ms,omitempty"`
+	Flags         *uint64                `protobuf:"varint,2,opt,name=flags" json:"flags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushRequest) Reset() {
+	*x = FlushRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushRequest) ProtoMessage() {}
+
+func (x *FlushRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
+func (*FlushRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *FlushRequest) GetTimeoutMs() uint32 {
+	if x != nil && x.TimeoutMs != nil {
+		return *x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *FlushRequest) GetFlags() uint64 {
+	if x != nil && x.Flags != nil {
+		return *x.Flags
+	}
+	return 0
+}
+
+type FlushResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlushResponse) Reset() {
+	*x = FlushResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlushResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlushResponse) ProtoMessage() {}
+
+func (x *FlushResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
+func (*FlushResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{37}
+}
+
+type DetachRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *string                `protobuf:"bytes,1,opt,name=key" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DetachRequest) Reset() {
+	*x = DetachRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DetachRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DetachRequest) ProtoMessage() {}
+
+func (x *DetachRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DetachRequest.ProtoReflect.Descriptor instead.
+func (*DetachRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DetachRequest) GetKey() string {
+	if x != nil && x.Key != nil {
+		return *x.Key
+	}
+	return ""
+}
+
+type DetachResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DetachResponse) Reset() {
+	*x = DetachResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DetachResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DetachResponse) ProtoMessage() {}
+
+func (x *DetachResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DetachResponse.ProtoReflect.Descriptor instead.
+func (*DetachResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{39}
+}
+
+type AttachRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *string                `protobuf:"bytes,1,opt,name=key" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachRequest) Reset() {
+	*x = AttachRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachRequest) ProtoMessage() {}
+
+func (x *AttachRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
+func (*AttachRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *AttachRequest) GetKey() string {
+	if x != nil && x.Key != nil {
+		return *x.Key
+	}
+	return ""
+}
+
+type AttachResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TraceConfig   []byte                 `protobuf:"bytes,1,opt,name=trace_config,json=traceConfig" json:"trace_config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachResponse) Reset() {
+	*x = AttachResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachResponse) ProtoMessage() {}
+
+func (x *AttachResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
+func (*AttachResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *AttachResponse) GetTraceConfig() []byte {
+	if x != nil {
+		return x.TraceConfig
+	}
+	return nil
+}
+
+type GetTraceStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTraceStatsRequest) Reset() {
+	*x = GetTraceStatsRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTraceStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTraceStatsRequest) ProtoMessage() {}
+
+func (x *GetTraceStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTraceStatsRequest.ProtoReflect.Descriptor instead.
+func (*GetTraceStatsRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{42}
+}
+
+type GetTraceStatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// TraceStats, encoded as in TracePacket.trace_stats.
+	TraceStats    []byte `protobuf:"bytes,1,opt,name=trace_stats,json=traceStats" json:"trace_stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTraceStatsResponse) Reset() {
+	*x = GetTraceStatsResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTraceStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTraceStatsResponse) ProtoMessage() {}
+
+func (x *GetTraceStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTraceStatsResponse.ProtoReflect.Descriptor instead.
+func (*GetTraceStatsResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GetTraceStatsResponse) GetTraceStats() []byte {
+	if x != nil {
+		return x.TraceStats
+	}
+	return nil
+}
+
+type QueryServiceStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionsOnly  *bool                  `protobuf:"varint,1,opt,name=sessions_only,json=sessionsOnly" json:"sessions_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryServiceStateRequest) Reset() {
+	*x = QueryServiceStateRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryServiceStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryServiceStateRequest) ProtoMessage() {}
+
+func (x *QueryServiceStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryServiceStateRequest.ProtoReflect.Descriptor instead.
+func (*QueryServiceStateRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *QueryServiceStateRequest) GetSessionsOnly() bool {
+	if x != nil && x.SessionsOnly != nil {
+		return *x.SessionsOnly
+	}
+	return false
+}
+
+type TracingServiceState struct {
+	state                   protoimpl.MessageState            `protogen:"open.v1"`
+	Producers               []*TracingServiceState_Producer   `protobuf:"bytes,1,rep,name=producers" json:"producers,omitempty"`
+	DataSources             []*TracingServiceState_DataSource `protobuf:"bytes,2,rep,name=data_sources,json=dataSources" json:"data_sources,omitempty"`
+	NumSessions             *int32                            `protobuf:"varint,3,opt,name=num_sessions,json=numSessions" json:"num_sessions,omitempty"`
+	NumSessionsStarted      *int32                            `protobuf:"varint,4,opt,name=num_sessions_started,json=numSessionsStarted" json:"num_sessions_started,omitempty"`
+	TracingServiceVersion   *string                           `protobuf:"bytes,5,opt,name=tracing_service_version,json=tracingServiceVersion" json:"tracing_service_version,omitempty"`
+	SupportsTracingSessions *bool                             `protobuf:"varint,7,opt,name=supports_tracing_sessions,json=supportsTracingSessions" json:"supports_tracing_sessions,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *TracingServiceState) Reset() {
+	*x = TracingServiceState{}
+	mi := &file_perfetto_ipc_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TracingServiceState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TracingServiceState) ProtoMessage() {}
+
+func (x *TracingServiceState) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TracingServiceState.ProtoReflect.Descriptor instead.
+func (*TracingServiceState) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *TracingServiceState) GetProducers() []*TracingServiceState_Producer {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
+func (x *TracingServiceState) GetDataSources() []*TracingServiceState_DataSource {
+	if x != nil {
+		return x.DataSources
+	}
+	return nil
+}
+
+func (x *TracingServiceState) GetNumSessions() int32 {
+	if x != nil && x.NumSessions != nil {
+		return *x.NumSessions
+	}
+	return 0
+}
+
+func (x *TracingServiceState) GetNumSessionsStarted() int32 {
+	if x != nil && x.NumSessionsStarted != nil {
+		return *x.NumSessionsStarted
+	}
+	return 0
+}
+
+func (x *TracingServiceState) GetTracingServiceVersion() string {
+	if x != nil && x.TracingServiceVersion != nil {
+		return *x.TracingServiceVersion
+	}
+	return ""
+}
+
+func (x *TracingServiceState) GetSupportsTracingSessions() bool {
+	if x != nil && x.SupportsTracingSessions != nil {
+		return *x.SupportsTracingSessions
+	}
+	return false
+}
+
+type QueryServiceStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServiceState  *TracingServiceState   `protobuf:"bytes,1,opt,name=service_state,json=serviceState" json:"service_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryServiceStateResponse) Reset() {
+	*x = QueryServiceStateResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryServiceStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryServiceStateResponse) ProtoMessage() {}
+
+func (x *QueryServiceStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryServiceStateResponse.ProtoReflect.Descriptor instead.
+func (*QueryServiceStateResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *QueryServiceStateResponse) GetServiceState() *TracingServiceState {
+	if x != nil {
+		return x.ServiceState
+	}
+	return nil
+}
+
 type Frame_BindService struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServiceName   *string                `protobuf:"bytes,1,opt,name=service_name,json=serviceName" json:"service_name,omitempty"`
@@ -1633,7 +2574,7 @@ type Frame_BindService struct {
 
 func (x *Frame_BindService) Reset() {
 	*x = Frame_BindService{}
-	mi := &file_perfetto_ipc_proto_msgTypes[26]
+	mi := &file_perfetto_ipc_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +2586,7 @@ func (x *Frame_BindService) String() string {
 func (*Frame_BindService) ProtoMessage() {}
 
 func (x *Frame_BindService) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[26]
+	mi := &file_perfetto_ipc_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +2619,7 @@ type Frame_MethodInfo struct {
 
 func (x *Frame_MethodInfo) Reset() {
 	*x = Frame_MethodInfo{}
-	mi := &file_perfetto_ipc_proto_msgTypes[27]
+	mi := &file_perfetto_ipc_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +2631,7 @@ func (x *Frame_MethodInfo) String() string {
 func (*Frame_MethodInfo) ProtoMessage() {}
 
 func (x *Frame_MethodInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[27]
+	mi := &file_perfetto_ipc_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +2672,7 @@ type Frame_BindServiceReply struct {
 
 func (x *Frame_BindServiceReply) Reset() {
 	*x = Frame_BindServiceReply{}
-	mi := &file_perfetto_ipc_proto_msgTypes[28]
+	mi := &file_perfetto_ipc_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +2684,7 @@ func (x *Frame_BindServiceReply) String() string {
 func (*Frame_BindServiceReply) ProtoMessage() {}
 
 func (x *Frame_BindServiceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[28]
+	mi := &file_perfetto_ipc_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2733,7 @@ type Frame_InvokeMethod struct {
 
 func (x *Frame_InvokeMethod) Reset() {
 	*x = Frame_InvokeMethod{}
-	mi := &file_perfetto_ipc_proto_msgTypes[29]
+	mi := &file_perfetto_ipc_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +2745,7 @@ func (x *Frame_InvokeMethod) String() string {
 func (*Frame_InvokeMethod) ProtoMessage() {}
 
 func (x *Frame_InvokeMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[29]
+	mi := &file_perfetto_ipc_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2800,7 @@ type Frame_InvokeMethodReply struct {
 
 func (x *Frame_InvokeMethodReply) Reset() {
 	*x = Frame_InvokeMethodReply{}
-	mi := &file_perfetto_ipc_proto_msgTypes[30]
+	mi := &file_perfetto_ipc_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2812,7 @@ func (x *Frame_InvokeMethodReply) String() string {
 func (*Frame_InvokeMethodReply) ProtoMessage() {}
 
 func (x *Frame_InvokeMethodReply) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[30]
+	mi := &file_perfetto_ipc_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2858,7 @@ type Frame_RequestError struct {
 
 func (x *Frame_RequestError) Reset() {
 	*x = Frame_RequestError{}
-	mi := &file_perfetto_ipc_proto_msgTypes[31]
+	mi := &file_perfetto_ipc_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2870,7 @@ func (x *Frame_RequestError) String() string {
 func (*Frame_RequestError) ProtoMessage() {}
 
 func (x *Frame_RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[31]
+	mi := &file_perfetto_ipc_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2905,7 @@ type Frame_SetPeerIdentity struct {
 
 func (x *Frame_SetPeerIdentity) Reset() {
 	*x = Frame_SetPeerIdentity{}
-	mi := &file_perfetto_ipc_proto_msgTypes[32]
+	mi := &file_perfetto_ipc_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2917,7 @@ func (x *Frame_SetPeerIdentity) String() string {
 func (*Frame_SetPeerIdentity) ProtoMessage() {}
 
 func (x *Frame_SetPeerIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[32]
+	mi := &file_perfetto_ipc_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2971,7 @@ type GetAsyncCommandResponse_SetupTracing struct {
 
 func (x *GetAsyncCommandResponse_SetupTracing) Reset() {
 	*x = GetAsyncCommandResponse_SetupTracing{}
-	mi := &file_perfetto_ipc_proto_msgTypes[33]
+	mi := &file_perfetto_ipc_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2983,7 @@ func (x *GetAsyncCommandResponse_SetupTracing) String() string {
 func (*GetAsyncCommandResponse_SetupTracing) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_SetupTracing) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[33]
+	mi := &file_perfetto_ipc_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +3023,7 @@ type GetAsyncCommandResponse_SetupDataSource struct {
 
 func (x *GetAsyncCommandResponse_SetupDataSource) Reset() {
 	*x = GetAsyncCommandResponse_SetupDataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[34]
+	mi := &file_perfetto_ipc_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +3035,7 @@ func (x *GetAsyncCommandResponse_SetupDataSource) String() string {
 func (*GetAsyncCommandResponse_SetupDataSource) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_SetupDataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[34]
+	mi := &file_perfetto_ipc_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +3075,7 @@ type GetAsyncCommandResponse_StartDataSource struct {
 
 func (x *GetAsyncCommandResponse_StartDataSource) Reset() {
 	*x = GetAsyncCommandResponse_StartDataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[35]
+	mi := &file_perfetto_ipc_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +3087,7 @@ func (x *GetAsyncCommandResponse_StartDataSource) String() string {
 func (*GetAsyncCommandResponse_StartDataSource) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_StartDataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[35]
+	mi := &file_perfetto_ipc_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +3126,7 @@ type GetAsyncCommandResponse_StopDataSource struct {
 
 func (x *GetAsyncCommandResponse_StopDataSource) Reset() {
 	*x = GetAsyncCommandResponse_StopDataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[36]
+	mi := &file_perfetto_ipc_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +3138,7 @@ func (x *GetAsyncCommandResponse_StopDataSource) String() string {
 func (*GetAsyncCommandResponse_StopDataSource) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_StopDataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[36]
+	mi := &file_perfetto_ipc_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +3172,7 @@ type GetAsyncCommandResponse_Flush struct {
 
 func (x *GetAsyncCommandResponse_Flush) Reset() {
 	*x = GetAsyncCommandResponse_Flush{}
-	mi := &file_perfetto_ipc_proto_msgTypes[37]
+	mi := &file_perfetto_ipc_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +3184,7 @@ func (x *GetAsyncCommandResponse_Flush) String() string {
 func (*GetAsyncCommandResponse_Flush) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_Flush) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[37]
+	mi := &file_perfetto_ipc_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +3230,7 @@ type GetAsyncCommandResponse_ClearIncrementalState struct {
 
 func (x *GetAsyncCommandResponse_ClearIncrementalState) Reset() {
 	*x = GetAsyncCommandResponse_ClearIncrementalState{}
-	mi := &file_perfetto_ipc_proto_msgTypes[38]
+	mi := &file_perfetto_ipc_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +3242,7 @@ func (x *GetAsyncCommandResponse_ClearIncrementalState) String() string {
 func (*GetAsyncCommandResponse_ClearIncrementalState) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_ClearIncrementalState) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[38]
+	mi := &file_perfetto_ipc_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,6 +3263,194 @@ func (x *GetAsyncCommandResponse_ClearIncrementalState) GetDataSourceIds() []uin
 		return x.DataSourceIds
 	}
 	return nil
+}
+
+type ReadBuffersResponse_Slice struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Data               []byte                 `protobuf:"bytes,1,opt,name=data" json:"data,omitempty"`
+	LastSliceForPacket *bool                  `protobuf:"varint,2,opt,name=last_slice_for_packet,json=lastSliceForPacket" json:"last_slice_for_packet,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ReadBuffersResponse_Slice) Reset() {
+	*x = ReadBuffersResponse_Slice{}
+	mi := &file_perfetto_ipc_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadBuffersResponse_Slice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadBuffersResponse_Slice) ProtoMessage() {}
+
+func (x *ReadBuffersResponse_Slice) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadBuffersResponse_Slice.ProtoReflect.Descriptor instead.
+func (*ReadBuffersResponse_Slice) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{33, 0}
+}
+
+func (x *ReadBuffersResponse_Slice) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadBuffersResponse_Slice) GetLastSliceForPacket() bool {
+	if x != nil && x.LastSliceForPacket != nil {
+		return *x.LastSliceForPacket
+	}
+	return false
+}
+
+type TracingServiceState_Producer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            *int32                 `protobuf:"varint,1,opt,name=id" json:"id,omitempty"`
+	Name          *string                `protobuf:"bytes,2,opt,name=name" json:"name,omitempty"`
+	Uid           *int32                 `protobuf:"varint,3,opt,name=uid" json:"uid,omitempty"`
+	SdkVersion    *string                `protobuf:"bytes,4,opt,name=sdk_version,json=sdkVersion" json:"sdk_version,omitempty"`
+	Pid           *int32                 `protobuf:"varint,5,opt,name=pid" json:"pid,omitempty"`
+	Frozen        *bool                  `protobuf:"varint,6,opt,name=frozen" json:"frozen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TracingServiceState_Producer) Reset() {
+	*x = TracingServiceState_Producer{}
+	mi := &file_perfetto_ipc_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TracingServiceState_Producer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TracingServiceState_Producer) ProtoMessage() {}
+
+func (x *TracingServiceState_Producer) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TracingServiceState_Producer.ProtoReflect.Descriptor instead.
+func (*TracingServiceState_Producer) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45, 0}
+}
+
+func (x *TracingServiceState_Producer) GetId() int32 {
+	if x != nil && x.Id != nil {
+		return *x.Id
+	}
+	return 0
+}
+
+func (x *TracingServiceState_Producer) GetName() string {
+	if x != nil && x.Name != nil {
+		return *x.Name
+	}
+	return ""
+}
+
+func (x *TracingServiceState_Producer) GetUid() int32 {
+	if x != nil && x.Uid != nil {
+		return *x.Uid
+	}
+	return 0
+}
+
+func (x *TracingServiceState_Producer) GetSdkVersion() string {
+	if x != nil && x.SdkVersion != nil {
+		return *x.SdkVersion
+	}
+	return ""
+}
+
+func (x *TracingServiceState_Producer) GetPid() int32 {
+	if x != nil && x.Pid != nil {
+		return *x.Pid
+	}
+	return 0
+}
+
+func (x *TracingServiceState_Producer) GetFrozen() bool {
+	if x != nil && x.Frozen != nil {
+		return *x.Frozen
+	}
+	return false
+}
+
+type TracingServiceState_DataSource struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DsDescriptor  *DataSourceDescriptor  `protobuf:"bytes,1,opt,name=ds_descriptor,json=dsDescriptor" json:"ds_descriptor,omitempty"`
+	ProducerId    *int32                 `protobuf:"varint,2,opt,name=producer_id,json=producerId" json:"producer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TracingServiceState_DataSource) Reset() {
+	*x = TracingServiceState_DataSource{}
+	mi := &file_perfetto_ipc_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TracingServiceState_DataSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TracingServiceState_DataSource) ProtoMessage() {}
+
+func (x *TracingServiceState_DataSource) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TracingServiceState_DataSource.ProtoReflect.Descriptor instead.
+func (*TracingServiceState_DataSource) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45, 1}
+}
+
+func (x *TracingServiceState_DataSource) GetDsDescriptor() *DataSourceDescriptor {
+	if x != nil {
+		return x.DsDescriptor
+	}
+	return nil
+}
+
+func (x *TracingServiceState_DataSource) GetProducerId() int32 {
+	if x != nil && x.ProducerId != nil {
+		return *x.ProducerId
+	}
+	return 0
 }
 
 var File_perfetto_ipc_proto protoreflect.FileDescriptor
@@ -2468,7 +3597,68 @@ const file_perfetto_ipc_proto_rawDesc = "" +
 	"\x05flags\x18\x03 \x01(\x04R\x05flags\x1a?\n" +
 	"\x15ClearIncrementalState\x12&\n" +
 	"\x0fdata_source_ids\x18\x01 \x03(\x04R\rdataSourceIdsB\x05\n" +
-	"\x03cmdB,Z*github.com/tracepipe/tracepipe/perfettoipc"
+	"\x03cmd\"s\n" +
+	"\x14EnableTracingRequest\x12!\n" +
+	"\ftrace_config\x18\x01 \x01(\fR\vtraceConfig\x128\n" +
+	"\x18attach_notification_only\x18\x02 \x01(\bR\x16attachNotificationOnly\"T\n" +
+	"\x15EnableTracingResponse\x12\x1c\n" +
+	"\bdisabled\x18\x01 \x01(\bH\x00R\bdisabled\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05errorB\a\n" +
+	"\x05state\"\x15\n" +
+	"\x13StartTracingRequest\"\x16\n" +
+	"\x14StartTracingResponse\"\x17\n" +
+	"\x15DisableTracingRequest\"\x18\n" +
+	"\x16DisableTracingResponse\"\x14\n" +
+	"\x12ReadBuffersRequest\"\xaf\x01\n" +
+	"\x13ReadBuffersResponse\x12H\n" +
+	"\x06slices\x18\x02 \x03(\v20.tracepipe.perfettoipc.ReadBuffersResponse.SliceR\x06slices\x1aN\n" +
+	"\x05Slice\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x121\n" +
+	"\x15last_slice_for_packet\x18\x02 \x01(\bR\x12lastSliceForPacket\"3\n" +
+	"\x12FreeBuffersRequest\x12\x1d\n" +
+	"\n" +
+	"buffer_ids\x18\x01 \x03(\rR\tbufferIds\"\x15\n" +
+	"\x13FreeBuffersResponse\"C\n" +
+	"\fFlushRequest\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x01 \x01(\rR\ttimeoutMs\x12\x14\n" +
+	"\x05flags\x18\x02 \x01(\x04R\x05flags\"\x0f\n" +
+	"\rFlushResponse\"!\n" +
+	"\rDetachRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x10\n" +
+	"\x0eDetachResponse\"!\n" +
+	"\rAttachRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"3\n" +
+	"\x0eAttachResponse\x12!\n" +
+	"\ftrace_config\x18\x01 \x01(\fR\vtraceConfig\"\x16\n" +
+	"\x14GetTraceStatsRequest\"8\n" +
+	"\x15GetTraceStatsResponse\x12\x1f\n" +
+	"\vtrace_stats\x18\x01 \x01(\fR\n" +
+	"traceStats\"?\n" +
+	"\x18QueryServiceStateRequest\x12#\n" +
+	"\rsessions_only\x18\x01 \x01(\bR\fsessionsOnly\"\x9a\x05\n" +
+	"\x13TracingServiceState\x12Q\n" +
+	"\tproducers\x18\x01 \x03(\v23.tracepipe.perfettoipc.TracingServiceState.ProducerR\tproducers\x12X\n" +
+	"\fdata_sources\x18\x02 \x03(\v25.tracepipe.perfettoipc.TracingServiceState.DataSourceR\vdataSources\x12!\n" +
+	"\fnum_sessions\x18\x03 \x01(\x05R\vnumSessions\x120\n" +
+	"\x14num_sessions_started\x18\x04 \x01(\x05R\x12numSessionsStarted\x126\n" +
+	"\x17tracing_service_version\x18\x05 \x01(\tR\x15tracingServiceVersion\x12:\n" +
+	"\x19supports_tracing_sessions\x18\a \x01(\bR\x17supportsTracingSessions\x1a\x8b\x01\n" +
+	"\bProducer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\x05R\x03uid\x12\x1f\n" +
+	"\vsdk_version\x18\x04 \x01(\tR\n" +
+	"sdkVersion\x12\x10\n" +
+	"\x03pid\x18\x05 \x01(\x05R\x03pid\x12\x16\n" +
+	"\x06frozen\x18\x06 \x01(\bR\x06frozen\x1a\x7f\n" +
+	"\n" +
+	"DataSource\x12P\n" +
+	"\rds_descriptor\x18\x01 \x01(\v2+.tracepipe.perfettoipc.DataSourceDescriptorR\fdsDescriptor\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x05R\n" +
+	"producerId\"l\n" +
+	"\x19QueryServiceStateResponse\x12O\n" +
+	"\rservice_state\x18\x01 \x01(\v2*.tracepipe.perfettoipc.TracingServiceStateR\fserviceStateB,Z*github.com/tracepipe/tracepipe/perfettoipc"
 
 var (
 	file_perfetto_ipc_proto_rawDescOnce sync.Once
@@ -2483,7 +3673,7 @@ func file_perfetto_ipc_proto_rawDescGZIP() []byte {
 }
 
 var file_perfetto_ipc_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_perfetto_ipc_proto_goTypes = []any{
 	(InitializeConnectionRequest_SmbScrapingMode)(0),      // 0: tracepipe.perfettoipc.InitializeConnectionRequest.SmbScrapingMode
 	(DataSourceConfig_SessionInitiator)(0),                // 1: tracepipe.perfettoipc.DataSourceConfig.SessionInitiator
@@ -2513,45 +3703,74 @@ var file_perfetto_ipc_proto_goTypes = []any{
 	(*GetAsyncCommandRequest)(nil),                        // 25: tracepipe.perfettoipc.GetAsyncCommandRequest
 	(*DataSourceConfig)(nil),                              // 26: tracepipe.perfettoipc.DataSourceConfig
 	(*GetAsyncCommandResponse)(nil),                       // 27: tracepipe.perfettoipc.GetAsyncCommandResponse
-	(*Frame_BindService)(nil),                             // 28: tracepipe.perfettoipc.Frame.BindService
-	(*Frame_MethodInfo)(nil),                              // 29: tracepipe.perfettoipc.Frame.MethodInfo
-	(*Frame_BindServiceReply)(nil),                        // 30: tracepipe.perfettoipc.Frame.BindServiceReply
-	(*Frame_InvokeMethod)(nil),                            // 31: tracepipe.perfettoipc.Frame.InvokeMethod
-	(*Frame_InvokeMethodReply)(nil),                       // 32: tracepipe.perfettoipc.Frame.InvokeMethodReply
-	(*Frame_RequestError)(nil),                            // 33: tracepipe.perfettoipc.Frame.RequestError
-	(*Frame_SetPeerIdentity)(nil),                         // 34: tracepipe.perfettoipc.Frame.SetPeerIdentity
-	(*GetAsyncCommandResponse_SetupTracing)(nil),          // 35: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
-	(*GetAsyncCommandResponse_SetupDataSource)(nil),       // 36: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
-	(*GetAsyncCommandResponse_StartDataSource)(nil),       // 37: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
-	(*GetAsyncCommandResponse_StopDataSource)(nil),        // 38: tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
-	(*GetAsyncCommandResponse_Flush)(nil),                 // 39: tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
-	(*GetAsyncCommandResponse_ClearIncrementalState)(nil), // 40: tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
+	(*EnableTracingRequest)(nil),                          // 28: tracepipe.perfettoipc.EnableTracingRequest
+	(*EnableTracingResponse)(nil),                         // 29: tracepipe.perfettoipc.EnableTracingResponse
+	(*StartTracingRequest)(nil),                           // 30: tracepipe.perfettoipc.StartTracingRequest
+	(*StartTracingResponse)(nil),                          // 31: tracepipe.perfettoipc.StartTracingResponse
+	(*DisableTracingRequest)(nil),                         // 32: tracepipe.perfettoipc.DisableTracingRequest
+	(*DisableTracingResponse)(nil),                        // 33: tracepipe.perfettoipc.DisableTracingResponse
+	(*ReadBuffersRequest)(nil),                            // 34: tracepipe.perfettoipc.ReadBuffersRequest
+	(*ReadBuffersResponse)(nil),                           // 35: tracepipe.perfettoipc.ReadBuffersResponse
+	(*FreeBuffersRequest)(nil),                            // 36: tracepipe.perfettoipc.FreeBuffersRequest
+	(*FreeBuffersResponse)(nil),                           // 37: tracepipe.perfettoipc.FreeBuffersResponse
+	(*FlushRequest)(nil),                                  // 38: tracepipe.perfettoipc.FlushRequest
+	(*FlushResponse)(nil),                                 // 39: tracepipe.perfettoipc.FlushResponse
+	(*DetachRequest)(nil),                                 // 40: tracepipe.perfettoipc.DetachRequest
+	(*DetachResponse)(nil),                                // 41: tracepipe.perfettoipc.DetachResponse
+	(*AttachRequest)(nil),                                 // 42: tracepipe.perfettoipc.AttachRequest
+	(*AttachResponse)(nil),                                // 43: tracepipe.perfettoipc.AttachResponse
+	(*GetTraceStatsRequest)(nil),                          // 44: tracepipe.perfettoipc.GetTraceStatsRequest
+	(*GetTraceStatsResponse)(nil),                         // 45: tracepipe.perfettoipc.GetTraceStatsResponse
+	(*QueryServiceStateRequest)(nil),                      // 46: tracepipe.perfettoipc.QueryServiceStateRequest
+	(*TracingServiceState)(nil),                           // 47: tracepipe.perfettoipc.TracingServiceState
+	(*QueryServiceStateResponse)(nil),                     // 48: tracepipe.perfettoipc.QueryServiceStateResponse
+	(*Frame_BindService)(nil),                             // 49: tracepipe.perfettoipc.Frame.BindService
+	(*Frame_MethodInfo)(nil),                              // 50: tracepipe.perfettoipc.Frame.MethodInfo
+	(*Frame_BindServiceReply)(nil),                        // 51: tracepipe.perfettoipc.Frame.BindServiceReply
+	(*Frame_InvokeMethod)(nil),                            // 52: tracepipe.perfettoipc.Frame.InvokeMethod
+	(*Frame_InvokeMethodReply)(nil),                       // 53: tracepipe.perfettoipc.Frame.InvokeMethodReply
+	(*Frame_RequestError)(nil),                            // 54: tracepipe.perfettoipc.Frame.RequestError
+	(*Frame_SetPeerIdentity)(nil),                         // 55: tracepipe.perfettoipc.Frame.SetPeerIdentity
+	(*GetAsyncCommandResponse_SetupTracing)(nil),          // 56: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
+	(*GetAsyncCommandResponse_SetupDataSource)(nil),       // 57: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
+	(*GetAsyncCommandResponse_StartDataSource)(nil),       // 58: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
+	(*GetAsyncCommandResponse_StopDataSource)(nil),        // 59: tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
+	(*GetAsyncCommandResponse_Flush)(nil),                 // 60: tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
+	(*GetAsyncCommandResponse_ClearIncrementalState)(nil), // 61: tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
+	(*ReadBuffersResponse_Slice)(nil),                     // 62: tracepipe.perfettoipc.ReadBuffersResponse.Slice
+	(*TracingServiceState_Producer)(nil),                  // 63: tracepipe.perfettoipc.TracingServiceState.Producer
+	(*TracingServiceState_DataSource)(nil),                // 64: tracepipe.perfettoipc.TracingServiceState.DataSource
 }
 var file_perfetto_ipc_proto_depIdxs = []int32{
-	28, // 0: tracepipe.perfettoipc.Frame.msg_bind_service:type_name -> tracepipe.perfettoipc.Frame.BindService
-	30, // 1: tracepipe.perfettoipc.Frame.msg_bind_service_reply:type_name -> tracepipe.perfettoipc.Frame.BindServiceReply
-	31, // 2: tracepipe.perfettoipc.Frame.msg_invoke_method:type_name -> tracepipe.perfettoipc.Frame.InvokeMethod
-	32, // 3: tracepipe.perfettoipc.Frame.msg_invoke_method_reply:type_name -> tracepipe.perfettoipc.Frame.InvokeMethodReply
-	33, // 4: tracepipe.perfettoipc.Frame.msg_request_error:type_name -> tracepipe.perfettoipc.Frame.RequestError
-	34, // 5: tracepipe.perfettoipc.Frame.set_peer_identity:type_name -> tracepipe.perfettoipc.Frame.SetPeerIdentity
+	49, // 0: tracepipe.perfettoipc.Frame.msg_bind_service:type_name -> tracepipe.perfettoipc.Frame.BindService
+	51, // 1: tracepipe.perfettoipc.Frame.msg_bind_service_reply:type_name -> tracepipe.perfettoipc.Frame.BindServiceReply
+	52, // 2: tracepipe.perfettoipc.Frame.msg_invoke_method:type_name -> tracepipe.perfettoipc.Frame.InvokeMethod
+	53, // 3: tracepipe.perfettoipc.Frame.msg_invoke_method_reply:type_name -> tracepipe.perfettoipc.Frame.InvokeMethodReply
+	54, // 4: tracepipe.perfettoipc.Frame.msg_request_error:type_name -> tracepipe.perfettoipc.Frame.RequestError
+	55, // 5: tracepipe.perfettoipc.Frame.set_peer_identity:type_name -> tracepipe.perfettoipc.Frame.SetPeerIdentity
 	0,  // 6: tracepipe.perfettoipc.InitializeConnectionRequest.smb_scraping_mode:type_name -> tracepipe.perfettoipc.InitializeConnectionRequest.SmbScrapingMode
 	5,  // 7: tracepipe.perfettoipc.RegisterDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
 	5,  // 8: tracepipe.perfettoipc.UpdateDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
 	1,  // 9: tracepipe.perfettoipc.DataSourceConfig.session_initiator:type_name -> tracepipe.perfettoipc.DataSourceConfig.SessionInitiator
-	37, // 10: tracepipe.perfettoipc.GetAsyncCommandResponse.start_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
-	38, // 11: tracepipe.perfettoipc.GetAsyncCommandResponse.stop_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
-	35, // 12: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_tracing:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
-	39, // 13: tracepipe.perfettoipc.GetAsyncCommandResponse.flush:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
-	36, // 14: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
-	40, // 15: tracepipe.perfettoipc.GetAsyncCommandResponse.clear_incremental_state:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
-	29, // 16: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
-	26, // 17: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	26, // 18: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	58, // 10: tracepipe.perfettoipc.GetAsyncCommandResponse.start_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
+	59, // 11: tracepipe.perfettoipc.GetAsyncCommandResponse.stop_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
+	56, // 12: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_tracing:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
+	60, // 13: tracepipe.perfettoipc.GetAsyncCommandResponse.flush:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
+	57, // 14: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
+	61, // 15: tracepipe.perfettoipc.GetAsyncCommandResponse.clear_incremental_state:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
+	62, // 16: tracepipe.perfettoipc.ReadBuffersResponse.slices:type_name -> tracepipe.perfettoipc.ReadBuffersResponse.Slice
+	63, // 17: tracepipe.perfettoipc.TracingServiceState.producers:type_name -> tracepipe.perfettoipc.TracingServiceState.Producer
+	64, // 18: tracepipe.perfettoipc.TracingServiceState.data_sources:type_name -> tracepipe.perfettoipc.TracingServiceState.DataSource
+	47, // 19: tracepipe.perfettoipc.QueryServiceStateResponse.service_state:type_name -> tracepipe.perfettoipc.TracingServiceState
+	50, // 20: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
+	26, // 21: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	26, // 22: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	5,  // 23: tracepipe.perfettoipc.TracingServiceState.DataSource.ds_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_perfetto_ipc_proto_init() }
@@ -2575,13 +3794,16 @@ func file_perfetto_ipc_proto_init() {
 		(*GetAsyncCommandResponse_SetupDataSource_)(nil),
 		(*GetAsyncCommandResponse_ClearIncrementalState_)(nil),
 	}
+	file_perfetto_ipc_proto_msgTypes[27].OneofWrappers = []any{
+		(*EnableTracingResponse_Disabled)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_perfetto_ipc_proto_rawDesc), len(file_perfetto_ipc_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

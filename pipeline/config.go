@@ -72,6 +72,11 @@ type DataSourceConfig struct {
 	Plugin                string         `koanf:"plugin"`                  // path of an out-of-process plugin binary (optional); Validate resolves it against the config file's directory
 	ProtoVM               *ProtoVMConfig `koanf:"protovm"`
 	OnStartError          string         `koanf:"on_start_error"` // "continue" (default, also "") | "abort": what a failed Start does to the session
+
+	// perfettoConfig is the DataSourceConfig a Perfetto consumer sent
+	// (perfetto_consumer.go), passed on to Perfetto producers with its
+	// data-source specific fields.
+	perfettoConfig []byte
 }
 
 // ProtoVMConfig attaches a ProtoVM program to a data source: packets of the

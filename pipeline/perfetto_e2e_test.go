@@ -41,6 +41,8 @@ type perfettoDouble struct {
 	mem      *smb.SMB
 	writer   *smb.TraceWriter
 	instance uint64
+	// lastConfig is the DataSourceConfig of the last setup_data_source.
+	lastConfig []byte
 }
 
 func dialDouble(t *testing.T, path string, packets int) *perfettoDouble {
@@ -183,6 +185,10 @@ func (pd *perfettoDouble) handle(cmd *ipc.GetAsyncCommandResponse, fds []int) er
 		return err
 	case *ipc.GetAsyncCommandResponse_SetupDataSource_:
 		pd.note("setup_data_source " + c.SetupDataSource.GetConfig().GetName())
+		raw, _ := proto.Marshal(c.SetupDataSource.GetConfig())
+		pd.mu.Lock()
+		pd.lastConfig = raw
+		pd.mu.Unlock()
 	case *ipc.GetAsyncCommandResponse_StartDataSource_:
 		pd.note("start_data_source")
 		pd.instance = c.StartDataSource.GetNewInstanceId()

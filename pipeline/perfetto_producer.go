@@ -15,6 +15,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/smb"
 )
 
@@ -35,6 +36,7 @@ type PerfettoProducers struct {
 	mu      sync.Mutex
 	conns   []*perfettoConn
 	changed chan struct{} // closed and replaced on every change
+	lastID  int32
 	// Commits that arrived while no session was bound (dropped).
 	CommitsUnbound atomic.Uint64
 
@@ -48,6 +50,7 @@ func NewPerfettoProducers() *PerfettoProducers {
 }
 
 type perfettoConn struct {
+	id   int32 // producer id in QueryServiceState (connection order)
 	pp   *perfettoipc.Producer
 	gone chan struct{} // closed when the connection ended
 
@@ -75,7 +78,8 @@ func (r *PerfettoProducers) find(pp *perfettoipc.Producer) *perfettoConn {
 // Connected implements perfettoipc.Backend.
 func (r *PerfettoProducers) Connected(pp *perfettoipc.Producer) {
 	r.mu.Lock()
-	r.conns = append(r.conns, &perfettoConn{pp: pp, gone: make(chan struct{})})
+	r.lastID++
+	r.conns = append(r.conns, &perfettoConn{id: r.lastID, pp: pp, gone: make(chan struct{})})
 	r.notify()
 	r.mu.Unlock()
 }
@@ -237,6 +241,31 @@ func (r *PerfettoProducers) matching(name string) ([]*perfettoConn, []*perfettoi
 	return cs, ds
 }
 
+// serves says whether the session binds Perfetto producers for a data
+// source name: when one registered it (it wins over a built-in data
+// source of the same name, as the producer is what the user runs), and
+// for every name that is not built in (New then says which producers
+// registered what). False for a nil set.
+func (r *PerfettoProducers) serves(name string) bool {
+	if r == nil {
+		return false
+	}
+	if _, builtin := plugins.Lookup(name); !builtin {
+		return true
+	}
+	conns, _ := r.matching(name)
+	return len(conns) > 0
+}
+
+// has says whether a connected producer registered name (false for a nil set).
+func (r *PerfettoProducers) has(name string) bool {
+	if r == nil {
+		return false
+	}
+	conns, _ := r.matching(name)
+	return len(conns) > 0
+}
+
 // addPerfettoProducers adds one producer per connected Perfetto producer
 // that registered data_sources[spec.index].name.
 func (s *Service) addPerfettoProducers(spec producerSpec, _ buffer.ClientIdentity) error {
@@ -278,6 +307,7 @@ func (s *Service) addPerfettoProducers(spec producerSpec, _ buffer.ClientIdentit
 		p := newProducer(sp, view, client, s.commits, s.notes, s.finished)
 		p.side = &perfettoSide{
 			conn: c, p: p, desc: descs[k], session: session,
+			raw:      s.cfg.DataSources[spec.index].perfettoConfig,
 			instance: r.nextInstance.Add(1),
 			duration: s.cfg.Duration,
 			acks:     make(chan uint64, 4),
@@ -300,6 +330,7 @@ type perfettoSide struct {
 	session  uint64
 	instance uint64
 	duration time.Duration
+	raw      []byte // the consumer's DataSourceConfig, if a consumer started the session
 
 	acks                     chan uint64
 	started, stopped         chan struct{}
@@ -323,14 +354,22 @@ func (ps *perfettoSide) start(p *producer) error {
 	c.side = ps
 	ps.bound = true
 	c.mu.Unlock()
-	cfg := &perfettoipc.DataSourceConfig{
-		Name:                  proto.String(ps.desc.GetName()),
-		TargetBuffer:          proto.Uint32(bufferID(p.target)),
-		TraceDurationMs:       proto.Uint32(uint32(ps.duration.Milliseconds())),
-		TracingSessionId:      proto.Uint64(ps.session),
-		EnableExtraGuardrails: proto.Bool(false),
-		StopTimeoutMs:         proto.Uint32(uint32(perfettoWait.Milliseconds())),
+	// The consumer's config keeps its data-source specific fields
+	// (unknown to this proto, kept as such); the service sets the rest,
+	// as traced does.
+	cfg := &perfettoipc.DataSourceConfig{}
+	if len(ps.raw) > 0 {
+		if err := proto.Unmarshal(ps.raw, cfg); err != nil {
+			return fmt.Errorf("the consumer's DataSourceConfig: %w", err)
+		}
 	}
+	cfg.Name = proto.String(ps.desc.GetName())
+	cfg.TargetBuffer = proto.Uint32(bufferID(p.target))
+	cfg.TraceDurationMs = proto.Uint32(uint32(ps.duration.Milliseconds()))
+	cfg.TracingSessionId = proto.Uint64(ps.session)
+	cfg.EnableExtraGuardrails = proto.Bool(false)
+	cfg.StopTimeoutMs = proto.Uint32(uint32(perfettoWait.Milliseconds()))
+	cfg.SessionInitiator = perfettoipc.DataSourceConfig_SESSION_INITIATOR_UNSPECIFIED.Enum()
 	if err := c.pp.StartDataSource(ps.instance, cfg); err != nil {
 		return err
 	}

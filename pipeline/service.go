@@ -226,7 +226,7 @@ func (s *Service) buildProducers() error {
 			if err != nil {
 				return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
 			}
-		} else if _, builtin := plugins.Lookup(dc.Name); !builtin && s.opts.Perfetto != nil {
+		} else if s.opts.Perfetto.serves(dc.Name) {
 			if err := s.addPerfettoProducers(spec, client); err != nil {
 				return err
 			}

@@ -1,0 +1,277 @@
+package perfettoipc
+
+import (
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+)
+
+// ConsumerPortMethods is ConsumerPort's method table in Perfetto's
+// declaration order (method id = position + 1).
+var ConsumerPortMethods = []string{
+	"EnableTracing", "DisableTracing", "ReadBuffers", "FreeBuffers", "Flush",
+	"StartTracing", "ChangeTraceConfig", "Detach", "Attach", "GetTraceStats",
+	"ObserveEvents", "QueryServiceState", "QueryCapabilities", "SaveTraceForBugreport",
+	"CloneSession",
+}
+
+// ConsumerPort method ids.
+const (
+	mEnableTracing uint32 = iota + 1
+	mDisableTracing
+	mReadBuffers
+	mFreeBuffers
+	mFlush
+	mStartTracing
+	mChangeTraceConfig
+	mDetach
+	mAttach
+	mGetTraceStats
+	mObserveEvents
+	mQueryServiceState
+	mQueryCapabilities
+	mSaveTraceForBugreport
+	mCloneSession
+)
+
+// readBuffersReplyBytes is the packet bytes per ReadBuffers reply, as
+// traced (~32 KiB): far below the frame bound with the slice overhead.
+const readBuffersReplyBytes = 32 << 10
+
+// ConsumerBackend is the tracing service behind the consumer port.
+type ConsumerBackend interface {
+	// EnableTracing starts a session with a serialized TraceConfig
+	// (untrusted). outFD (>= 0) is the output file of write_into_file; the
+	// session owns it from now on, even on error.
+	EnableTracing(peer Peer, traceConfig []byte, outFD int) (ConsumerSession, error)
+	QueryServiceState(sessionsOnly bool) *TracingServiceState
+}
+
+// ConsumerSession is one session a consumer enabled.
+type ConsumerSession interface {
+	// Done is closed when the session ended; Err then says why it ended
+	// badly (nil: it ran to its end).
+	Done() <-chan struct{}
+	Err() error
+	// Disable stops the session gracefully (final flush, final read).
+	Disable()
+	// Flush flushes the producers, bounded by timeout.
+	Flush(timeout time.Duration, flags uint64) error
+	// ReadPackets takes up to about maxBytes of the packets read so far
+	// (at least one packet if there is any), oldest first.
+	ReadPackets(maxBytes int) [][]byte
+	// Free drops what was not read.
+	Free()
+	// TraceStats is the session's TraceStats message, encoded.
+	TraceStats() []byte
+	// WritesIntoFile: the session writes a file, ReadBuffers is refused.
+	WritesIntoFile() bool
+}
+
+// NewConsumerPort returns the ConsumerPort service for a Host.
+func NewConsumerPort(b ConsumerBackend) *Service {
+	return &Service{Name: "ConsumerPort", Methods: ConsumerPortMethods, Open: func(c *Conn) Handler {
+		return &consumer{conn: c, backend: b}
+	}}
+}
+
+// consumer is one consumer connection: at most one session, ended when
+// the consumer disconnects (as traced frees a session whose consumer went
+// away without detaching).
+type consumer struct {
+	conn    *Conn
+	backend ConsumerBackend
+	mu      sync.Mutex
+	sess    ConsumerSession
+}
+
+// DecodeConsumerArgs decodes a ConsumerPort method's arguments (untrusted
+// bytes); methods tracepipe does not serve decode as nil.
+func DecodeConsumerArgs(method uint32, b []byte) (proto.Message, error) {
+	var m proto.Message
+	switch method {
+	case mEnableTracing:
+		m = &EnableTracingRequest{}
+	case mDisableTracing:
+		m = &DisableTracingRequest{}
+	case mReadBuffers:
+		m = &ReadBuffersRequest{}
+	case mFreeBuffers:
+		m = &FreeBuffersRequest{}
+	case mFlush:
+		m = &FlushRequest{}
+	case mStartTracing:
+		m = &StartTracingRequest{}
+	case mDetach:
+		m = &DetachRequest{}
+	case mAttach:
+		m = &AttachRequest{}
+	case mGetTraceStats:
+		m = &GetTraceStatsRequest{}
+	case mQueryServiceState:
+		m = &QueryServiceStateRequest{}
+	default:
+		return nil, nil
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (c *consumer) session() ConsumerSession {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sess
+}
+
+func (c *consumer) Close() {
+	if s := c.session(); s != nil {
+		s.Disable()
+	}
+}
+
+func (c *consumer) Invoke(method uint32, call *Call) {
+	fd := call.TakeFD()
+	if fd >= 0 && method != mEnableTracing {
+		unix.Close(fd)
+		fd = -1
+	}
+	args, err := DecodeConsumerArgs(method, call.Args)
+	if err != nil || args == nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		call.Fail() // undecodable, or a method tracepipe does not serve
+		return
+	}
+	sess := c.session()
+	switch method {
+	case mEnableTracing:
+		c.enable(call, args.(*EnableTracingRequest), fd)
+	case mDisableTracing:
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		sess.Disable()
+		_ = call.Reply(&DisableTracingResponse{}, false)
+	case mReadBuffers:
+		if sess == nil || sess.WritesIntoFile() {
+			call.Fail()
+			return
+		}
+		readBuffers(call, sess)
+	case mFreeBuffers:
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		sess.Disable()
+		sess.Free()
+		_ = call.Reply(&FreeBuffersResponse{}, false)
+	case mFlush:
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		r := args.(*FlushRequest)
+		timeout := time.Duration(r.GetTimeoutMs()) * time.Millisecond
+		if timeout <= 0 {
+			timeout = 5 * time.Second
+		}
+		// The flush waits for producers: off the connection goroutine.
+		go func() {
+			if err := sess.Flush(timeout, r.GetFlags()); err != nil {
+				call.Fail()
+				return
+			}
+			_ = call.Reply(&FlushResponse{}, false)
+		}()
+	case mGetTraceStats:
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		_ = call.Reply(&GetTraceStatsResponse{TraceStats: sess.TraceStats()}, false)
+	case mQueryServiceState:
+		st := c.backend.QueryServiceState(args.(*QueryServiceStateRequest).GetSessionsOnly())
+		_ = call.Reply(&QueryServiceStateResponse{ServiceState: st}, false)
+	default:
+		// StartTracing (deferred_start), Detach and Attach are not served.
+		call.Fail()
+	}
+}
+
+// enable starts the session; EnableTracing's reply comes when it ends.
+func (c *consumer) enable(call *Call, r *EnableTracingRequest, fd int) {
+	c.mu.Lock()
+	busy := c.sess != nil
+	c.mu.Unlock()
+	if busy || r.GetAttachNotificationOnly() || r.TraceConfig == nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		msg := "a session is already enabled on this connection"
+		if !busy {
+			msg = "attach_notification_only and an EnableTracing without trace_config are not supported (no Detach/Attach)"
+		}
+		_ = call.Reply(&EnableTracingResponse{State: &EnableTracingResponse_Disabled{Disabled: true}, Error: proto.String(msg)}, false)
+		return
+	}
+	sess, err := c.backend.EnableTracing(c.conn.Peer(), r.GetTraceConfig(), fd)
+	if err != nil {
+		_ = call.Reply(&EnableTracingResponse{State: &EnableTracingResponse_Disabled{Disabled: true}, Error: proto.String(err.Error())}, false)
+		return
+	}
+	c.mu.Lock()
+	c.sess = sess
+	c.mu.Unlock()
+	go func() {
+		<-sess.Done()
+		resp := &EnableTracingResponse{State: &EnableTracingResponse_Disabled{Disabled: true}}
+		if err := sess.Err(); err != nil {
+			resp.Error = proto.String(err.Error())
+		}
+		_ = call.Reply(resp, false)
+	}()
+}
+
+// readBuffers streams what the session read as slices, about 32 KiB of
+// packet bytes per reply, has_more on all but the last. A packet larger
+// than a reply is cut into slices across replies; the last slice of each
+// packet says so. Slices carry no 0x0A preamble (the consumer adds it).
+func readBuffers(call *Call, sess ConsumerSession) {
+	resp := &ReadBuffersResponse{}
+	size := 0
+	send := func(last bool) {
+		_ = call.Reply(resp, !last)
+		resp = &ReadBuffersResponse{}
+		size = 0
+	}
+	for {
+		pkts := sess.ReadPackets(readBuffersReplyBytes)
+		if len(pkts) == 0 {
+			break
+		}
+		for _, p := range pkts {
+			for {
+				room := readBuffersReplyBytes - size
+				if room <= 0 {
+					send(false)
+					room = readBuffersReplyBytes
+				}
+				n := min(len(p), room)
+				resp.Slices = append(resp.Slices, &ReadBuffersResponse_Slice{Data: p[:n], LastSliceForPacket: proto.Bool(n == len(p))})
+				size += n + 8 // a slice's own encoding overhead, roughly
+				p = p[n:]
+				if len(p) == 0 {
+					break
+				}
+			}
+		}
+	}
+	send(true)
+}
