@@ -46,6 +46,20 @@ func dirWritable(dir string) bool {
 	return true
 }
 
+// PerfettoConsumerSocket is where Perfetto's consumers (the perfetto
+// command) connect by default: PERFETTO_CONSUMER_SOCK_NAME, else
+// /run/perfetto/traced-consumer.sock when /run/perfetto is usable, else
+// /tmp/perfetto-consumer.
+func PerfettoConsumerSocket() string {
+	if s := os.Getenv("PERFETTO_CONSUMER_SOCK_NAME"); s != "" {
+		return s
+	}
+	if fi, err := os.Stat("/run/perfetto"); err == nil && fi.IsDir() && dirWritable("/run/perfetto") {
+		return "/run/perfetto/traced-consumer.sock"
+	}
+	return "/tmp/perfetto-consumer"
+}
+
 // ProducerSocketPath is the configured producer socket or the default.
 func (c PerfettoConfig) ProducerSocketPath() string {
 	if c.ProducerSocket != "" {

@@ -91,6 +91,7 @@ func newRootCmd() *cobra.Command {
 		newProtoVMCmd(),
 		newCheckCmd(), // check_cmd.go
 		newPluginsCmd(), // plugins_cmd.go: `tracepipe plugins`
+		newServeCmd(),   // serve_cmd.go: `tracepipe serve --perfetto`
 	)
 	classifyUsageErrors(root)
 	return root
