@@ -133,7 +133,7 @@ func TestGoldenSessionReplay(t *testing.T) {
 		raw = append(raw, p.raw)
 	}
 	want := producerPackets(t, raw)
-	if len(want) < 10 {
+	if len(want) < 5 { // traced_probes wrote 5 sys_stats packets in a_probes
 		t.Fatalf("%d producer packets in the golden trace", len(want))
 	}
 
