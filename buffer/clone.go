@@ -21,6 +21,7 @@ func (b *TraceBuffer) CloneReadOnly() *TraceBuffer {
 		pktSlices:  make([][]byte, 0, 4),
 		stats:      b.stats,
 	}
+	adviseHugePages(c.mem)
 	copy(c.mem, b.mem[:b.usedSize])
 	for k, s := range b.seqs {
 		cs := *s

@@ -71,12 +71,21 @@ type DataSourceConfig struct {
 	Config                map[string]any `koanf:"config"`                  // per-source section, validated by the source's factory
 	Plugin                string         `koanf:"plugin"`                  // path of an out-of-process plugin binary (optional); Validate resolves it against the config file's directory
 	ProtoVM               *ProtoVMConfig `koanf:"protovm"`
+	Restart               *RestartConfig `koanf:"restart"`        // plugins: relaunch after a crash (nil: never)
 	OnStartError          string         `koanf:"on_start_error"` // "continue" (default, also "") | "abort": what a failed Start does to the session
 
 	// perfettoConfig is the DataSourceConfig a Perfetto consumer sent
 	// (perfetto_consumer.go), passed on to Perfetto producers with its
 	// data-source specific fields.
 	perfettoConfig []byte
+}
+
+// RestartConfig relaunches a plugin that died while recording, on a fresh
+// SMB (what it committed before is kept), at most Max times, Backoff after
+// each death.
+type RestartConfig struct {
+	Max     int           `koanf:"max"`
+	Backoff time.Duration `koanf:"backoff"`
 }
 
 // ProtoVMConfig attaches a ProtoVM program to a data source: packets of the

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
+	"time"
 
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
@@ -225,6 +225,15 @@ func (c *Config) checkDataSource(k *checker, i int) {
 		k.bad(p+".target_buffer", "must be in 0..%d (there are %d buffers), got %d", n-1, n, ds.TargetBuffer)
 	}
 
+	if r := ds.Restart; r != nil {
+		if r.Max < 0 || r.Max > 100 {
+			k.bad(p+".restart.max", "must be in 0..100, got %d", r.Max)
+		}
+		if r.Backoff < 0 || r.Backoff > time.Hour {
+			k.bad(p+".restart.backoff", "must be in 0..1h, got %v", r.Backoff)
+		}
+	}
+
 	switch ds.OnStartError {
 	case "", OnStartErrorContinue, OnStartErrorAbort:
 	default:
@@ -239,7 +248,7 @@ func (c *Config) checkDataSource(k *checker, i int) {
 
 	if factory != nil {
 		if err := callFactory(factory, ds.Config); err != nil {
-			for _, q := range splitProblems(err.Error(), factoryLine) {
+			for _, q := range plugins.ConfigProblems(err) {
 				if q.Path == "" {
 					k.bad(p+".config", "%s", q.Message)
 				} else {
@@ -330,28 +339,6 @@ func checkExecutable(k *checker, p, path string) {
 	case fi.Mode().Perm()&0o111 == 0:
 		k.bad(p, "%q is not executable (mode %v)", path, fi.Mode().Perm())
 	}
-}
-
-// Lines of a data source factory's joined errors ("rate: must be >= 0").
-// (Sinks return typed sinks.FieldErrors instead.)
-var factoryLine = regexp.MustCompile(`^([A-Za-z0-9_.\[\]]+): (.*)$`)
-
-// splitProblems splits a multi-line error into problems: a line matching
-// re starts one (submatch 1 = path, 2 = message), any other line continues
-// the previous message (multi-line messages, such as a CEL compile error
-// with its caret line) or, first, starts one without a path.
-func splitProblems(msg string, re *regexp.Regexp) []Problem {
-	var out []Problem
-	for line := range strings.SplitSeq(msg, "\n") {
-		if m := re.FindStringSubmatch(line); m != nil {
-			out = append(out, Problem{Path: m[1], Message: m[2]})
-		} else if len(out) > 0 {
-			out[len(out)-1].Message += "\n" + line
-		} else if line != "" {
-			out = append(out, Problem{Message: line})
-		}
-	}
-	return out
 }
 
 func (c *Config) checkSinks(k *checker) {

@@ -35,7 +35,7 @@ func TestServiceDiskFullTmpfs(t *testing.T) {
 	cfg := loadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
-buffers: [{size_kb: 8192}]
+buffers: [{size_kb: 32768}] # holds all 12 MB: no ring loss on a loaded machine
 producers: {smb_size_kb: 4096}
 data_sources:
   - name: test.scripted
@@ -74,5 +74,38 @@ sinks: [{type: file, path: `+path+`}]
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Size() > 2<<20 {
 		t.Errorf("file: %v %v", fi, err)
+	}
+}
+
+// on_error: drop: the full disk's sink counts what it loses and the
+// session runs to its end; the other sink's file is complete; the full
+// one still ends with its TraceStats recording the loss.
+func TestServiceDiskFullDropPolicy(t *testing.T) {
+	full := filepath.Join(mountTmpfs(t, 2<<20), "t.pftrace")
+	other := filepath.Join(t.TempDir(), "other.pftrace")
+	cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 32768}] # holds all 12 MB: no ring loss on a loaded machine
+producers: {smb_size_kb: 4096}
+data_sources:
+  - name: test.scripted
+    buffer_exhausted_policy: stall
+    config: {writers: 2, packets: 20000, sizes: [300]}
+sinks:
+  - {type: file, path: `+full+`, on_error: drop}
+  - {type: file, path: `+other+`}
+`)
+	res := runSession(t, cfg) // no error: the session ran to its end
+	if res.Sinks[0].Err == nil || !errors.Is(res.Sinks[0].Err, unix.ENOSPC) {
+		t.Errorf("full sink's error: %v", res.Sinks[0].Err)
+	}
+	if n := len(countScripted(readTrace(t, other))); n != 40000 {
+		t.Errorf("the other sink holds %d scripted packets, want 40000; stats %+v %+v", n, res.Stats.BufferStats, res.Stats.Tracepipe)
+	}
+	pkts := readTrace(t, full)
+	tp := lastStats(t, pkts).Tracepipe
+	if !isTraceStats(pkts[len(pkts)-1]) || tp.SinkPacketsWritten != uint64(len(pkts)) || tp.SinkPacketsDropped == 0 {
+		t.Errorf("full file: %d packets, last TraceStats written %d dropped %d", len(pkts), tp.SinkPacketsWritten, tp.SinkPacketsDropped)
 	}
 }

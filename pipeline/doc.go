@@ -10,11 +10,15 @@
 //
 // Goroutines of a running Service:
 //   - the service goroutine (the caller of Run) owns every TraceBuffer and
-//     ProtoVM instance (and every restore fold): commits, patches, scrapes
-//     and read passes all run there, one at a time;
+//     ProtoVM instance (and every restore fold): commits, patches, scrapes and read passes all run
+//     there, one at a time, in one event loop (serveUntil) shared by every
+//     phase (recording, final flush, stop, drain);
 //   - one control goroutine per producer makes the DataSource calls
-//     (Start, Flush, ClearIncrementalState, Stop) and pushes batched
-//     commits; the data source's own goroutines write its packets;
+//     (Start, Flush, ClearIncrementalState, Stop), in this process or over
+//     a plugin's gRPC connection, and reports their outcome to the loop as
+//     notes; a watcher goroutine reports a Finite source's end or a plugin
+//     process's death; the producer runtime (plugins/producer) pushes
+//     batched commits; the data source's own goroutines write its packets;
 //   - the output goroutine hands read batches to the sinks and flushes them
 //     at the end of each pass.
 //

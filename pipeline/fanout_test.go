@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -306,4 +308,101 @@ sinks:
 			t.Errorf("%s: written %d, file holds %d", c.path, tp.SinkPacketsWritten, len(pkts))
 		}
 	}
+}
+
+// Each rotated file of a synthetic session resolves its own interned
+// names: per sequence, in file order, every TrackEvent name_iid is defined
+// by interned_data since the sequence's last CLEARED in that file (the
+// restore packet at its head supplies what earlier files defined). This
+// models trace_processor's rule (trace-processor-import.md §2).
+func TestServiceRotatedFilesResolveInternedNames(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.pftrace")
+	cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 16384}]
+producers: {smb_size_kb: 4096}
+data_sources:
+  - name: tracepipe.synthetic
+    buffer_exhausted_policy: stall
+    config: {writers: 2, max_packets: 12000, packet_size: 300, names: 64}
+sinks: [{type: file, path: `+path+`, max_file_size: 1MiB}]
+`)
+	res := runSession(t, cfg)
+	if len(res.Files) < 3 {
+		t.Fatalf("%d files: no rotation", len(res.Files))
+	}
+	for _, f := range res.Files {
+		defined := map[uint32]map[uint64]bool{}
+		var used int
+		for i, p := range readTrace(t, f) {
+			seq := p.info.SequenceID
+			if p.info.SequenceFlags&1 != 0 { // CLEARED: a new generation
+				defined[seq] = map[uint64]bool{}
+			}
+			for _, in := range lenFields(p.raw, tracefile.FieldInternedData) {
+				for _, name := range lenFields(in, 2) { // event_names
+					if defined[seq] == nil {
+						continue // interned data on a sequence not yet valid: dropped by trace_processor
+					}
+					for _, iid := range varintsOf(name, 1) {
+						defined[seq][iid] = true
+					}
+				}
+			}
+			for _, te := range lenFields(p.raw, tracefile.FieldTrackEvent) {
+				for _, iid := range varintsOf(te, 10) { // name_iid
+					used++
+					if !defined[seq][iid] {
+						t.Fatalf("%s: packet %d (sequence %d) uses name iid %d that this file does not define", f, i, seq, iid)
+					}
+				}
+			}
+		}
+		if used == 0 {
+			t.Errorf("%s: no interned name used", f)
+		}
+	}
+}
+
+// lenFields returns the payloads of the length-delimited fields num of b.
+func lenFields(b []byte, num protowire.Number) [][]byte {
+	var out [][]byte
+	for len(b) > 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return out
+		}
+		m := protowire.ConsumeFieldValue(n, typ, b[l:])
+		if m < 0 {
+			return out
+		}
+		if n == num && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(b[l:])
+			out = append(out, v)
+		}
+		b = b[l+m:]
+	}
+	return out
+}
+
+// varintsOf returns the varint fields num of b.
+func varintsOf(b []byte, num protowire.Number) []uint64 {
+	var out []uint64
+	for len(b) > 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return out
+		}
+		m := protowire.ConsumeFieldValue(n, typ, b[l:])
+		if m < 0 {
+			return out
+		}
+		if n == num && typ == protowire.VarintType {
+			v, _ := protowire.ConsumeVarint(b[l:])
+			out = append(out, v)
+		}
+		b = b[l+m:]
+	}
+	return out
 }

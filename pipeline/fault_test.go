@@ -211,3 +211,50 @@ func wantAll(t *testing.T, got map[uint32]int, n int) {
 		}
 	}
 }
+
+// restart: {max, backoff} relaunches a plugin that died, on a fresh SMB;
+// what each run committed is kept, and each death is attributed.
+func TestPluginRestart(t *testing.T) {
+	plugin := faultPlugin(t)
+	out := filepath.Join(t.TempDir(), "restart.pftrace")
+	cfg := loadYAML(t, fmt.Sprintf(`
+duration: 3s
+flush_timeout: 1s
+write_into_file: true
+file_write_period: 200ms
+buffers: [{size_kb: 4096}]
+data_sources:
+  - name: fault.source
+    plugin: %q
+    restart: {max: 2, backoff: 50ms}
+    config: {mode: kill, packets: 40}
+sinks: [{type: file, path: %q}]
+`, plugin, out))
+	res := runSession(t, cfg)
+	got := map[uint32]int{}
+	pids := map[int32]bool{}
+	for _, p := range readTrace(t, out) {
+		if i, ok := faultIndex(p.raw); ok {
+			got[i]++
+			pids[p.info.TrustedPID] = true
+		}
+	}
+	for i := uint32(0); i < 40; i++ {
+		if got[i] != 3 {
+			t.Fatalf("packet %d arrived %d times, want 3 (the first run and 2 restarts)", i, got[i])
+		}
+	}
+	if len(pids) != 3 {
+		t.Errorf("packets from %d processes, want 3", len(pids))
+	}
+	var died uint64
+	for _, ps := range res.Stats.Tracepipe.Producers {
+		if ps.Index != 0 || ps.Source != plugin {
+			t.Errorf("fault attributed to %+v", ps)
+		}
+		died += ps.Died
+	}
+	if died != 3 {
+		t.Errorf("%d deaths attributed, want 3", died)
+	}
+}

@@ -90,6 +90,8 @@ func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 			}
 		case n := <-s.notes:
 			s.handleNote(n)
+		case p := <-s.restartC:
+			s.restart(p)
 		case <-s.timers.read:
 			s.readPass(false, false)
 		case <-s.timers.flush:
@@ -158,7 +160,11 @@ func (s *Service) handleNote(n note) {
 		s.counters.producersDied++
 		p.faults.died++
 		p.faults.err = n.err.Error()
-		s.logf("%s: %v; the session goes on without it (what it committed is kept)", p.label(), n.err)
+		if s.scheduleRestart(p) {
+			s.logf("%s: %v; restarting it (what it committed is kept)", p.label(), n.err)
+		} else {
+			s.logf("%s: %v; the session goes on without it (what it committed is kept)", p.label(), n.err)
+		}
 		s.flushGone(p)
 		// Keep what it completed; its control goroutine ends on its own.
 		p.reader.Scrape(p.onChunk)
@@ -225,7 +231,7 @@ func (s *Service) recordingOver() bool {
 	if s.abort != nil {
 		return true
 	}
-	if len(s.producers) == 0 {
+	if len(s.producers) == 0 || s.restartsPending > 0 {
 		return false
 	}
 	for _, p := range s.producers {

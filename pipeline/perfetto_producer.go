@@ -267,8 +267,12 @@ func (r *PerfettoProducers) has(name string) bool {
 }
 
 // addPerfettoProducers adds one producer per connected Perfetto producer
-// that registered data_sources[spec.index].name.
-func (s *Service) addPerfettoProducers(spec producerSpec, _ buffer.ClientIdentity) error {
+// that registered data_sources[i].name. (The buffer-exhausted policy is
+// the producer's own: its SDK applies it.)
+func (s *Service) addPerfettoProducers(i int) error {
+	dc := &s.cfg.DataSources[i]
+	spec := producerSpec{index: i, name: dc.Name, target: dc.TargetBuffer, source: dc.Name,
+		abortOnStartError: dc.OnStartError == OnStartErrorAbort}
 	r := s.opts.Perfetto
 	conns, descs := r.matching(spec.name)
 	if len(conns) == 0 {

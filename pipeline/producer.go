@@ -42,6 +42,7 @@ type producer struct {
 	faults     producerFaults
 	state      producerState
 	finiteDone bool   // the data source said it wrote everything it will
+	restarts   int    // how many times data_sources[index] was restarted before this producer
 	flushOut   uint64 // a flush request the control goroutine has not finished (0: none)
 	reader     *smb.Reader
 	cd         smb.CommitData

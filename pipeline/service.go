@@ -101,8 +101,10 @@ type Service struct {
 	recordingStopped bool
 	sinkStopped      bool // sinkStop was seen (a sink with on_error: stop failed)
 	allStarted       bool
-	startErrs        []error // data sources that failed to start, in order
-	abort            error   // a start failure with on_start_error: abort
+	startErrs        []error        // data sources that failed to start, in order
+	abort            error          // a start failure with on_start_error: abort
+	restartC         chan *producer // dead plugins whose restart backoff elapsed
+	restartsPending  int
 	counters         counters
 	events           []serviceEvent // lifecycle events not yet written
 	firstPass        bool           // the first read pass has been written
@@ -160,6 +162,7 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		uid: int32(os.Getuid()), pid: int32(os.Getpid()),
 		commits:   make(chan commitMsg, commitQueueLen),
 		notes:     make(chan note, 4*len(cfg.DataSources)+1),
+		restartC:  make(chan *producer, 1),
 		finished:  make(chan struct{}),
 		seqIDs:    map[uint32]uint32{},
 		nextSeqID: 2, // 1 is the service's own sequence
@@ -204,52 +207,64 @@ func New(cfg *Config, opts Options) (*Service, error) {
 }
 
 func (s *Service) buildProducers() error {
-	pageSize := int(s.cfg.Producers.SMBPageSizeKB) * 1024
-	smbSize := int(s.cfg.Producers.SMBSizeKB) * 1024
-	client := buffer.ClientIdentity{UID: s.uid, PID: s.pid}
 	for i := range s.cfg.DataSources {
-		dc := &s.cfg.DataSources[i]
-		policy := smb.Drop
-		if dc.BufferExhaustedPolicy == "stall" {
-			policy = smb.Stall
-		}
-		spec := producerSpec{
-			id: uint16(len(s.producers) + 1), index: i, name: dc.Name, target: dc.TargetBuffer,
-			source: dc.Name, policy: policy, abortOnStartError: dc.OnStartError == OnStartErrorAbort,
-		}
-		var p *producer
-		var err error
-		if dc.Plugin != "" {
-			spec.source = dc.Plugin
-			p, err = newPluginProducer(spec, pluginSpec{path: dc.Plugin, config: dc.Config, smbSize: smbSize, pageSize: pageSize, logf: s.logf},
-				client, s.commits, s.notes, s.finished)
-			if err != nil {
-				return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
-			}
-		} else if s.opts.Perfetto.serves(dc.Name) {
-			if err := s.addPerfettoProducers(spec, client); err != nil {
+		if dc := &s.cfg.DataSources[i]; dc.Plugin == "" && s.opts.Perfetto.serves(dc.Name) {
+			// One producer per connected Perfetto producer (perfetto_producer.go).
+			if err := s.addPerfettoProducers(i); err != nil {
 				return err
 			}
 			continue
-		} else {
-			factory, ok := plugins.Lookup(dc.Name)
-			if !ok {
-				return fmt.Errorf("data_sources[%d].name: unknown data source %q", i, dc.Name)
-			}
-			ds, err := factory(dc.Config)
-			if err != nil {
-				return fmt.Errorf("data_sources[%d].config: %w", i, err)
-			}
-			p, err = newInProcess(spec, ds, smbSize, pageSize, client, s.commits, s.notes, s.finished)
-			if err != nil {
-				return fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
-			}
 		}
-		p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
-		p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
+		p, err := s.buildProducer(i, uint16(len(s.producers)+1))
+		if err != nil {
+			return err
+		}
 		s.producers = append(s.producers, p)
 	}
 	return nil
+}
+
+// buildProducer builds the producer of data_sources[i] with ProducerID id
+// (a restarted plugin gets a new one: its sequences are new).
+func (s *Service) buildProducer(i int, id uint16) (*producer, error) {
+	pageSize := int(s.cfg.Producers.SMBPageSizeKB) * 1024
+	smbSize := int(s.cfg.Producers.SMBSizeKB) * 1024
+	client := buffer.ClientIdentity{UID: s.uid, PID: s.pid}
+	dc := &s.cfg.DataSources[i]
+	policy := smb.Drop
+	if dc.BufferExhaustedPolicy == "stall" {
+		policy = smb.Stall
+	}
+	spec := producerSpec{
+		id: id, index: i, name: dc.Name, target: dc.TargetBuffer,
+		source: dc.Name, policy: policy, abortOnStartError: dc.OnStartError == OnStartErrorAbort,
+	}
+	var p *producer
+	var err error
+	if dc.Plugin != "" {
+		spec.source = dc.Plugin
+		p, err = newPluginProducer(spec, pluginSpec{path: dc.Plugin, config: dc.Config, smbSize: smbSize, pageSize: pageSize, logf: s.logf},
+			client, s.commits, s.notes, s.finished)
+		if err != nil {
+			return nil, fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
+		}
+	} else {
+		factory, ok := plugins.Lookup(dc.Name)
+		if !ok {
+			return nil, fmt.Errorf("data_sources[%d].name: unknown data source %q", i, dc.Name)
+		}
+		ds, err := factory(dc.Config)
+		if err != nil {
+			return nil, fmt.Errorf("data_sources[%d].config: %w", i, err)
+		}
+		p, err = newInProcess(spec, ds, smbSize, pageSize, client, s.commits, s.notes, s.finished)
+		if err != nil {
+			return nil, fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)
+		}
+	}
+	p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
+	p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
+	return p, nil
 }
 
 func (s *Service) logf(format string, args ...any) {

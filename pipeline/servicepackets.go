@@ -250,12 +250,6 @@ func withSinkTotals(tp *tracefile.TracepipeStats, st sinks.SinkStats) *tracefile
 	if tp == nil {
 		tp = &tracefile.TracepipeStats{}
 	}
-	tp.SinkPacketsWritten = st.PacketsWritten
-	tp.SinkBytesWritten = st.BytesWritten
-	tp.SinkPacketsFiltered = st.PacketsFiltered
-	tp.SinkPacketsDropped = st.PacketsDroppedQueue + st.PacketsDroppedError
-	tp.SinkErrors = st.Errors
-	tp.SinkFilterErrors = st.FilterErrors
-	tp.SinkRestoreOverflows = st.RestoreOverflows
+	sinks.SetTraceStats(tp, st)
 	return tp
 }

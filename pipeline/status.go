@@ -20,6 +20,10 @@ type Status struct {
 	Buffers []BufferStatus
 	// SinkFailures names each sink that failed, with its first error.
 	SinkFailures []string
+	// Stats, Producers and Sinks: see status_detail.go.
+	Stats     tracefile.TraceStats
+	Producers []ProducerStatus
+	Sinks     []SinkStatus
 }
 
 // BufferStatus is one buffer's fill.
@@ -64,5 +68,6 @@ func (s *Service) publishStatus() {
 		st.Buffers = append(st.Buffers, BufferStatus{Name: bs.name, Size: bs.buf.Size(), Unread: bs.unread})
 	}
 	st.SinkFailures = s.sinkFailures()
+	s.fillDetail(st, ts)
 	s.status.p.Store(st)
 }

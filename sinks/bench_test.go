@@ -15,16 +15,19 @@ func BenchmarkFileSink(b *testing.B) {
 		name string
 		size int
 		comp string
+		max  int64
 	}{
-		{"64B", 64, ""},
-		{"1KiB", 1 << 10, ""},
-		{"64KiB", 64 << 10, ""},
-		{"1KiB-zstd", 1 << 10, CompressionZstd},
-		{"1KiB-gzip", 1 << 10, CompressionGzip},
+		{"64B", 64, "", 0},
+		{"1KiB", 1 << 10, "", 0},
+		{"64KiB", 64 << 10, "", 0},
+		{"1KiB-zstd", 1 << 10, CompressionZstd, 0},
+		{"1KiB-gzip", 1 << 10, CompressionGzip, 0},
+		// Rotating: every packet goes through the restore fold.
+		{"1KiB-rotating", 1 << 10, "", 64 << 20},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			s, err := NewFile(FileOptions{Path: filepath.Join(b.TempDir(), "bench"), Compression: c.comp, FsyncPeriod: -1})
+			s, err := NewFile(FileOptions{Path: filepath.Join(b.TempDir(), "bench"), Compression: c.comp, FsyncPeriod: -1, MaxFileSize: c.max})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -107,8 +107,9 @@ func TestFileSinkRotation(t *testing.T) {
 	interned := appendLenField(nil, 2, appendLenField(nil, 1, []byte("name"))) // event_names {…}
 	first := appendLenField(appendVarint(tracefile.AppendTimestamp(nil, 1), tracefile.FieldSequenceFlags, 1), tracefile.FieldInternedData, interned)
 	first = tracefile.AppendTrusted(first, tracefile.Trusted{UID: 1000, SequenceID: 2, PID: 42, HasPID: true})
-	track := tracefile.AppendTrusted(appendLenField(nil, tracefile.FieldTrackDescriptor, appendVarint(nil, 1, 77)),
-		tracefile.Trusted{UID: 1000, SequenceID: 2, PID: 42, HasPID: true, PreviousPacketDropped: 64})
+	// A descriptor packet that clears the state (as a writer's first does).
+	track := tracefile.AppendTrusted(appendLenField(appendVarint(nil, tracefile.FieldSequenceFlags, 1), tracefile.FieldTrackDescriptor, appendVarint(nil, 1, 77)),
+		tracefile.Trusted{UID: 1000, SequenceID: 3, PID: 42, HasPID: true, PreviousPacketDropped: 64})
 	all := [][]byte{clock, first, track}
 	for i := 0; i < 60; i++ {
 		n := 80
@@ -140,7 +141,8 @@ func TestFileSinkRotation(t *testing.T) {
 		total += uint64(len(pkts))
 		st, _ := os.Stat(name)
 		if i > 0 {
-			// clock snapshot, sync marker, restore packet, track descriptor.
+			// clock snapshot, sync marker, restore packets of sequences 2
+			// and 3, track descriptor.
 			if !bytes.Equal(pkts[0], clock) {
 				t.Fatalf("%s does not start with the clock snapshot", name)
 			}
@@ -151,11 +153,14 @@ func TestFileSinkRotation(t *testing.T) {
 			if r.SequenceID != 2 || r.SequenceFlags&1 == 0 || !bytes.Contains(pkts[2], interned) || r.PreviousPacketDropped != 0 {
 				t.Fatalf("%s: packet 2 is not sequence 2's restore packet: %+v", name, r)
 			}
-			d, _ := tracefile.DecodePacket(pkts[3])
-			if d.PayloadField != tracefile.FieldTrackDescriptor || d.PreviousPacketDropped != 0 {
-				t.Fatalf("%s: packet 3 is not the track descriptor without its loss flag: %+v", name, d)
+			if r3, _ := tracefile.DecodePacket(pkts[3]); r3.SequenceID != 3 || r3.SequenceFlags != 1 {
+				t.Fatalf("%s: packet 3 is not sequence 3's (empty) restore packet: %+v", name, r3)
 			}
-			pkts = pkts[4:]
+			d, _ := tracefile.DecodePacket(pkts[4])
+			if d.PayloadField != tracefile.FieldTrackDescriptor || d.PreviousPacketDropped != 0 || d.SequenceFlags != 0 {
+				t.Fatalf("%s: packet 4 is not the track descriptor without its loss flag and sequence flags: %+v", name, d)
+			}
+			pkts = pkts[5:]
 		}
 		if i < len(files)-1 {
 			ts, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1])

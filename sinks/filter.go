@@ -45,6 +45,20 @@ type Packet struct {
 	SequenceFlags         int64  `cel:"sequence_flags"`
 }
 
+// passesAlways reports whether a packet passes any filter: TraceStats,
+// and packets that carry only a sequence's incremental state
+// (interned_data, trace_packet_defaults, or a bare CLEARED: restore
+// packets), which the packets a filter keeps may depend on.
+func passesAlways(info *tracefile.PacketInfo) bool {
+	switch info.PayloadField {
+	case tracefile.FieldTraceStats, tracefile.FieldInternedData, tracefile.FieldTracePacketDefaults:
+		return true
+	case 0:
+		return info.SequenceFlags&tracefile.SeqIncrementalStateCleared != 0
+	}
+	return false
+}
+
 // ServiceSequenceID is the trusted_packet_sequence_id of the service's own
 // packets.
 const ServiceSequenceID = 1
@@ -55,11 +69,13 @@ const ServiceSequenceID = 1
 // Packets of the service's own sequence (trusted_packet_sequence_id 1:
 // clock snapshots, trace_config, system_info, sync markers, TraceStats)
 // always pass, whatever the expression says, so that a filtered file
-// stays readable and its losses visible; they are not evaluated. (A Lane
-// also passes the packets an Item marks in Pass, such as restore packets.)
+// stays readable and its losses visible; they are not evaluated. So do
+// packets that carry only incremental state (restore packets, interned
+// data alone), and a Lane passes the packets an Item marks in Pass.
 type Filter struct {
-	expr string
-	prg  cel.Program
+	expr   string
+	prg    cel.Program
+	native *nativeNode // nil unless the expression lowers (filter_native.go)
 }
 
 var (
@@ -97,7 +113,7 @@ func NewFilter(expr string) (*Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sinks: filter %q: %w", expr, err)
 	}
-	return &Filter{expr: expr, prg: prg}, nil
+	return &Filter{expr: expr, prg: prg, native: lowerFilter(ast.NativeRep().Expr())}, nil
 }
 
 // String returns the expression.
@@ -114,10 +130,23 @@ func (f *Filter) Match(packet []byte) (bool, error) {
 	return f.MatchInfo(&info)
 }
 
-// MatchInfo evaluates the filter on an already decoded packet.
+// MatchInfo evaluates the filter on an already decoded packet, as a sink
+// applies it: service packets and incremental-state packets pass without
+// being evaluated.
 func (f *Filter) MatchInfo(info *tracefile.PacketInfo) (bool, error) {
-	if info.PayloadField == tracefile.FieldTraceStats || info.SequenceID == ServiceSequenceID {
+	if info.SequenceID == ServiceSequenceID || passesAlways(info) {
 		return true, nil
+	}
+	return f.Eval(info)
+}
+
+// Eval evaluates the expression itself on a decoded packet, without the
+// sink's pass rules: for tools where the expression is a selection the
+// user asked for (protovm apply --filter), not a rule on a trace that
+// must stay readable.
+func (f *Filter) Eval(info *tracefile.PacketInfo) (bool, error) {
+	if f.native != nil {
+		return f.native.eval(info), nil
 	}
 	p := &Packet{
 		Timestamp:             int64(info.Timestamp),

@@ -99,3 +99,25 @@ func TestFilteredSinkCounts(t *testing.T) {
 		t.Fatal("close not forwarded")
 	}
 }
+
+// Service packets and packets that carry only incremental state (restore
+// packets) pass any filter without being evaluated.
+func TestFilterPassesServiceAndStatePackets(t *testing.T) {
+	f, err := NewFilter(`false`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := tracefile.AppendRestorePacket(nil, appendLenField(nil, tracefile.FieldInternedData, []byte{0x12, 0x00}), tracefile.Trusted{SequenceID: 5})
+	for name, p := range map[string][]byte{
+		"service clock snapshot": mkPacket(1, 1, tracefile.FieldClockSnapshot, 4),
+		"restore packet":         restore,
+		"trace stats":            mkPacket(7, 1, tracefile.FieldTraceStats, 0),
+	} {
+		if ok, err := f.Match(p); !ok || err != nil {
+			t.Errorf("%s: kept %v, err %v", name, ok, err)
+		}
+	}
+	if ok, _ := f.Match(mkPacket(2, 1, tracefile.FieldTrackEvent, 4)); ok {
+		t.Error("a track_event passed `false`")
+	}
+}

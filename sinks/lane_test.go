@@ -248,3 +248,32 @@ func TestLaneErrorsRateLimitedAndFatalOnce(t *testing.T) {
 		t.Error("the lane does not report its error")
 	}
 }
+
+// Close with a sink stuck in Write gives up when its context ends, counts
+// what was still queued as dropped, and returns an error naming the sink.
+func TestLaneCloseGivesUpOnStuckSink(t *testing.T) {
+	stuck := &blockedSink{release: make(chan struct{})}
+	defer close(stuck.release)
+	l := NewLane(stuck, LaneConfig{Name: "stuck", Capacity: 4, Block: true})
+	offerAll([]*Lane{l}, []*Item{
+		{Packets: [][]byte{mkPacket(2, 1, tracefile.FieldTrackEvent, 10)}},
+		{Packets: [][]byte{mkPacket(2, 2, tracefile.FieldTrackEvent, 10)}},
+		{Packets: [][]byte{mkPacket(2, 3, tracefile.FieldTrackEvent, 10)}},
+	})
+	for deadline := time.Now().Add(10 * time.Second); l.QueueLen() != 2; { // the lane took the first one
+		if time.Now().After(deadline) {
+			t.Fatal("the lane never took an item")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // already over: Close must not wait for the sink
+	err := l.Close(ctx)
+	if err == nil || !strings.Contains(err.Error(), "stuck") {
+		t.Fatalf("Close: %v", err)
+	}
+	// One item is inside the stuck Write; the others were queued.
+	if st := l.Stats(); st.PacketsDroppedQueue != 2 {
+		t.Errorf("stats %+v, want the 2 queued packets dropped", st)
+	}
+}

@@ -182,7 +182,7 @@ func (r *restoreState) observe(p []byte) {
 }
 
 // observeTrack keeps the latest descriptor of each track uuid, without
-// the packet's loss fields (a copy must not mark its sequence invalid).
+// the packet's loss fields and sequence flags (see below).
 func (r *restoreState) observeTrack(p, desc []byte) {
 	var uuid uint64
 	for b := desc; len(b) > 0; {
@@ -211,7 +211,13 @@ func (r *restoreState) observeTrack(p, desc []byte) {
 	for b := p; len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
 		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if num != tracefile.FieldPreviousPacketDropped && num != tracefile.FieldFirstPacketOnSequence {
+		switch num {
+		case tracefile.FieldPreviousPacketDropped, tracefile.FieldFirstPacketOnSequence,
+			tracefile.FieldSequenceFlags, tracefile.FieldIncrementalStateClear:
+			// A copy must neither invalidate its sequence (loss), nor clear
+			// the state its restore packet just set (CLEARED), nor depend on
+			// it (NEEDS): a descriptor needs no incremental state.
+		default:
 			cp = append(cp, b[:n+m]...)
 		}
 		b = b[n+m:]
@@ -276,7 +282,15 @@ func (r *restoreState) trailer(dst []byte, st SinkStats) []byte {
 // setSinkCounters writes a sink's counters into tp, counting the stats
 // packet being written as written.
 func setSinkCounters(tp *tracefile.TracepipeStats, st SinkStats) {
-	tp.SinkPacketsWritten = st.PacketsWritten + 1
+	st.PacketsWritten++
+	SetTraceStats(tp, st)
+}
+
+// SetTraceStats writes st into tp's sink counters (sink_packets_written,
+// sink_bytes_written, sink_packets_filtered, sink_packets_dropped: queue
+// and errors, sink_errors, sink_filter_errors, sink_restore_overflows).
+func SetTraceStats(tp *tracefile.TracepipeStats, st SinkStats) {
+	tp.SinkPacketsWritten = st.PacketsWritten
 	tp.SinkBytesWritten = st.BytesWritten
 	tp.SinkPacketsFiltered = st.PacketsFiltered
 	tp.SinkPacketsDropped = st.PacketsDroppedQueue + st.PacketsDroppedError

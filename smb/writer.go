@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // WriterStats counts what a TraceWriter lost or noticed.
@@ -254,17 +256,24 @@ func (w *TraceWriter) writeString(s string) {
 }
 
 func (w *TraceWriter) writeVarint(v uint64) {
-	if len(w.buf)-w.wp >= 10 {
-		b := w.buf[w.wp:]
-		i := 0
-		for v >= 0x80 {
+	if wp := w.wp; len(w.buf)-wp >= 10 {
+		// A fixed-length window lets the compiler drop the bounds checks;
+		// tags and small values take the one-byte path.
+		b := (*[10]byte)(w.buf[wp : wp+10])
+		if v < 0x80 {
+			b[0] = byte(v)
+			w.wp = wp + 1
+			w.pos++
+			return
+		}
+		n := protowire.SizeVarint(v)
+		for i := 0; i < n-1 && i < 9; i++ {
 			b[i] = byte(v) | 0x80
 			v >>= 7
-			i++
 		}
-		b[i] = byte(v)
-		w.wp += i + 1
-		w.pos += i + 1
+		b[(n-1)%10] = byte(v)
+		w.wp = wp + n
+		w.pos += n
 		return
 	}
 	var tmp [10]byte

@@ -52,6 +52,8 @@ Commands:
   inspect    summarise a trace: sequences, sizes, time range, first packets
   protovm    compile ProtoVM programs and replay traces through them
   check      predict trace_processor's import: skipped packets, error stats
+  serve      receive traces from other machines (relay sinks, NATS)
+  plugins    list data-source plugins: their sources, descriptions, config keys
 
 Exit codes: 0 ok, 1 error, 2 usage error, 3 data loss found by
 'stats --fail-on-loss' or problems found by 'check'.`
@@ -89,9 +91,9 @@ func newRootCmd() *cobra.Command {
 		newStatsCmd(),
 		newInspectCmd(),
 		newProtoVMCmd(),
-		newCheckCmd(), // check_cmd.go
+		newCheckCmd(),   // check_cmd.go
 		newPluginsCmd(), // plugins_cmd.go: `tracepipe plugins`
-		newServeCmd(),   // serve_cmd.go: `tracepipe serve --perfetto`
+		newServeCmd(),   // serve_cmd.go: receive relay and NATS streams
 	)
 	classifyUsageErrors(root)
 	return root

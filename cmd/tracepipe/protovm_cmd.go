@@ -264,7 +264,7 @@ var dataSourceFields = map[string]int32{
 
 func (s *packetSelector) accept(info *tracefile.PacketInfo) bool {
 	if s.filter != nil {
-		if ok, err := s.filter.MatchInfo(info); err == nil && !ok {
+		if ok, err := s.filter.Eval(info); err == nil && !ok {
 			return false
 		}
 	}

@@ -42,6 +42,7 @@ Every loss is counted in the trace's TraceStats packet: inspect it with
 func newRunCmd() *cobra.Command {
 	var (
 		path, output string
+		metricsAddr  string
 		duration     time.Duration
 		sets         []string
 		perfetto     bool
@@ -70,13 +71,14 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr())
+			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
 	c.Flags().StringVarP(&output, "output", "o", "", "trace file path: replaces the first file sink's path (or adds a file sink)")
 	c.Flags().DurationVar(&duration, "duration", 0, "session duration, e.g. 30s (overrides the config's duration; 0 = until SIGINT)")
 	c.Flags().BoolVar(&perfetto, "perfetto", false, "act as traced for Perfetto producers: listen on Perfetto's producer socket (PERFETTO_PRODUCER_SOCK_NAME) and serve data sources they register (perfetto.enabled)")
+	c.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics while the session runs")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
 	return c
 }
@@ -124,7 +126,9 @@ func (r *stopRequests) on(now time.Time) int {
 }
 
 // runSession runs one session with a status line on a terminal.
-func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) error {
+func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr string) error {
+	tty := isTerminal(stderr)
+	stderr = &syncWriter{w: stderr} // sinks log from their own goroutines
 	// Our handler stays installed for the whole session: a disposition
 	// inherited from the parent (SIGINT ignored in a script's background
 	// job) is replaced, and a second signal is ours to judge.
@@ -149,7 +153,13 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	tty := isTerminal(stderr)
+	if metricsAddr != "" { // metrics_cmd.go
+		shutdown, err := serveSessionMetrics(metricsAddr, svc, stderr)
+		if err != nil {
+			return err
+		}
+		defer shutdown()
+	}
 	done := make(chan struct{})
 	go func() {
 		var req stopRequests
@@ -190,6 +200,15 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) err
 	}
 	if res != nil {
 		printSummary(stderr, res)
+		if err == nil {
+			// on_error: drop let the session finish; the run still failed
+			// to deliver everything, and the exit code says so.
+			for _, sr := range res.Sinks {
+				if sr.Err != nil {
+					return fmt.Errorf("sink %s failed (on_error: drop; the session ran to its end): %w", sr.Name, sr.Err)
+				}
+			}
+		}
 	}
 	return err
 }
@@ -268,6 +287,9 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 		if sr.Err != nil {
 			fmt.Fprintf(w, "tracepipe: %s: FAILED: %v\n", sr.Name, sr.Err)
 		}
+	}
+	for _, err := range res.StartErrors {
+		fmt.Fprintf(w, "tracepipe: not recorded: %v\n", err)
 	}
 	var lost []string
 	for _, r := range tracefile.LossReport(res.Stats) {

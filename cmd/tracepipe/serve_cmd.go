@@ -1,64 +1,154 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/tracepipe/tracepipe/perfettoipc"
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/sinks/natsink"
+	"github.com/tracepipe/tracepipe/sinks/relay"
+	"github.com/tracepipe/tracepipe/sinks/remote"
 )
 
-const serveLong = `Act as Perfetto's traced: listen on Perfetto's producer and consumer
-sockets, so that programs built for Perfetto (SDK apps, traced_probes)
-produce into tracepipe and the perfetto command drives its sessions:
+const serveLong = `Receive traces from other machines and write them to trace files.
 
-  tracepipe serve --perfetto &
-  traced_probes &                      # or any Perfetto SDK app
-  perfetto -c config.pbtxt --txt -o trace.pftrace
+With --listen, serve accepts relay sinks (sinks[i].type: relay) of any
+number of machines over TCP, optionally TLS, and writes one streamed trace
+per (machine, session) into --out, named HOST-MACHINEID-SESSION.pftrace.
+With --merge it writes one trace, merged.pftrace, holding every machine:
+each remote packet carries machine_id (1, 2, ... per machine) and its
+trusted_packet_sequence_id is remapped so that sequences never collide.
 
-Sockets: PERFETTO_PRODUCER_SOCK_NAME and PERFETTO_CONSUMER_SOCK_NAME, else
-/run/perfetto/traced-{producer,consumer}.sock when /run/perfetto is
-writable, else /tmp/perfetto-producer and /tmp/perfetto-consumer.
-Runs until SIGINT or SIGTERM. See README "Using tracepipe as traced".`
+Every file is valid at each batch boundary. A state file beside it
+(.state) records the last batch stored per session, so serve killed and
+restarted on the same --out continues the files and suppresses the
+batches senders resend.
+
+SIGINT or SIGTERM stops serve; the files stay complete.`
+
+// serveFlags are the flags of `tracepipe serve`.
+type serveFlags struct {
+	listen, out                  string
+	merge                        bool
+	tlsCert, tlsKey, tlsClientCA string
+	metricsAddr                  string
+	natsURL, subject, durable    string
+	perfetto                     bool // serve_perfetto.go: a drop-in traced
+}
 
 // newServeCmd builds `tracepipe serve`.
 func newServeCmd() *cobra.Command {
-	var perfetto bool
+	var f serveFlags
 	c := &cobra.Command{
-		Use:   "serve --perfetto",
-		Short: "Serve Perfetto producers and consumers on Perfetto's sockets (a drop-in traced)",
+		Use:   "serve --listen ADDR --out DIR [--merge]",
+		Short: "Receive traces from relay sinks (or a NATS subject) into trace files",
 		Long:  serveLong,
-		Args:  cobra.NoArgs,
+		Example: `  tracepipe serve --listen :7010 --out traces/
+  tracepipe serve --listen :7010 --out traces/ --merge
+  tracepipe serve --listen :7010 --out traces/ --tls-cert srv.pem --tls-key srv-key.pem --tls-client-ca ca.pem`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !perfetto {
-				return usageError{errors.New("serve needs --perfetto (the only protocol it serves)")}
+			if f.perfetto {
+				return servePerfetto(cmd.Context(), cmd.ErrOrStderr())
 			}
-			stderr := cmd.ErrOrStderr()
-			logf := func(format string, args ...any) { fmt.Fprintf(stderr, "tracepipe: "+format+"\n", args...) }
-			reg := pipeline.NewPerfettoProducers()
-			prod := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
-			cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&pipeline.PerfettoConsumers{Producers: reg, Logf: logf}))
-			prod.Logf, cons.Logf = logf, logf
-			defer prod.Close()
-			defer cons.Close()
-			pp, cp := pipeline.PerfettoProducerSocket(), pipeline.PerfettoConsumerSocket()
-			if err := prod.Listen(pp); err != nil {
-				return err
+			if f.out == "" {
+				return usageError{errors.New("serve needs --out DIR (or --perfetto)")}
 			}
-			if err := cons.Listen(cp); err != nil {
-				return err
+			if f.listen == "" && f.natsURL == "" {
+				return usageError{errors.New("serve needs --listen ADDR or --from-nats URL")}
 			}
-			fmt.Fprintf(stderr, "tracepipe: serving Perfetto producers on %s and consumers on %s\n", pp, cp)
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			<-ctx.Done()
-			return nil
+			if (f.tlsCert == "") != (f.tlsKey == "") {
+				return usageError{errors.New("--tls-cert and --tls-key go together")}
+			}
+			if f.tlsClientCA != "" && f.tlsCert == "" {
+				return usageError{errors.New("--tls-client-ca needs --tls-cert and --tls-key")}
+			}
+			if f.natsURL != "" && f.subject == "" {
+				return usageError{errors.New("--from-nats needs --subject")}
+			}
+			return serve(cmd.Context(), f, cmd.ErrOrStderr(), nil)
 		},
 	}
-	c.Flags().BoolVar(&perfetto, "perfetto", false, "speak Perfetto's IPC on its producer and consumer sockets")
+	fl := c.Flags()
+	fl.StringVar(&f.listen, "listen", "", "address to accept relay senders on, e.g. :7010")
+	fl.StringVar(&f.out, "out", "", "directory for the trace files (required)")
+	fl.BoolVar(&f.merge, "merge", false, "write one merged trace with machine_id set instead of one per (machine, session)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "server certificate (PEM); enables TLS")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "server private key (PEM)")
+	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "require client certificates signed by this CA (PEM)")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
+	addServeNATSFlags(fl, &f)
+	fl.BoolVar(&f.perfetto, "perfetto", false, "act as Perfetto's traced instead: serve Perfetto producers and the perfetto command on Perfetto's sockets (see README)")
 	return c
+}
+
+// serve runs until ctx is cancelled or a signal arrives. ready, if set,
+// receives the relay listener's address once it accepts.
+func serve(ctx context.Context, f serveFlags, stderr io.Writer, ready func(addr string)) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	stderr = &syncWriter{w: stderr} // connections log from their own goroutines
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "tracepipe: "+format+"\n", args...) }
+	store, err := remote.OpenStore(f.out, f.merge)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	errc := make(chan error, 3)
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	var srv *relay.Server
+	if f.listen != "" {
+		opts := relay.ServerOptions{Store: store, Logf: logf}
+		if f.tlsCert != "" {
+			if opts.TLS, err = relay.ServerTLS(f.tlsCert, f.tlsKey, f.tlsClientCA); err != nil {
+				return err
+			}
+		}
+		ln, err := net.Listen("tcp", f.listen)
+		if err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		srv = relay.NewServer(opts)
+		go func() { errc <- srv.Serve(ln) }()
+		closers = append(closers, func() { srv.Close() })
+		logf("serve: accepting relay senders on %s, writing to %s", ln.Addr(), f.out)
+		if ready != nil {
+			ready(ln.Addr().String())
+		}
+	}
+	var rd *natsink.Reader
+	if f.natsURL != "" {
+		r, cancel, err := serveNATS(ctx, f, store, logf, errc)
+		if err != nil {
+			return err
+		}
+		rd = r
+		closers = append(closers, cancel)
+	}
+	if f.metricsAddr != "" {
+		shutdown, err := serveMetrics(f.metricsAddr, store, srv, rd, logf)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, shutdown)
+	}
+	select {
+	case <-ctx.Done():
+		stop()
+		return nil
+	case err := <-errc:
+		return err
+	}
 }

@@ -5,18 +5,19 @@
 //		sdk.Serve(map[string]plugins.Factory{"my.source": newMySource})
 //	}
 //
-// It owns the plugin (child) side of the protocol in plugins/internal/wire:
-// on Setup it maps the SMB memfd the host passed as fd 3 (smb.MapFD), checks
-// it against the sizes the host announced, builds an smb.Arbiter over it
-// (CommitBatched) and the requested data source from its factory; on Start
-// it hands the data source a plugins.Host whose writers are smb.TraceWriters
-// targeting the host's buffer with the host's policy; every CommitData the
-// arbiter delivers is encoded and sent, in order, on the Commits stream; a
-// 50 ms ticker flushes pending commits so that a slow source's chunks are
-// not held back. Flush(id) flushes the data source and then acknowledges id
-// with a commit that carries flush_request_id (even an otherwise empty one);
-// Stop stops the data source, closes its writers, sends the last commits
-// and ends the stream.
+// It owns the plugin (child) side of the protocol in plugins/internal/wire
+// (datasource.proto): Describe and Validate answer from the sources'
+// descriptions and factories without setting anything up; on Setup it maps
+// the SMB memfd the host passed as fd 3 (smb.MapFD), checks it against the
+// sizes the host announced, builds the requested data source from its
+// factory (config problems go back with their paths) and runs it on the
+// producer runtime (plugins/producer), the same one in-process data sources
+// run on: writers targeting the host's buffer with the host's policy,
+// batched commits pushed every 50 ms, Flush(id) acknowledged with a commit
+// carrying flush_request_id (even an otherwise empty one), Stop closing the
+// writers. Every CommitData is encoded and sent, in order, on the Commits
+// stream, which also carries DataSourceDone when a plugins.Finite source is
+// done.
 //
 // The SDK serialises Start, Flush, ClearIncrementalState and Stop, so a data
 // source sees the call order plugins.DataSource promises even if the host

@@ -3,7 +3,6 @@ package sdk
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -119,22 +118,11 @@ func build(src Source, config map[string]any) (ds plugins.DataSource, problems [
 	return ds, nil
 }
 
-// problemLine is one "path: message" line of a factory error.
-var problemLine = regexp.MustCompile(`^([A-Za-z0-9_.\[\]]+): (.*)$`)
-
-// configProblems splits a factory error into problems: one per line that
-// reads "path: message" (path relative to the config section); other
-// lines continue the previous message, or start one without a path.
+// configProblems turns a factory error into the wire's problems.
 func configProblems(err error) []*wire.ConfigProblem {
 	var out []*wire.ConfigProblem
-	for line := range strings.SplitSeq(err.Error(), "\n") {
-		if m := problemLine.FindStringSubmatch(line); m != nil {
-			out = append(out, &wire.ConfigProblem{Path: m[1], Message: m[2]})
-		} else if len(out) > 0 {
-			out[len(out)-1].Message += "\n" + line
-		} else if line != "" {
-			out = append(out, &wire.ConfigProblem{Message: line})
-		}
+	for _, q := range plugins.ConfigProblems(err) {
+		out = append(out, &wire.ConfigProblem{Path: q.Path, Message: q.Message})
 	}
 	return out
 }

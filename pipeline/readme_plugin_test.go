@@ -1,0 +1,109 @@
+package pipeline
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// readmeBlocks returns the fenced code blocks of lang in the README section
+// titled title, in order.
+func readmeBlocks(t *testing.T, title, lang string) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	i := strings.Index(s, "\n## "+title+"\n")
+	if i < 0 {
+		t.Fatalf("README.md has no section %q", title)
+	}
+	s = s[i+1:]
+	if j := strings.Index(s[3:], "\n## "); j >= 0 {
+		s = s[:j+3]
+	}
+	var out []string
+	for _, m := range regexp.MustCompile("(?s)\n```"+lang+"\n(.*?)\n```\n").FindAllStringSubmatch(s, -1) {
+		out = append(out, m[1]+"\n")
+	}
+	return out
+}
+
+// A plugin written from the README alone: its Go code and config, taken
+// from the section as they are, build in a fresh module (the tracepipe
+// module replaced by this worktree) and record slices and a counter.
+func TestREADMEPluginBuildsAndRuns(t *testing.T) {
+	goSrc := readmeBlocks(t, "Writing a data-source plugin", "go")
+	yamls := readmeBlocks(t, "Writing a data-source plugin", "yaml")
+	if len(goSrc) != 1 || len(yamls) != 1 {
+		t.Fatalf("the section has %d go and %d yaml blocks, want the plugin and its config", len(goSrc), len(yamls))
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"main.go":     goSrc[0],
+		"ticker.yaml": yamls[0],
+		"go.sum":      string(sum),
+		"go.mod": "module example.com/my-plugin\n\ngo 1.26\n\nrequire github.com/tracepipe/tracepipe v0.0.0\n\n" +
+			"replace github.com/tracepipe/tracepipe => " + root + "\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	build := exec.Command(goBin, "build", "-o", "my-plugin", ".")
+	build.Dir = dir
+	// Resolve the requirements from the module cache only (no network).
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the README's plugin: %v\n%s", err, out)
+	}
+
+	out := filepath.Join(dir, "out.pftrace")
+	cfg, err := Load(LoadOptions{Path: filepath.Join(dir, "ticker.yaml"), Output: out, Sets: []string{"duration=1s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := runSession(t, cfg)
+	var slices, counters, track int
+	for _, p := range readTrace(t, out) {
+		if p.info.SequenceID < 2 {
+			continue
+		}
+		if ev, ok := bytesField(p.raw, tracefile.FieldTrackEvent); ok {
+			switch {
+			case bytes.HasPrefix(ev, []byte{9 << 3, 1}):
+				slices++
+			case bytes.HasPrefix(ev, []byte{9 << 3, 4}):
+				counters++
+			}
+		}
+		if d, ok := bytesField(p.raw, tracefile.FieldTrackDescriptor); ok && bytes.Contains(d, []byte("ticker")) {
+			track++
+		}
+	}
+	t.Logf("%d slices, %d counter values, %d ticker descriptors; invalid packets %d", slices, counters, track, res.Stats.InvalidPackets)
+	if slices < 20 || counters != slices || track != 1 || res.Stats.InvalidPackets != 0 {
+		t.Fatalf("the README plugin recorded %d slices, %d counter values, %d ticker track descriptors", slices, counters, track)
+	}
+}

@@ -1,0 +1,262 @@
+package natsink
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/sinks/remote"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+var bg = context.Background()
+
+func testPacket(seq uint32, n uint64, size int) []byte {
+	p := tracefile.AppendTimestamp(nil, n)
+	pad := max(size-len(p)-8, 0)
+	p = append(p, 0x5a, byte(pad|0x80), byte(pad>>7))
+	for i := 0; i < pad; i++ {
+		p = append(p, byte(i+int(n)))
+	}
+	return tracefile.AppendTrusted(p, tracefile.Trusted{UID: 7, SequenceID: seq})
+}
+
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func readFile(t testing.TB, name string) [][]byte {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pkts, err := tracefile.ReadAll(f)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return pkts
+}
+
+func newTestSink(t testing.TB, url, subject string) *Sink {
+	t.Helper()
+	s, err := New(Options{
+		URL: url, Subject: subject, CreateStream: true, Stream: "T",
+		Identity:   remote.Identity{Machine: 77, Session: [16]byte{9, 9}, Hostname: "natshost"},
+		BatchBytes: 16 << 10, MaxBatches: 1024, AckTimeout: time.Second,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, CloseTimeout: 30 * time.Second, Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// send writes packets [from, to) to every sink, flushing every 50,
+// waiting for room in the nats sink's queue (a producer slower than the
+// network) unless unpaced.
+func send(t testing.TB, s *Sink, also sinks.Sink, from, to int, paced bool) {
+	for n := from; n < to; n++ {
+		if paced {
+			waitFor(t, "room in the queue", 30*time.Second, func() bool { return s.QueueDepth() < s.out.MaxBatches()-1 })
+		}
+		batch := [][]byte{testPacket(2+uint32(n%3), uint64(n), 200)}
+		s.Write(bg, batch)
+		if also != nil {
+			if err := also.Write(bg, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if (n+1)%50 == 0 {
+			s.Flush(bg)
+		}
+	}
+	s.Flush(bg)
+}
+
+// readBack consumes the subject into a fresh store until want batches
+// were stored, and returns the trace of id.
+func readBack(t *testing.T, url, subject string, id remote.Identity, want uint64) [][]byte {
+	t.Helper()
+	store, err := remote.OpenStore(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	r := NewReader(ReaderOptions{URL: url, Subject: subject, Durable: "test", Store: store, Logf: t.Logf})
+	ctx, cancel := context.WithCancel(bg)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := r.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for store.Stats.Batches.Load() < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("read back %d batches of %d in 30s (%d duplicates, %d gaps, %d bad)", store.Stats.Batches.Load(), want,
+				store.Stats.Duplicates.Load(), store.Stats.Gaps.Load(), r.Bad.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	if d := store.Stats.Duplicates.Load(); d != 0 {
+		t.Errorf("reader saw %d duplicate batches", d)
+	}
+	return readFile(t, store.FileName(id))
+}
+
+// streamMsgs is the number of messages the stream stores.
+func streamMsgs(t *testing.T, url string) uint64 {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(bg, "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// TestNATSRoundTrip: what the file sink writes and what is read back from
+// JetStream are the same packets in the same order.
+func TestNATSRoundTrip(t *testing.T) {
+	srv := startNATS(t)
+	s := newTestSink(t, srv.URL(), "traces.a")
+	file, err := sinks.NewFile(sinks.FileOptions{Path: filepath.Join(t.TempDir(), "ref.pftrace"), FsyncPeriod: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, s, file, 0, 3000, true)
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := file.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.PacketsWritten != 3000 || st.PacketsDropped() != 0 {
+		t.Fatalf("stats %+v, want 3000 acknowledged", st)
+	}
+	batches := s.out.Acked()
+	got := readBack(t, srv.URL(), "traces.a", s.Identity(), batches)
+	want := readFile(t, file.Files()[0])
+	if len(got) != len(want) {
+		t.Fatalf("read back %d packets, the file sink wrote %d", len(got), len(want))
+	}
+	for i := range want {
+		if string(got[i]) != string(want[i]) {
+			t.Fatalf("packet %d differs from the file sink's", i)
+		}
+	}
+	if n := streamMsgs(t, srv.URL()); n != batches {
+		t.Errorf("stream holds %d messages for %d batches", n, batches)
+	}
+}
+
+// TestNATSServerRestart kills nats-server mid-stream and starts it again
+// on the same storage: every packet arrives once, every batch is stored
+// once.
+func TestNATSServerRestart(t *testing.T) {
+	srv := startNATS(t)
+	s := newTestSink(t, srv.URL(), "traces.b")
+	send(t, s, nil, 0, 2000, false)
+	// Kill while batches are in flight: published, not acknowledged.
+	waitFor(t, "a first acknowledgement", 30*time.Second, func() bool { return s.Stats().PacketsWritten > 0 })
+	inFlight := s.out.Pending()
+	srv.kill()
+	send(t, s, nil, 2000, 3000, false) // while the server is down; fits the queue
+	srv.start()
+	ctx, cancel := context.WithTimeout(bg, 60*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.PacketsWritten != 3000 || st.PacketsDropped() != 0 {
+		t.Fatalf("stats %+v, want 3000 acknowledged", st)
+	}
+	if s.nc.Stats().Reconnects == 0 {
+		t.Fatal("the client never noticed the restart")
+	}
+	t.Logf("%d batches unacknowledged at the kill; %d publish failures, %d duplicates reported", inFlight, s.Failures.Load(), s.Duplicates.Load())
+	batches := s.out.Acked()
+	if n := streamMsgs(t, srv.URL()); n != batches {
+		t.Errorf("stream holds %d messages for %d batches (a batch stored twice or lost)", n, batches)
+	}
+	got := readBack(t, srv.URL(), "traces.b", s.Identity(), batches)
+	if len(got) != 3000 {
+		t.Errorf("read back %d packets, want 3000", len(got))
+	}
+	for i, p := range got {
+		info, err := tracefile.DecodePacket(p)
+		if err != nil || info.Timestamp != uint64(i) {
+			t.Fatalf("packet %d: timestamp %d (%v), want %d", i, info.Timestamp, err, i)
+		}
+	}
+}
+
+// TestNATSBeyondBound: with the server down and a 4-batch queue, what
+// does not fit is dropped and counted; what is stored is every other
+// packet, once and in order.
+func TestNATSBeyondBound(t *testing.T) {
+	srv := startNATS(t)
+	s, err := New(Options{
+		URL: srv.URL(), Subject: "traces.c", CreateStream: true, Stream: "T",
+		Identity:   remote.Identity{Machine: 78, Session: [16]byte{7}, Hostname: "lossy"},
+		BatchBytes: 4 << 10, MaxBatches: 4, AckTimeout: time.Second, CloseTimeout: 30 * time.Second,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logf: t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, s, nil, 0, 500, true)
+	waitFor(t, "the first batches acknowledged", 30*time.Second, func() bool { return s.Stats().PacketsWritten > 0 })
+	srv.kill()
+	send(t, s, nil, 500, 1500, false)
+	srv.start()
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.PacketsDroppedQueue == 0 {
+		t.Fatalf("stats %+v: a 4-batch queue through an outage dropped nothing", st)
+	}
+	got := readBack(t, srv.URL(), "traces.c", s.Identity(), s.out.Acked())
+	if uint64(len(got))+st.PacketsDroppedQueue != 1500 || uint64(len(got)) != st.PacketsWritten {
+		t.Errorf("%d stored + %d counted dropped != 1500 (written %d)", len(got), st.PacketsDroppedQueue, st.PacketsWritten)
+	}
+	prev := int64(-1)
+	for i, p := range got {
+		info, _ := tracefile.DecodePacket(p)
+		if int64(info.Timestamp) <= prev {
+			t.Fatalf("packet %d: timestamp %d after %d (duplicate or reorder)", i, info.Timestamp, prev)
+		}
+		prev = int64(info.Timestamp)
+	}
+}

@@ -1,0 +1,314 @@
+package natsink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/sinks/remote"
+)
+
+// Message headers.
+const (
+	HeaderMachine = "Tracepipe-Machine" // 16 hex digits
+	HeaderHost    = "Tracepipe-Host"
+	HeaderSession = "Tracepipe-Session" // 32 hex digits
+	HeaderSeq     = "Tracepipe-Seq"     // decimal, from 1
+)
+
+// Options configure a nats Sink. Zero values take defaults.
+type Options struct {
+	URL     string // nats://host:port (comma-separated list for a cluster)
+	Subject string
+	// Stream, with CreateStream, is created (file storage) if no stream
+	// listens on Subject yet. Default name: TRACEPIPE.
+	Stream       string
+	CreateStream bool
+	Identity     remote.Identity
+	BatchBytes   int // default 256 KiB (NATS' default max_payload is 1 MiB)
+	MaxBatches   int // unacknowledged batches kept (default 64)
+	MaxInflight  int // batches published and not yet acknowledged (default 16)
+	AckTimeout   time.Duration
+	// BackoffMin/Max bound the delay before publishing again after a
+	// failure (doubling, ±50 % jitter).
+	BackoffMin, BackoffMax time.Duration
+	// CloseTimeout bounds how long Close waits for acknowledgements
+	// (default 5 s).
+	CloseTimeout time.Duration
+	Logf         func(format string, args ...any)
+}
+
+// DefaultStream is the stream name a sink creates when none is given.
+const DefaultStream = "TRACEPIPE"
+
+// Sink publishes batches to JetStream. Write never blocks (see
+// remote.Outbox); one goroutine publishes with up to MaxInflight
+// acknowledgements pending and, after any failure, publishes again from
+// the oldest unacknowledged batch (the Nats-Msg-Id makes that safe).
+type Sink struct {
+	opts Options
+	out  *remote.Outbox
+	nc   *nats.Conn
+	js   jetstream.JetStream
+
+	Duplicates atomic.Uint64 // publishes the stream reported as duplicates
+	Failures   atomic.Uint64
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+var _ sinks.Sink = (*Sink)(nil)
+
+// New connects (in the background when the server is not up yet) and
+// starts publishing.
+func New(opts Options) (*Sink, error) {
+	if opts.URL == "" || opts.Subject == "" {
+		return nil, errors.New("natsink: url and subject are required")
+	}
+	if opts.Stream == "" {
+		opts.Stream = DefaultStream
+	}
+	if opts.MaxInflight <= 0 {
+		opts.MaxInflight = 16
+	}
+	if opts.AckTimeout <= 0 {
+		opts.AckTimeout = 5 * time.Second
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = 5 * time.Second
+	}
+	if opts.BackoffMin <= 0 {
+		opts.BackoffMin = 50 * time.Millisecond
+	}
+	if opts.BackoffMax <= 0 {
+		opts.BackoffMax = 5 * time.Second
+	}
+	opts.BackoffMax = max(opts.BackoffMax, opts.BackoffMin)
+	if opts.Identity.Machine == 0 {
+		opts.Identity = remote.NewIdentity(0, opts.Identity.Hostname)
+	}
+	nc, err := nats.Connect(opts.URL,
+		nats.Name("tracepipe "+opts.Identity.Hostname),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(opts.BackoffMin),
+		nats.ReconnectJitter(opts.BackoffMin, opts.BackoffMin),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("natsink: %s: %w", opts.URL, err)
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(opts.MaxInflight),
+		jetstream.WithPublishAsyncTimeout(opts.AckTimeout),
+	)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("natsink: %w", err)
+	}
+	s := &Sink{opts: opts, out: remote.NewOutbox(opts.BatchBytes, opts.MaxBatches), nc: nc, js: js, done: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	go s.run()
+	return s, nil
+}
+
+// Identity is what the sink puts in its headers.
+func (s *Sink) Identity() remote.Identity { return s.opts.Identity }
+
+// QueueDepth is the number of batches held (unacknowledged or open).
+func (s *Sink) QueueDepth() int { return s.out.Depth() }
+
+// Write packs packets into batches; see [remote.Outbox.Write].
+func (s *Sink) Write(_ context.Context, packets [][]byte) error { return s.out.Write(packets) }
+
+// Flush seals the open batch; it does not wait for JetStream.
+func (s *Sink) Flush(context.Context) error {
+	s.out.Seal()
+	return nil
+}
+
+// Close publishes what is queued and waits, bounded by ctx, for its
+// acknowledgements (bounded by ctx and CloseTimeout); what is left is
+// counted as dropped (a loss in the stats, not an error).
+func (s *Sink) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.CloseTimeout)
+		defer cancel()
+		s.out.Close()
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for s.out.Pending() > 0 && ctx.Err() == nil {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		}
+		s.cancel()
+		<-s.done
+		s.nc.Close()
+		if n := s.out.Pending(); n > 0 {
+			// A loss, counted (PacketsDroppedQueue), not an error: the
+			// session reports it in TraceStats.
+			s.out.Abandon()
+			s.logf("natsink: %s: gave up at close with %d batches unacknowledged; their packets are counted as dropped", s.opts.Subject, n)
+		}
+	})
+	return nil
+}
+
+// Stats returns the outbox's counters (written = acknowledged by JetStream).
+func (s *Sink) Stats() sinks.SinkStats { return s.out.Stats() }
+
+func (s *Sink) logf(format string, args ...any) {
+	if s.opts.Logf != nil {
+		s.opts.Logf(format, args...)
+	}
+}
+
+// ensureStream creates the stream if asked and none listens on the subject.
+func (s *Sink) ensureStream() error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.AckTimeout)
+	defer cancel()
+	if _, err := s.js.StreamNameBySubject(ctx, s.opts.Subject); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	_, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:       s.opts.Stream,
+		Subjects:   []string{s.opts.Subject},
+		Storage:    jetstream.FileStorage,
+		Duplicates: 2 * time.Minute,
+	})
+	if err == nil {
+		s.logf("natsink: created stream %s for %s", s.opts.Stream, s.opts.Subject)
+	}
+	return err
+}
+
+type inflight struct {
+	b *remote.Batch
+	f jetstream.PubAckFuture
+}
+
+// run publishes until the sink is closed.
+func (s *Sink) run() {
+	defer close(s.done)
+	backoff := s.opts.BackoffMin
+	streamReady := !s.opts.CreateStream
+	sess := s.opts.Identity.SessionString()
+	machine := fmt.Sprintf("%016x", s.opts.Identity.Machine)
+	var pending []inflight
+	next := uint64(1)
+	// fail waits for every publish in flight (each ends within
+	// AckTimeout), then backs off; publishing resumes from the oldest
+	// unacknowledged batch.
+	fail := func(err error, firstResolved bool) bool {
+		for i, p := range pending {
+			if i == 0 && firstResolved {
+				s.out.Release(p.b)
+				continue
+			}
+			select {
+			case <-p.f.Ok():
+			case <-p.f.Err():
+			case <-s.ctx.Done():
+			}
+			s.out.Release(p.b)
+		}
+		pending = pending[:0]
+		next = s.out.Acked() + 1
+		s.Failures.Add(1)
+		s.out.AddErrors(1)
+		s.logf("natsink: %s: %v; retrying in about %v", s.opts.Subject, err, backoff)
+		t := time.NewTimer(backoff/2 + rand.N(backoff+1))
+		defer t.Stop()
+		backoff = min(2*backoff, s.opts.BackoffMax)
+		select {
+		case <-t.C:
+			return true
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+	for s.ctx.Err() == nil {
+		if !streamReady {
+			if err := s.ensureStream(); err != nil {
+				if !fail(fmt.Errorf("creating stream: %w", err), false) {
+					return
+				}
+				continue
+			}
+			streamReady = true
+		}
+		var perr error
+		for len(pending) < s.opts.MaxInflight {
+			b := s.out.Next(next)
+			if b == nil {
+				break
+			}
+			seq := strconv.FormatUint(b.Seq, 10)
+			msg := &nats.Msg{Subject: s.opts.Subject, Data: b.Data, Header: nats.Header{
+				HeaderMachine: {machine},
+				HeaderHost:    {s.opts.Identity.Hostname},
+				HeaderSession: {sess},
+				HeaderSeq:     {seq},
+			}}
+			f, err := s.js.PublishMsgAsync(msg, jetstream.WithMsgID(sess+"-"+seq))
+			if err != nil {
+				s.out.Release(b)
+				perr = err
+				break
+			}
+			pending = append(pending, inflight{b, f})
+			next = b.Seq + 1
+		}
+		if perr != nil {
+			if !fail(fmt.Errorf("publish: %w", perr), false) {
+				return
+			}
+			continue
+		}
+		if len(pending) == 0 {
+			select {
+			case <-s.out.Notify():
+			case <-s.ctx.Done():
+				return
+			}
+			continue
+		}
+		p := pending[0]
+		select {
+		case ack := <-p.f.Ok():
+			if ack.Duplicate {
+				s.Duplicates.Add(1)
+			}
+			pending = pending[1:]
+			seq := p.b.Seq
+			s.out.Release(p.b)
+			s.out.Ack(seq)
+			backoff = s.opts.BackoffMin
+		case err := <-p.f.Err():
+			if !fail(fmt.Errorf("batch %d: %w", p.b.Seq, err), true) {
+				return
+			}
+		case <-s.out.Notify():
+		case <-s.ctx.Done():
+			for _, p := range pending {
+				s.out.Release(p.b)
+			}
+			return
+		}
+	}
+}

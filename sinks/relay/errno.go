@@ -1,0 +1,6 @@
+package relay
+
+import "syscall"
+
+// errTooManyFiles is the accept error that passes once connections close.
+var errTooManyFiles = syscall.EMFILE

@@ -1,0 +1,135 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/sinks/remote"
+)
+
+func seedHello() []byte {
+	h := appendHello(nil, Hello{Version: ProtocolVersion, ID: remote.Identity{Machine: 42, Session: [16]byte{1, 2, 3}, Hostname: "host-a"}})
+	return h[frameHeaderSize:]
+}
+
+func seedBatch() []byte {
+	b := appendSeqFrame(nil, frameBatch, 1)[frameHeaderSize:]
+	b = append(b, 0x0a, 0x02, 0x40, 0x01)
+	return b
+}
+
+// FuzzDecodeHello: any hello payload decodes or fails with an error, and
+// a decoded one re-encodes to the same bytes.
+func FuzzDecodeHello(f *testing.F) {
+	f.Add(seedHello())
+	f.Add([]byte("TPRL"))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		h, err := DecodeHello(p)
+		if err != nil {
+			return
+		}
+		if again := appendHello(nil, h)[frameHeaderSize:]; !bytes.Equal(again, p) {
+			t.Fatalf("hello %x re-encodes as %x", p, again)
+		}
+	})
+}
+
+// FuzzDecodeBatch: any batch payload decodes or fails; the records of a
+// decoded one add up to its length.
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add(seedBatch())
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 1, 0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		_, recs, packets, nbytes, err := DecodeBatch(p)
+		if err != nil {
+			return
+		}
+		if packets < 0 || nbytes > uint64(len(recs)) {
+			t.Fatalf("%d packets of %d bytes in %d record bytes", packets, nbytes, len(recs))
+		}
+	})
+}
+
+// FuzzServerConn feeds arbitrary bytes to a server connection as a
+// sender would send them: the server must end the connection (error or
+// EOF) without panicking, hanging or storing a malformed batch.
+func FuzzServerConn(f *testing.F) {
+	hello := appendHello(nil, Hello{Version: ProtocolVersion, ID: remote.Identity{Machine: 42, Hostname: "h"}})
+	f.Add(append(append([]byte{}, hello...), appendSeqFrame(nil, frameBatch, 1)...))
+	good := append([]byte{}, hello...)
+	good = appendFrameHeader(good, frameBatch, len(seedBatch()))
+	good = append(good, seedBatch()...)
+	f.Add(good)
+	f.Add([]byte{frameBatch, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		store, err := remote.OpenStore(t.TempDir(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		srv := NewServer(ServerOptions{Store: store})
+		client, server := net.Pipe()
+		go io.Copy(io.Discard, client)
+		done := make(chan error, 1)
+		go func() { done <- srv.handle(server) }()
+		client.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		client.Write(in)
+		client.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("server connection did not end")
+		}
+		server.Close()
+	})
+}
+
+// FuzzSenderConn plays a receiver that answers with arbitrary bytes: the
+// sink must not panic or hang, and must never count a packet as written
+// that a well-formed ack of a batch it sent did not cover.
+func FuzzSenderConn(f *testing.F) {
+	f.Add(appendSeqFrame(appendHelloAck(nil, 0), frameAck, 1))
+	f.Add(appendSeqFrame(appendHelloAck(nil, 0), frameAck, 99))
+	f.Add(appendHelloAck(nil, 7))
+	f.Add(appendErrorFrame(nil, "no"))
+	f.Add([]byte{frameAck, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, answer []byte) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					c.SetDeadline(time.Now().Add(2 * time.Second))
+					go io.Copy(io.Discard, c)
+					c.Write(answer)
+				}()
+			}
+		}()
+		s, err := New(Options{Address: ln.Addr().String(), Identity: remote.Identity{Machine: 1, Hostname: "f"},
+			BackoffMin: time.Millisecond, BackoffMax: 2 * time.Millisecond, DialTimeout: 200 * time.Millisecond, CloseTimeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write(context.Background(), [][]byte{{0x40, 0x01}})
+		s.Flush(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Close(ctx)
+		st := s.Stats()
+		if st.PacketsWritten+st.PacketsDropped() != 1 {
+			t.Fatalf("1 packet written, stats %+v", st)
+		}
+	})
+}

@@ -1,0 +1,19 @@
+// Package remote owns what the network sinks (relay, nats) share on both
+// ends of the wire, independently of the transport:
+//
+//   - Outbox, the sender side: packets handed to a sink's Write are packed
+//     into numbered batches (Trace framing, so a batch is a valid piece of
+//     a trace file) and kept in a bounded queue until the destination
+//     acknowledges them; a batch that does not fit is dropped and counted,
+//     a batch not yet acknowledged is resent after a reconnect.
+//   - Store, the receiver side: batches of many senders land in trace
+//     files, one per (machine, session) or one merged trace with machine_id
+//     set and sequence ids remapped; a small state file per trace records
+//     the last batch written so that a receiver killed and restarted
+//     suppresses the duplicates its senders resend.
+//   - Identity: a stable machine id per host, session ids, hostnames.
+//
+// It knows nothing of sockets, TLS or NATS: transports feed it bytes. It
+// must never block a sink's Write and never trust a batch it did not
+// validate (batches come from the network).
+package remote

@@ -1,0 +1,64 @@
+package remote
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+func record(p []byte) []byte { return tracefile.AppendRecord(nil, p) }
+
+// A released per-session file is closed, and a later handle continues it
+// from its state: duplicates are still suppressed and a torn tail cut.
+func TestStoreReleaseAndReopen(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenStore(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	id := Identity{Machine: 3, Session: [16]byte{1}, Hostname: "h"}
+	st, err := s.Stream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1 := record([]byte{0x40, 0x01})
+	if ok, err := st.Append(1, b1, 1, 2); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	st.Release()
+	if len(s.traces) != 0 {
+		t.Fatalf("%d traces still open after the last handle was released", len(s.traces))
+	}
+	// A crash after a write but before its state: garbage past the valid end.
+	f, err := os.OpenFile(s.FileName(id), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0x0a, 0x05, 0x40})
+	f.Close()
+	st, err = s.Stream(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Release()
+	if st.LastSeq() != 1 {
+		t.Fatalf("last batch %d after reopening, want 1", st.LastSeq())
+	}
+	if ok, _ := st.Append(1, b1, 1, 2); ok {
+		t.Fatal("batch 1 stored twice")
+	}
+	b2 := record([]byte{0x40, 0x02})
+	if ok, err := st.Append(2, b2, 1, 2); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, filepath.Base(s.FileName(id))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append(append([]byte{}, b1...), b2...); string(data) != string(want) {
+		t.Fatalf("file %x, want %x", data, want)
+	}
+}
