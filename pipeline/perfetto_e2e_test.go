@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -315,5 +316,75 @@ sinks: [{type: file, path: %q}]
 	want := []string{"setup_tracing", "setup_data_source test.perfetto_double", "start_data_source"}
 	if len(cmds) < 5 || fmt.Sprint(cmds[:3]) != fmt.Sprint(want) || cmds[len(cmds)-1] != "stop_data_source" || cmds[len(cmds)-2] != "flush" || pd.smbFDs != 1 {
 		t.Fatalf("commands %q, %d SMB descriptors", cmds, pd.smbFDs)
+	}
+}
+
+// A Perfetto producer that disconnects mid-session is a dead data source:
+// the session goes on and ends normally, what the producer committed
+// before is in the trace, and the death is attributed to it.
+func TestPerfettoProducerDisconnectMidSession(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "producer.sock")
+	reg := NewPerfettoProducers()
+	host := ipc.NewHost(ipc.NewProducerPort(reg))
+	if err := host.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	const packets = 100
+	pd := dialDouble(t, sock, packets)
+	defer pd.close()
+	pd.connect("quitter", &ipc.DataSourceDescriptor{Name: proto.String("test.perfetto_quitter"), WillNotifyOnStart: proto.Bool(true)})
+	// Serve commands until started, then commit and hang up.
+	go func() {
+		for {
+			f, fds, err := pd.recv()
+			if err != nil {
+				return
+			}
+			var cmd ipc.GetAsyncCommandResponse
+			if f.GetRequestId() != pd.gacRID || proto.Unmarshal(f.GetMsgInvokeMethodReply().GetReplyProto(), &cmd) != nil {
+				continue
+			}
+			if err := pd.handle(&cmd, fds); err != nil {
+				t.Error(err)
+				return
+			}
+			if cmd.GetStartDataSource() != nil {
+				_ = pd.writer.Flush() // commits everything written
+				pd.uc.Close()
+				return
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg.WaitFor(ctx, []string{"test.perfetto_quitter"})
+	out := filepath.Join(dir, "trace.pftrace")
+	cfg := loadYAML(t, fmt.Sprintf(`
+duration: 2s
+buffers: [{size_kb: 1024}]
+perfetto: {enabled: true}
+data_sources: [{name: test.perfetto_quitter}]
+sinks: [{type: file, path: %q}]
+`, out))
+	s, err := New(cfg, Options{Logf: t.Logf, Perfetto: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw [][]byte
+	for _, p := range readTrace(t, out) {
+		raw = append(raw, p.raw)
+	}
+	if got := countDoublePackets(t, raw); got != packets {
+		t.Fatalf("%d of %d committed packets kept", got, packets)
+	}
+	tp := res.Stats.Tracepipe
+	if tp == nil || len(tp.Producers) != 1 || tp.Producers[0].Died != 1 || !strings.Contains(tp.Producers[0].Error, "disconnected") {
+		t.Fatalf("producer stats %+v", tp)
 	}
 }

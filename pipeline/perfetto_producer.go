@@ -391,6 +391,12 @@ func (ps *perfettoSide) await(ch <-chan struct{}, what string) error {
 	case <-ch:
 		return nil
 	case <-ps.conn.gone:
+		// The notification may have come just before the hang-up.
+		select {
+		case <-ch:
+			return nil
+		default:
+		}
 		return errPerfettoGone
 	case <-t.C:
 		return fmt.Errorf("no %s within %v", what, perfettoWait)
