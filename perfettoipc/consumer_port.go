@@ -198,7 +198,7 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 		_ = call.Reply(&GetTraceStatsResponse{TraceStats: sess.TraceStats()}, false)
 	case mQueryServiceState:
 		st := c.backend.QueryServiceState(args.(*QueryServiceStateRequest).GetSessionsOnly())
-		_ = call.Reply(&QueryServiceStateResponse{ServiceState: st}, false)
+		queryServiceState(call, st)
 	default:
 		// StartTracing (deferred_start), Detach and Attach are not served.
 		call.Fail()
@@ -274,4 +274,39 @@ func readBuffers(call *Call, sess ConsumerSession) {
 		}
 	}
 	send(true)
+}
+
+// serviceStateReplyBytes bounds one QueryServiceState reply; a larger
+// state is streamed in parts (has_more), which Perfetto's client merges.
+var serviceStateReplyBytes = 64 << 10
+
+// queryServiceState sends st in one reply, or in parts that each stay
+// under serviceStateReplyBytes: the scalar fields and producers first,
+// then the data sources in batches.
+func queryServiceState(call *Call, st *TracingServiceState) {
+	if proto.Size(st) <= serviceStateReplyBytes {
+		_ = call.Reply(&QueryServiceStateResponse{ServiceState: st}, false)
+		return
+	}
+	sources := st.DataSources
+	head := proto.Clone(st).(*TracingServiceState)
+	head.DataSources = nil
+	parts := []*TracingServiceState{head}
+	part := &TracingServiceState{}
+	size := 0
+	for _, d := range sources {
+		n := proto.Size(d) + 8
+		if size+n > serviceStateReplyBytes && len(part.DataSources) > 0 {
+			parts = append(parts, part)
+			part, size = &TracingServiceState{}, 0
+		}
+		part.DataSources = append(part.DataSources, d)
+		size += n
+	}
+	if len(part.DataSources) > 0 {
+		parts = append(parts, part)
+	}
+	for i, p := range parts {
+		_ = call.Reply(&QueryServiceStateResponse{ServiceState: p}, i < len(parts)-1)
+	}
 }
