@@ -1,8 +1,10 @@
 package perfettoipc
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -56,4 +58,84 @@ func TestQueryServiceStateStreamsLargeState(t *testing.T) {
 	if f.GetRequestId() != rid || proto.Unmarshal(f.GetMsgInvokeMethodReply().GetReplyProto(), &er) != nil || !er.GetDisabled() || er.GetError() != "no sessions here" {
 		t.Fatalf("EnableTracing: %v", f)
 	}
+}
+
+// fakeSession holds packets for ReadBuffers.
+type fakeSession struct {
+	pkts [][]byte
+	done chan struct{}
+}
+
+func (s *fakeSession) Done() <-chan struct{}             { return s.done }
+func (s *fakeSession) Err() error                        { return nil }
+func (s *fakeSession) Disable()                          {}
+func (s *fakeSession) Flush(time.Duration, uint64) error { return nil }
+func (s *fakeSession) Free()                             {}
+func (s *fakeSession) TraceStats() []byte                { return nil }
+func (s *fakeSession) WritesIntoFile() bool              { return false }
+func (s *fakeSession) ReadPackets(max int) [][]byte {
+	n, size := 0, 0
+	for n < len(s.pkts) && (n == 0 || size+len(s.pkts[n]) <= max) {
+		size += len(s.pkts[n])
+		n++
+	}
+	out := s.pkts[:n]
+	s.pkts = s.pkts[n:]
+	return out
+}
+
+type sessionBackend struct{ s *fakeSession }
+
+func (b sessionBackend) EnableTracing(Peer, []byte, int) (ConsumerSession, error) { return b.s, nil }
+func (b sessionBackend) QueryServiceState(bool) *TracingServiceState              { return nil }
+
+// ReadBuffers cuts packets into slices across ~32 KiB replies: a packet
+// larger than a reply straddles several, the last slice of each packet
+// says so, and the packets rebuild exactly.
+func TestReadBuffersSlicesPackets(t *testing.T) {
+	var want [][]byte
+	for i, n := range []int{10, 100 << 10, 0, 5, 40 << 10, 32 << 10, 1} {
+		want = append(want, bytes.Repeat([]byte{byte(i + 1)}, n))
+	}
+	sess := &fakeSession{pkts: append([][]byte(nil), want...), done: make(chan struct{})}
+	h := NewHost(NewConsumerPort(sessionBackend{sess}))
+	defer h.Close()
+	c := pair(t, h)
+	c.bind("ConsumerPort")
+	c.invoke(1, mEnableTracing, &EnableTracingRequest{TraceConfig: []byte{}}, false, -1)
+	rid := c.invoke(1, mReadBuffers, &ReadBuffersRequest{}, false, -1)
+	var got [][]byte
+	var cur []byte
+	replies := 0
+	for {
+		f := c.recv()
+		if f.GetRequestId() != rid {
+			t.Fatalf("unexpected %v", f)
+		}
+		replies++
+		r := f.GetMsgInvokeMethodReply()
+		var rb ReadBuffersResponse
+		if err := proto.Unmarshal(r.GetReplyProto(), &rb); err != nil || len(r.GetReplyProto()) > 40<<10 {
+			t.Fatalf("reply %d: %d bytes, %v", replies, len(r.GetReplyProto()), err)
+		}
+		for _, s := range rb.GetSlices() {
+			cur = append(cur, s.GetData()...)
+			if s.GetLastSliceForPacket() {
+				got = append(got, cur)
+				cur = nil
+			}
+		}
+		if !r.GetHasMore() {
+			break
+		}
+	}
+	if cur != nil || len(got) != len(want) || replies < 5 {
+		t.Fatalf("%d packets in %d replies (want %d), %d bytes pending", len(got), replies, len(want), len(cur))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("packet %d: %d bytes, want %d", i, len(got[i]), len(want[i]))
+		}
+	}
+	close(sess.done) // ends the EnableTracing wait
 }
