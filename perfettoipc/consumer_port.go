@@ -72,19 +72,54 @@ type ConsumerSession interface {
 
 // NewConsumerPort returns the ConsumerPort service for a Host.
 func NewConsumerPort(b ConsumerBackend) *Service {
+	d := &detachedSessions{m: map[detachKey]*detached{}}
 	return &Service{Name: "ConsumerPort", Methods: ConsumerPortMethods, Open: func(c *Conn) Handler {
-		return &consumer{conn: c, backend: b}
+		return &consumer{conn: c, backend: b, detached: d}
 	}}
+}
+
+// maxDetached bounds the sessions waiting for an Attach.
+const maxDetached = 64
+
+// detachKey names a detached session: its key within its owner's uid
+// (another uid cannot attach to it, as in traced).
+type detachKey struct {
+	uid uint32
+	key string
+}
+
+// detached is a session whose consumer detached.
+type detached struct {
+	sess        ConsumerSession
+	traceConfig []byte
+}
+
+type detachedSessions struct {
+	mu sync.Mutex
+	m  map[detachKey]*detached
 }
 
 // consumer is one consumer connection: at most one session, ended when
 // the consumer disconnects (as traced frees a session whose consumer went
 // away without detaching).
 type consumer struct {
-	conn    *Conn
-	backend ConsumerBackend
-	mu      sync.Mutex
-	sess    ConsumerSession
+	conn     *Conn
+	backend  ConsumerBackend
+	detached *detachedSessions
+
+	mu          sync.Mutex
+	sess        ConsumerSession
+	traceConfig []byte
+	// notify is set when EnableTracing's end-of-session reply must go
+	// out; Detach clears it (traced never answers a detached enable).
+	notify *enableWaiter
+}
+
+// enableWaiter sends EnableTracing's reply when the session ends, unless
+// the consumer detached in the meantime.
+type enableWaiter struct {
+	mu       sync.Mutex
+	detached bool
 }
 
 // DecodeConsumerArgs decodes a ConsumerPort method's arguments (untrusted
@@ -199,8 +234,12 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 	case mQueryServiceState:
 		st := c.backend.QueryServiceState(args.(*QueryServiceStateRequest).GetSessionsOnly())
 		queryServiceState(call, st)
+	case mDetach:
+		c.detach(call, args.(*DetachRequest).GetKey())
+	case mAttach:
+		c.attach(call, args.(*AttachRequest).GetKey())
 	default:
-		// StartTracing (deferred_start), Detach and Attach are not served.
+		// StartTracing (deferred_start) is not served.
 		call.Fail()
 	}
 }
@@ -210,13 +249,28 @@ func (c *consumer) enable(call *Call, r *EnableTracingRequest, fd int) {
 	c.mu.Lock()
 	busy := c.sess != nil
 	c.mu.Unlock()
-	if busy || r.GetAttachNotificationOnly() || r.TraceConfig == nil {
+	if r.GetAttachNotificationOnly() {
+		// After Attach: only the end-of-session notification.
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		c.mu.Lock()
+		sess := c.sess
+		c.mu.Unlock()
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		c.waitEnd(call, sess)
+		return
+	}
+	if busy || r.TraceConfig == nil {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
 		msg := "a session is already enabled on this connection"
 		if !busy {
-			msg = "attach_notification_only and an EnableTracing without trace_config are not supported (no Detach/Attach)"
+			msg = "EnableTracing without trace_config"
 		}
 		_ = call.Reply(&EnableTracingResponse{State: &EnableTracingResponse_Disabled{Disabled: true}, Error: proto.String(msg)}, false)
 		return
@@ -228,6 +282,16 @@ func (c *consumer) enable(call *Call, r *EnableTracingRequest, fd int) {
 	}
 	c.mu.Lock()
 	c.sess = sess
+	c.traceConfig = r.GetTraceConfig()
+	c.mu.Unlock()
+	c.waitEnd(call, sess)
+}
+
+// waitEnd answers call when sess ended, unless the consumer detached.
+func (c *consumer) waitEnd(call *Call, sess ConsumerSession) {
+	w := &enableWaiter{}
+	c.mu.Lock()
+	c.notify = w
 	c.mu.Unlock()
 	go func() {
 		<-sess.Done()
@@ -235,8 +299,72 @@ func (c *consumer) enable(call *Call, r *EnableTracingRequest, fd int) {
 		if err := sess.Err(); err != nil {
 			resp.Error = proto.String(err.Error())
 		}
-		_ = call.Reply(resp, false)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.detached {
+			_ = call.Reply(resp, false)
+		}
 	}()
+}
+
+// detach hands the session over to the detached set under key: it runs
+// on without this connection until an Attach with the same key and uid.
+func (c *consumer) detach(call *Call, key string) {
+	c.mu.Lock()
+	sess, tc, w := c.sess, c.traceConfig, c.notify
+	c.mu.Unlock()
+	k := detachKey{uid: c.conn.Peer().UID, key: key}
+	d := c.detached
+	d.mu.Lock()
+	_, taken := d.m[k]
+	if sess == nil || key == "" || taken || len(d.m) >= maxDetached {
+		d.mu.Unlock()
+		call.Fail()
+		return
+	}
+	d.m[k] = &detached{sess: sess, traceConfig: tc}
+	d.mu.Unlock()
+	c.mu.Lock()
+	c.sess, c.traceConfig, c.notify = nil, nil, nil
+	c.mu.Unlock()
+	if w != nil {
+		w.mu.Lock()
+		w.detached = true
+		w.mu.Unlock()
+	}
+	// A detached session that ends is forgotten.
+	go func() {
+		<-sess.Done()
+		d.mu.Lock()
+		if e := d.m[k]; e != nil && e.sess == sess {
+			delete(d.m, k)
+		}
+		d.mu.Unlock()
+	}()
+	_ = call.Reply(&DetachResponse{}, false)
+}
+
+// attach takes over the detached session key of the same uid and answers
+// with its TraceConfig; an unknown key fails, as traced's does.
+func (c *consumer) attach(call *Call, key string) {
+	c.mu.Lock()
+	busy := c.sess != nil
+	c.mu.Unlock()
+	k := detachKey{uid: c.conn.Peer().UID, key: key}
+	d := c.detached
+	d.mu.Lock()
+	e := d.m[k]
+	if e == nil || busy {
+		d.mu.Unlock()
+		call.Fail()
+		return
+	}
+	delete(d.m, k)
+	d.mu.Unlock()
+	c.mu.Lock()
+	c.sess, c.traceConfig = e.sess, e.traceConfig
+	c.mu.Unlock()
+	_ = call.Reply(&AttachResponse{TraceConfig: e.traceConfig}, false)
 }
 
 // readBuffers streams what the session read as slices, about 32 KiB of

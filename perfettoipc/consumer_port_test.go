@@ -2,6 +2,7 @@ package perfettoipc
 
 import (
 	"bytes"
+	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -138,4 +139,45 @@ func TestReadBuffersSlicesPackets(t *testing.T) {
 		}
 	}
 	close(sess.done) // ends the EnableTracing wait
+}
+
+// Detach leaves the session running without its consumer; Attach with
+// the same key (and uid) takes it over and returns its TraceConfig; the
+// attached consumer's EnableTracing{attach_notification_only} is answered
+// when the session ends. An unknown key fails with the bytes traced sent
+// (capture i_attach_unknown_key).
+func TestDetachAttach(t *testing.T) {
+	sess := &fakeSession{done: make(chan struct{})}
+	h := NewHost(NewConsumerPort(sessionBackend{sess}))
+	defer h.Close()
+	a := pair(t, h)
+	a.bind("ConsumerPort")
+	tc := []byte{0x18, 0xd0, 0x0f} // duration_ms: 2000
+	a.invoke(1, mEnableTracing, &EnableTracingRequest{TraceConfig: tc}, false, -1)
+	rid := a.invoke(1, mDetach, &DetachRequest{Key: proto.String("golden")}, false, -1)
+	if f := a.recv(); f.GetRequestId() != rid || !f.GetMsgInvokeMethodReply().GetSuccess() {
+		t.Fatalf("Detach: %v", f)
+	}
+	a.close() // the session survives its consumer
+
+	b := pair(t, h)
+	b.bind("ConsumerPort")
+	b.invoke(1, mAttach, &AttachRequest{Key: proto.String("nosuchkey")}, false, -1)
+	f := b.recv()
+	if raw, _ := AppendFrame(nil, f); hex.EncodeToString(raw) != "06000000100232021000" {
+		t.Fatalf("failed Attach %x, traced sent 06000000100232021000", raw)
+	}
+	rid = b.invoke(1, mAttach, &AttachRequest{Key: proto.String("golden")}, false, -1)
+	f = b.recv()
+	var ar AttachResponse
+	if f.GetRequestId() != rid || proto.Unmarshal(f.GetMsgInvokeMethodReply().GetReplyProto(), &ar) != nil || !bytes.Equal(ar.GetTraceConfig(), tc) {
+		t.Fatalf("Attach: %v", f)
+	}
+	rid = b.invoke(1, mEnableTracing, &EnableTracingRequest{AttachNotificationOnly: proto.Bool(true)}, false, -1)
+	close(sess.done)
+	f = b.recv()
+	var er EnableTracingResponse
+	if f.GetRequestId() != rid || proto.Unmarshal(f.GetMsgInvokeMethodReply().GetReplyProto(), &er) != nil || !er.GetDisabled() {
+		t.Fatalf("end of the attached session: %v", f)
+	}
 }
