@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,11 +66,15 @@ func TestQueryServiceStateStreamsLargeState(t *testing.T) {
 type fakeSession struct {
 	pkts [][]byte
 	done chan struct{}
+	once sync.Once
 }
+
+// end ends the session (once).
+func (s *fakeSession) end() { s.once.Do(func() { close(s.done) }) }
 
 func (s *fakeSession) Done() <-chan struct{}             { return s.done }
 func (s *fakeSession) Err() error                        { return nil }
-func (s *fakeSession) Disable()                          {}
+func (s *fakeSession) Disable()                          { s.end() }
 func (s *fakeSession) Flush(time.Duration, uint64) error { return nil }
 func (s *fakeSession) Free()                             {}
 func (s *fakeSession) TraceStats() []byte                { return nil }
@@ -138,7 +143,7 @@ func TestReadBuffersSlicesPackets(t *testing.T) {
 			t.Fatalf("packet %d: %d bytes, want %d", i, len(got[i]), len(want[i]))
 		}
 	}
-	close(sess.done) // ends the EnableTracing wait
+	sess.end() // ends the EnableTracing wait
 }
 
 // Detach leaves the session running without its consumer; Attach with
@@ -174,7 +179,7 @@ func TestDetachAttach(t *testing.T) {
 		t.Fatalf("Attach: %v", f)
 	}
 	rid = b.invoke(1, mEnableTracing, &EnableTracingRequest{AttachNotificationOnly: proto.Bool(true)}, false, -1)
-	close(sess.done)
+	sess.end()
 	f = b.recv()
 	var er EnableTracingResponse
 	if f.GetRequestId() != rid || proto.Unmarshal(f.GetMsgInvokeMethodReply().GetReplyProto(), &er) != nil || !er.GetDisabled() {

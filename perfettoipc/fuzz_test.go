@@ -144,3 +144,39 @@ func FuzzConsumerArgs(f *testing.F) {
 		}
 	})
 }
+
+// FuzzConsumerPort drives a consumer's handler with any sequence of
+// method calls and argument bytes (seeded with the perfetto command's
+// invokes from the captures) against a session that holds packets: no
+// panic, whatever the order (ReadBuffers before EnableTracing, Attach of
+// garbage keys, Detach twice...).
+func FuzzConsumerPort(f *testing.F) {
+	var seeds [][]byte
+	addGoldenSeeds(f, func(payload []byte) {
+		var fr Frame
+		if proto.Unmarshal(payload, &fr) != nil {
+			return
+		}
+		if inv := fr.GetMsgInvokeMethod(); inv != nil && len(inv.GetArgsProto()) < 1<<16 {
+			seeds = append(seeds, producerCall(inv.GetMethodId(), inv.GetArgsProto()))
+		}
+	})
+	for i, s := range seeds {
+		f.Add(producerCalls(s, seeds[(i+1)%len(seeds)], seeds[(i+2)%len(seeds)]))
+	}
+	h := NewHost()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sess := &fakeSession{pkts: [][]byte{{1, 2, 3}, make([]byte, 40<<10)}, done: make(chan struct{})}
+		defer sess.end() // a detached session ends too
+		svc := NewConsumerPort(sessionBackend{sess})
+		c := svc.Open(&Conn{host: h, fd: -1}).(*consumer)
+		for len(data) >= 3 {
+			m := uint32(data[0]) % 17
+			n := min(int(data[1])|int(data[2])<<8, len(data)-3)
+			args := data[3 : 3+n]
+			data = data[3+n:]
+			c.Invoke(m, &Call{conn: c.conn, Args: args, dropReply: true})
+		}
+		c.Close()
+	})
+}
