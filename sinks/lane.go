@@ -53,10 +53,12 @@ func (it *Item) Release() {
 	}
 }
 
-// LastWriter is implemented by sinks that, after a write error, can still
-// record one last packet (the final TraceStats): the file sink keeps
-// room in reserve for it, or cuts the file back to its last complete
-// packet.
+// LastWriter is implemented by sinks that can record one last packet,
+// the final TraceStats, where an ordinary Write would lose it: after a
+// write error the file sink uses the room it keeps in reserve, or cuts
+// the file back to its last complete packet; a network sink whose queue
+// is at its bound lets that one packet past it. The TraceStats reports
+// what the sink lost, so it must be the last thing the sink loses.
 type LastWriter interface {
 	WriteLast(packet []byte) error
 }
@@ -363,7 +365,7 @@ func (l *Lane) writeStats(it *Item) {
 	ts.Tracepipe = &tp
 	l.scratch = tracefile.AppendTraceStatsPacket(l.scratch[:0], &ts, it.StatsUID, it.StatsTime)
 	if it.Final {
-		if lw, ok := l.sink.(LastWriter); ok && l.failed() {
+		if lw, ok := l.sink.(LastWriter); ok {
 			l.noteErr(lw.WriteLast(l.scratch))
 			return
 		}
@@ -371,13 +373,6 @@ func (l *Lane) writeStats(it *Item) {
 	l.one[0] = l.scratch
 	l.noteErr(l.sink.Write(context.Background(), l.one[:]))
 	l.one[0] = nil
-}
-
-func (l *Lane) failed() bool {
-	if f, ok := l.sink.(Failer); ok {
-		return f.Failed() != nil
-	}
-	return l.Err() != nil
 }
 
 // noteErr records, logs (rate-limited) and acts on a sink error.

@@ -129,6 +129,10 @@ func (s *Sink) Identity() remote.Identity { return s.opts.Identity }
 // QueueDepth is the number of batches held (unacknowledged or open).
 func (s *Sink) QueueDepth() int { return s.out.Depth() }
 
+// WriteLast queues the final TraceStats even when the queue is at its
+// bound (sinks.LastWriter; see [remote.Outbox.WriteLast]).
+func (s *Sink) WriteLast(packet []byte) error { return s.out.WriteLast(packet) }
+
 // Write packs packets into batches; see [remote.Outbox.Write].
 func (s *Sink) Write(_ context.Context, packets [][]byte) error { return s.out.Write(packets) }
 

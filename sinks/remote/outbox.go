@@ -125,6 +125,39 @@ func (o *Outbox) Write(packets [][]byte) error {
 	return err
 }
 
+// WriteLast appends the session's last packet, its final TraceStats: the
+// packet that reports what the bound dropped must not be dropped by it.
+// When the queue is at its bound the packet gets one batch beyond it
+// (once: nothing follows the final TraceStats), and the batch is sealed.
+func (o *Outbox) WriteLast(p []byte) error {
+	o.mu.Lock()
+	if o.closed {
+		o.stats.PacketsDroppedError++
+		o.stats.BytesDroppedError += uint64(len(p))
+		o.mu.Unlock()
+		return sinks.ErrClosed
+	}
+	if tracefile.RecordSize(len(p)) > MaxBatchData {
+		o.mu.Unlock()
+		return o.Write([][]byte{p}) // counted and reported as too large
+	}
+	if o.open != nil && len(o.open.Data)+tracefile.RecordSize(len(p)) > MaxBatchData {
+		o.sealLocked()
+	}
+	if o.open == nil && !o.takeLocked() {
+		o.allocd++
+		o.open = &Batch{Data: make([]byte, 0, tracefile.RecordSize(len(p)))}
+	}
+	b := o.open
+	b.Data = tracefile.AppendRecord(b.Data, p)
+	b.Packets++
+	b.Bytes += uint64(len(p))
+	o.sealLocked()
+	o.mu.Unlock()
+	o.signal()
+	return nil
+}
+
 // takeLocked makes a recycled or new batch the open one, if the bound
 // allows.
 func (o *Outbox) takeLocked() bool {
