@@ -44,6 +44,7 @@ const (
 	MaxSMBSize          = 32 << 20
 	maxDataSources      = 1024 // registered per producer
 	maxRegisteredWriter = 1024
+	maxPendingCmds      = 256 // commands held until GetAsyncCommand
 )
 
 // Backend is the tracing service behind the producer port. Its methods
@@ -393,6 +394,17 @@ func (p *Producer) queueCmd(cmd *GetAsyncCommandResponse, fd int) {
 		return
 	}
 	if p.gac == nil {
+		if len(p.pending) >= maxPendingCmds {
+			// A producer that never opens its command stream cannot
+			// make the service hold commands without bound.
+			p.mu.Unlock()
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			p.conn.host.logf("perfettoipc: producer %q (pid %d): %d commands and no GetAsyncCommand; disconnecting", p.name, p.Peer().PID, maxPendingCmds)
+			p.conn.Close()
+			return
+		}
 		p.pending = append(p.pending, pendingCmd{cmd, fd})
 		p.mu.Unlock()
 		return

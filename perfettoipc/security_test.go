@@ -1,6 +1,8 @@
 package perfettoipc
 
 import (
+	"errors"
+	"io"
 	"testing"
 	"time"
 
@@ -107,5 +109,32 @@ func TestProducerCallsNeedInitialization(t *testing.T) {
 	rid = c.invoke(1, mInitializeConnection, &InitializeConnectionRequest{}, false, -1)
 	if f := c.recv(); f.GetRequestId() != rid || f.GetMsgInvokeMethodReply().Success != nil {
 		t.Fatalf("second InitializeConnection: %v", f)
+	}
+}
+
+// A producer that never opens GetAsyncCommand is disconnected once the
+// commands held for it reach the bound, instead of growing them forever.
+func TestProducerWithoutCommandStreamBounded(t *testing.T) {
+	b := newRecordingBackend()
+	h := NewHost(NewProducerPort(b))
+	defer h.Close()
+	c := pair(t, h)
+	c.bind("ProducerPort")
+	rid := c.invoke(1, mInitializeConnection, &InitializeConnectionRequest{ProducerName: proto.String("mute")}, false, -1)
+	if f := c.recv(); f.GetRequestId() != rid {
+		t.Fatalf("%v", f)
+	}
+	p := <-b.producers
+	for i := range maxPendingCmds + 1 {
+		p.Flush([]uint64{1}, uint64(i+1), 0)
+	}
+	if f, err := c.tryRecv(10 * time.Second); !errors.Is(err, io.EOF) {
+		t.Fatalf("not disconnected: %v %v", f, err)
+	}
+	p.mu.Lock()
+	n := len(p.pending)
+	p.mu.Unlock()
+	if n > maxPendingCmds {
+		t.Fatalf("%d commands held", n)
 	}
 }
