@@ -50,6 +50,7 @@ type Config struct {
 	TriggerConfig     *TriggerConfig `koanf:"trigger_config"`      // nil: no triggers
 	UniqueSessionName string         `koanf:"unique_session_name"` // names the session; a second session with the name is refused
 	RotatePeriod      time.Duration  `koanf:"rotate_period"`       // rotate the file sinks' files this often (beside max_file_size); 0 = never
+	Perfetto          PerfettoConfig `koanf:"perfetto"`            // Perfetto producers on Perfetto's socket (config_perfetto.go)
 
 	// baseDir is the directory relative paths (data_sources[i].plugin,
 	// data_sources[i].protovm.program) are resolved against: the config
@@ -82,6 +83,11 @@ type DataSourceConfig struct {
 	ProtoVM               *ProtoVMConfig `koanf:"protovm"`
 	Restart               *RestartConfig `koanf:"restart"`        // plugins: relaunch after a crash (nil: never)
 	OnStartError          string         `koanf:"on_start_error"` // "continue" (default, also "") | "abort": what a failed Start does to the session
+
+	// perfettoConfig is the DataSourceConfig a Perfetto consumer sent
+	// (perfetto_consumer.go), passed on to Perfetto producers with its
+	// data-source specific fields.
+	perfettoConfig []byte
 }
 
 // RestartConfig relaunches a plugin that died while recording, on a fresh

@@ -588,6 +588,10 @@ sinks:
 plugin_dir: ""
 unique_session_name: ""
 rotate_period: 0s
+perfetto:
+  enabled: false
+  producer_socket: ""
+  wait_for_producers: 0s
 `
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)

@@ -189,6 +189,11 @@ func (c *Config) checkDataSource(k *checker, i int) {
 			// New and `tracepipe validate`) finds it or says why not.
 			ok = true
 		}
+		if !ok && c.Perfetto.Enabled {
+			// Perfetto producers may register it: New binds the ones
+			// connected or says none did.
+			ok = true
+		}
 		if !ok {
 			reg := strings.Join(plugins.Names(), ", ")
 			if reg == "" {

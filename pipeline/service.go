@@ -42,6 +42,9 @@ type Options struct {
 	// Rotatable lets file sinks rotate on demand (Service.Rotate) even
 	// without rotate_period; `tracepipe run` sets it for its control socket.
 	Rotatable bool
+	// Perfetto, when non-nil, serves data sources that are neither built
+	// in nor plugins with the Perfetto producers connected to it.
+	Perfetto *PerfettoProducers
 }
 
 // PassInfo describes the output after a read pass was written.
@@ -224,7 +227,14 @@ func New(cfg *Config, opts Options) (*Service, error) {
 
 func (s *Service) buildProducers() error {
 	for i := range s.cfg.DataSources {
-		p, err := s.buildProducer(i, uint16(i+1))
+		if dc := &s.cfg.DataSources[i]; dc.Plugin == "" && s.opts.Perfetto.serves(dc.Name) {
+			// One producer per connected Perfetto producer (perfetto_producer.go).
+			if err := s.addPerfettoProducers(i); err != nil {
+				return err
+			}
+			continue
+		}
+		p, err := s.buildProducer(i, uint16(len(s.producers)+1))
 		if err != nil {
 			return err
 		}

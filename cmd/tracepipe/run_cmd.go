@@ -46,6 +46,7 @@ func newRunCmd() *cobra.Command {
 		duration     time.Duration
 		sets         []string
 		alertAddr    string // control_cmd.go: the Alertmanager webhook
+		perfetto     bool
 	)
 	c := &cobra.Command{
 		Use:   "run [-c FILE] [-o OUTPUT] [--duration D] [--set key=value]...",
@@ -61,6 +62,9 @@ func newRunCmd() *cobra.Command {
 					return usageError{fmt.Errorf("--set %q: want key=value", s)}
 				}
 			}
+			if perfetto {
+				sets = append(sets, "perfetto.enabled=true")
+			}
 			if cmd.Flags().Changed("duration") {
 				sets = append(sets, "duration="+duration.String())
 			}
@@ -74,6 +78,7 @@ func newRunCmd() *cobra.Command {
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
 	c.Flags().StringVarP(&output, "output", "o", "", "trace file path: replaces the first file sink's path (or adds a file sink)")
 	c.Flags().DurationVar(&duration, "duration", 0, "session duration, e.g. 30s (overrides the config's duration; 0 = until SIGINT)")
+	c.Flags().BoolVar(&perfetto, "perfetto", false, "act as traced for Perfetto producers: listen on Perfetto's producer socket (PERFETTO_PRODUCER_SOCK_NAME) and serve data sources they register (perfetto.enabled)")
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics while the session runs")
 	c.Flags().StringVar(&alertAddr, "alert-addr", "", "serve Prometheus Alertmanager's webhook on this address (POST /alertmanager): each firing alert activates the trigger named by its alertname (or tracepipe_trigger label)")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
@@ -135,9 +140,18 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	svc, err := pipeline.New(cfg, pipeline.Options{Logf: func(format string, args ...any) {
+	opts := pipeline.Options{Logf: func(format string, args ...any) {
 		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: warning: "+format+"\n", args...)
-	}, Rotatable: true})
+	}, Rotatable: true}
+	if cfg.Perfetto.Enabled {
+		reg, host, err := startPerfetto(ctx, cfg, stderr)
+		if err != nil {
+			return err
+		}
+		defer host.Close()
+		opts.Perfetto = reg
+	}
+	svc, err := pipeline.New(cfg, opts)
 	if err != nil {
 		return err
 	}

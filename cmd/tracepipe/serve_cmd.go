@@ -39,6 +39,7 @@ type serveFlags struct {
 	tlsCert, tlsKey, tlsClientCA string
 	metricsAddr                  string
 	natsURL, subject, durable    string
+	perfetto                     bool // serve_perfetto.go: a drop-in traced
 }
 
 // newServeCmd builds `tracepipe serve`.
@@ -53,6 +54,12 @@ func newServeCmd() *cobra.Command {
   tracepipe serve --listen :7010 --out traces/ --tls-cert srv.pem --tls-key srv-key.pem --tls-client-ca ca.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.perfetto {
+				return servePerfetto(cmd.Context(), cmd.ErrOrStderr())
+			}
+			if f.out == "" {
+				return usageError{errors.New("serve needs --out DIR (or --perfetto)")}
+			}
 			if f.listen == "" && f.natsURL == "" {
 				return usageError{errors.New("serve needs --listen ADDR or --from-nats URL")}
 			}
@@ -77,7 +84,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "require client certificates signed by this CA (PEM)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
 	addServeNATSFlags(fl, &f)
-	_ = c.MarkFlagRequired("out")
+	fl.BoolVar(&f.perfetto, "perfetto", false, "act as Perfetto's traced instead: serve Perfetto producers and the perfetto command on Perfetto's sockets (see README)")
 	return c
 }
 

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/plugins"
+)
+
+// startPerfetto listens on Perfetto's producer socket (the perfetto:
+// section) so that programs built for traced produce into this session,
+// and waits, at most perfetto.wait_for_producers, until the data sources
+// the config names and nothing else serves are registered. The caller
+// closes the host when the session ended.
+func startPerfetto(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) (*pipeline.PerfettoProducers, *perfettoipc.Host, error) {
+	reg := pipeline.NewPerfettoProducers()
+	host := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
+	host.Logf = func(format string, args ...any) {
+		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: perfetto: "+format+"\n", args...)
+	}
+	path := cfg.Perfetto.ProducerSocketPath()
+	if err := host.Listen(path); err != nil {
+		return nil, nil, err
+	}
+	var names []string
+	for _, ds := range cfg.DataSources {
+		if _, builtin := plugins.Lookup(ds.Name); !builtin && ds.Plugin == "" {
+			names = append(names, ds.Name)
+		}
+	}
+	fmt.Fprintf(stderr, "tracepipe: perfetto: producers connect to %s (PERFETTO_PRODUCER_SOCK_NAME)\n", path)
+	if len(names) > 0 {
+		wctx, cancel := context.WithTimeout(ctx, cfg.Perfetto.Wait())
+		missing := reg.WaitFor(wctx, names)
+		cancel()
+		if len(missing) > 0 {
+			host.Close()
+			return nil, nil, fmt.Errorf("perfetto: no producer registered %s within %v (perfetto.wait_for_producers)",
+				strings.Join(missing, ", "), cfg.Perfetto.Wait())
+		}
+	}
+	for _, d := range reg.DataSources() {
+		fmt.Fprintf(stderr, "tracepipe: perfetto: %s from %q (pid %d, uid %d)\n", d.Name, d.Producer, d.PID, d.UID)
+	}
+	return reg, host, nil
+}

@@ -1,0 +1,440 @@
+package perfettoipc
+
+import (
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+)
+
+// ConsumerPortMethods is ConsumerPort's method table in Perfetto's
+// declaration order (method id = position + 1).
+var ConsumerPortMethods = []string{
+	"EnableTracing", "DisableTracing", "ReadBuffers", "FreeBuffers", "Flush",
+	"StartTracing", "ChangeTraceConfig", "Detach", "Attach", "GetTraceStats",
+	"ObserveEvents", "QueryServiceState", "QueryCapabilities", "SaveTraceForBugreport",
+	"CloneSession",
+}
+
+// ConsumerPort method ids.
+const (
+	mEnableTracing uint32 = iota + 1
+	mDisableTracing
+	mReadBuffers
+	mFreeBuffers
+	mFlush
+	mStartTracing
+	mChangeTraceConfig
+	mDetach
+	mAttach
+	mGetTraceStats
+	mObserveEvents
+	mQueryServiceState
+	mQueryCapabilities
+	mSaveTraceForBugreport
+	mCloneSession
+)
+
+// readBuffersReplyBytes is the packet bytes per ReadBuffers reply, as
+// traced (~32 KiB): far below the frame bound with the slice overhead.
+const readBuffersReplyBytes = 32 << 10
+
+// ConsumerBackend is the tracing service behind the consumer port.
+type ConsumerBackend interface {
+	// EnableTracing starts a session with a serialized TraceConfig
+	// (untrusted). outFD (>= 0) is the output file of write_into_file; the
+	// session owns it from now on, even on error.
+	EnableTracing(peer Peer, traceConfig []byte, outFD int) (ConsumerSession, error)
+	QueryServiceState(sessionsOnly bool) *TracingServiceState
+}
+
+// ConsumerSession is one session a consumer enabled.
+type ConsumerSession interface {
+	// Done is closed when the session ended; Err then says why it ended
+	// badly (nil: it ran to its end).
+	Done() <-chan struct{}
+	Err() error
+	// Disable stops the session gracefully (final flush, final read).
+	Disable()
+	// Flush flushes the producers, bounded by timeout.
+	Flush(timeout time.Duration, flags uint64) error
+	// ReadPackets takes up to about maxBytes of the packets read so far
+	// (at least one packet if there is any), oldest first.
+	ReadPackets(maxBytes int) [][]byte
+	// Free drops what was not read.
+	Free()
+	// TraceStats is the session's TraceStats message, encoded.
+	TraceStats() []byte
+	// WritesIntoFile: the session writes a file, ReadBuffers is refused.
+	WritesIntoFile() bool
+}
+
+// NewConsumerPort returns the ConsumerPort service for a Host.
+func NewConsumerPort(b ConsumerBackend) *Service {
+	d := &detachedSessions{m: map[detachKey]*detached{}}
+	return &Service{Name: "ConsumerPort", Methods: ConsumerPortMethods, Open: func(c *Conn) Handler {
+		return &consumer{conn: c, backend: b, detached: d}
+	}}
+}
+
+// maxDetached bounds the sessions waiting for an Attach.
+const maxDetached = 64
+
+// detachKey names a detached session: its key within its owner's uid
+// (another uid cannot attach to it, as in traced).
+type detachKey struct {
+	uid uint32
+	key string
+}
+
+// detached is a session whose consumer detached.
+type detached struct {
+	sess        ConsumerSession
+	traceConfig []byte
+}
+
+type detachedSessions struct {
+	mu sync.Mutex
+	m  map[detachKey]*detached
+}
+
+// consumer is one consumer connection: at most one session, ended when
+// the consumer disconnects (as traced frees a session whose consumer went
+// away without detaching).
+type consumer struct {
+	conn     *Conn
+	backend  ConsumerBackend
+	detached *detachedSessions
+
+	mu          sync.Mutex
+	sess        ConsumerSession
+	traceConfig []byte
+	// notify is set when EnableTracing's end-of-session reply must go
+	// out; Detach clears it (traced never answers a detached enable).
+	notify *enableWaiter
+}
+
+// enableWaiter sends EnableTracing's reply when the session ends, unless
+// the consumer detached in the meantime.
+type enableWaiter struct {
+	mu       sync.Mutex
+	detached bool
+}
+
+// DecodeConsumerArgs decodes a ConsumerPort method's arguments (untrusted
+// bytes); methods tracepipe does not serve decode as nil.
+func DecodeConsumerArgs(method uint32, b []byte) (proto.Message, error) {
+	var m proto.Message
+	switch method {
+	case mEnableTracing:
+		m = &EnableTracingRequest{}
+	case mDisableTracing:
+		m = &DisableTracingRequest{}
+	case mReadBuffers:
+		m = &ReadBuffersRequest{}
+	case mFreeBuffers:
+		m = &FreeBuffersRequest{}
+	case mFlush:
+		m = &FlushRequest{}
+	case mStartTracing:
+		m = &StartTracingRequest{}
+	case mDetach:
+		m = &DetachRequest{}
+	case mAttach:
+		m = &AttachRequest{}
+	case mGetTraceStats:
+		m = &GetTraceStatsRequest{}
+	case mQueryServiceState:
+		m = &QueryServiceStateRequest{}
+	default:
+		return nil, nil
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (c *consumer) session() ConsumerSession {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sess
+}
+
+func (c *consumer) Close() {
+	if s := c.session(); s != nil {
+		s.Disable()
+	}
+}
+
+func (c *consumer) Invoke(method uint32, call *Call) {
+	fd := call.TakeFD()
+	if fd >= 0 && method != mEnableTracing {
+		unix.Close(fd)
+		fd = -1
+	}
+	args, err := DecodeConsumerArgs(method, call.Args)
+	if err != nil || args == nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		call.Fail() // undecodable, or a method tracepipe does not serve
+		return
+	}
+	sess := c.session()
+	switch method {
+	case mEnableTracing:
+		c.enable(call, args.(*EnableTracingRequest), fd)
+	case mDisableTracing:
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		sess.Disable()
+		_ = call.Reply(&DisableTracingResponse{}, false)
+	case mReadBuffers:
+		if sess == nil || sess.WritesIntoFile() {
+			call.Fail()
+			return
+		}
+		readBuffers(call, sess)
+	case mFreeBuffers:
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		sess.Disable()
+		sess.Free()
+		_ = call.Reply(&FreeBuffersResponse{}, false)
+	case mFlush:
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		r := args.(*FlushRequest)
+		timeout := time.Duration(r.GetTimeoutMs()) * time.Millisecond
+		if timeout <= 0 {
+			timeout = 5 * time.Second
+		}
+		// The flush waits for producers: off the connection goroutine.
+		go func() {
+			if err := sess.Flush(timeout, r.GetFlags()); err != nil {
+				call.Fail()
+				return
+			}
+			_ = call.Reply(&FlushResponse{}, false)
+		}()
+	case mGetTraceStats:
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		_ = call.Reply(&GetTraceStatsResponse{TraceStats: sess.TraceStats()}, false)
+	case mQueryServiceState:
+		st := c.backend.QueryServiceState(args.(*QueryServiceStateRequest).GetSessionsOnly())
+		queryServiceState(call, st)
+	case mDetach:
+		c.detach(call, args.(*DetachRequest).GetKey())
+	case mAttach:
+		c.attach(call, args.(*AttachRequest).GetKey())
+	default:
+		// StartTracing (deferred_start) is not served.
+		call.Fail()
+	}
+}
+
+// enable starts the session; EnableTracing's reply comes when it ends.
+func (c *consumer) enable(call *Call, r *EnableTracingRequest, fd int) {
+	c.mu.Lock()
+	busy := c.sess != nil
+	c.mu.Unlock()
+	if r.GetAttachNotificationOnly() {
+		// After Attach: only the end-of-session notification.
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		c.mu.Lock()
+		sess := c.sess
+		c.mu.Unlock()
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		c.waitEnd(call, sess)
+		return
+	}
+	if busy || r.TraceConfig == nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		msg := "a session is already enabled on this connection"
+		if !busy {
+			msg = "EnableTracing without trace_config"
+		}
+		_ = call.Reply(&EnableTracingResponse{State: &EnableTracingResponse_Disabled{Disabled: true}, Error: proto.String(msg)}, false)
+		return
+	}
+	sess, err := c.backend.EnableTracing(c.conn.Peer(), r.GetTraceConfig(), fd)
+	if err != nil {
+		_ = call.Reply(&EnableTracingResponse{State: &EnableTracingResponse_Disabled{Disabled: true}, Error: proto.String(err.Error())}, false)
+		return
+	}
+	c.mu.Lock()
+	c.sess = sess
+	c.traceConfig = r.GetTraceConfig()
+	c.mu.Unlock()
+	c.waitEnd(call, sess)
+}
+
+// waitEnd answers call when sess ended, unless the consumer detached.
+func (c *consumer) waitEnd(call *Call, sess ConsumerSession) {
+	w := &enableWaiter{}
+	c.mu.Lock()
+	c.notify = w
+	c.mu.Unlock()
+	go func() {
+		<-sess.Done()
+		resp := &EnableTracingResponse{State: &EnableTracingResponse_Disabled{Disabled: true}}
+		if err := sess.Err(); err != nil {
+			resp.Error = proto.String(err.Error())
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.detached {
+			_ = call.Reply(resp, false)
+		}
+	}()
+}
+
+// detach hands the session over to the detached set under key: it runs
+// on without this connection until an Attach with the same key and uid.
+func (c *consumer) detach(call *Call, key string) {
+	c.mu.Lock()
+	sess, tc, w := c.sess, c.traceConfig, c.notify
+	c.mu.Unlock()
+	k := detachKey{uid: c.conn.Peer().UID, key: key}
+	d := c.detached
+	d.mu.Lock()
+	_, taken := d.m[k]
+	if sess == nil || key == "" || taken || len(d.m) >= maxDetached {
+		d.mu.Unlock()
+		call.Fail()
+		return
+	}
+	d.m[k] = &detached{sess: sess, traceConfig: tc}
+	d.mu.Unlock()
+	c.mu.Lock()
+	c.sess, c.traceConfig, c.notify = nil, nil, nil
+	c.mu.Unlock()
+	if w != nil {
+		w.mu.Lock()
+		w.detached = true
+		w.mu.Unlock()
+	}
+	// A detached session that ends is forgotten.
+	go func() {
+		<-sess.Done()
+		d.mu.Lock()
+		if e := d.m[k]; e != nil && e.sess == sess {
+			delete(d.m, k)
+		}
+		d.mu.Unlock()
+	}()
+	_ = call.Reply(&DetachResponse{}, false)
+}
+
+// attach takes over the detached session key of the same uid and answers
+// with its TraceConfig; an unknown key fails, as traced's does.
+func (c *consumer) attach(call *Call, key string) {
+	c.mu.Lock()
+	busy := c.sess != nil
+	c.mu.Unlock()
+	k := detachKey{uid: c.conn.Peer().UID, key: key}
+	d := c.detached
+	d.mu.Lock()
+	e := d.m[k]
+	if e == nil || busy {
+		d.mu.Unlock()
+		call.Fail()
+		return
+	}
+	delete(d.m, k)
+	d.mu.Unlock()
+	c.mu.Lock()
+	c.sess, c.traceConfig = e.sess, e.traceConfig
+	c.mu.Unlock()
+	_ = call.Reply(&AttachResponse{TraceConfig: e.traceConfig}, false)
+}
+
+// readBuffers streams what the session read as slices, about 32 KiB of
+// packet bytes per reply, has_more on all but the last. A packet larger
+// than a reply is cut into slices across replies; the last slice of each
+// packet says so. Slices carry no 0x0A preamble (the consumer adds it).
+func readBuffers(call *Call, sess ConsumerSession) {
+	resp := &ReadBuffersResponse{}
+	size := 0
+	send := func(last bool) {
+		_ = call.Reply(resp, !last)
+		resp = &ReadBuffersResponse{}
+		size = 0
+	}
+	for {
+		pkts := sess.ReadPackets(readBuffersReplyBytes)
+		if len(pkts) == 0 {
+			break
+		}
+		for _, p := range pkts {
+			for {
+				room := readBuffersReplyBytes - size
+				if room <= 0 {
+					send(false)
+					room = readBuffersReplyBytes
+				}
+				n := min(len(p), room)
+				resp.Slices = append(resp.Slices, &ReadBuffersResponse_Slice{Data: p[:n], LastSliceForPacket: proto.Bool(n == len(p))})
+				size += n + 8 // a slice's own encoding overhead, roughly
+				p = p[n:]
+				if len(p) == 0 {
+					break
+				}
+			}
+		}
+	}
+	send(true)
+}
+
+// serviceStateReplyBytes bounds one QueryServiceState reply; a larger
+// state is streamed in parts (has_more), which Perfetto's client merges.
+var serviceStateReplyBytes = 64 << 10
+
+// queryServiceState sends st in one reply, or in parts that each stay
+// under serviceStateReplyBytes: the scalar fields and producers first,
+// then the data sources in batches.
+func queryServiceState(call *Call, st *TracingServiceState) {
+	if proto.Size(st) <= serviceStateReplyBytes {
+		_ = call.Reply(&QueryServiceStateResponse{ServiceState: st}, false)
+		return
+	}
+	sources := st.DataSources
+	head := proto.Clone(st).(*TracingServiceState)
+	head.DataSources = nil
+	parts := []*TracingServiceState{head}
+	part := &TracingServiceState{}
+	size := 0
+	for _, d := range sources {
+		n := proto.Size(d) + 8
+		if size+n > serviceStateReplyBytes && len(part.DataSources) > 0 {
+			parts = append(parts, part)
+			part, size = &TracingServiceState{}, 0
+		}
+		part.DataSources = append(part.DataSources, d)
+		size += n
+	}
+	if len(part.DataSources) > 0 {
+		parts = append(parts, part)
+	}
+	for i, p := range parts {
+		_ = call.Reply(&QueryServiceStateResponse{ServiceState: p}, i < len(parts)-1)
+	}
+}

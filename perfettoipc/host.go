@@ -1,0 +1,424 @@
+package perfettoipc
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+)
+
+// Peer is a connection's identity, from SO_PEERCRED at accept time. It is
+// the only identity the host trusts; SetPeerIdentity frames are ignored.
+type Peer struct {
+	UID uint32
+	PID int32
+}
+
+// Service is a method table a Host exposes. Method ids are the 1-based
+// positions in Methods (Perfetto's declaration order).
+type Service struct {
+	Name    string
+	Methods []string
+	// Open is called when a connection binds the service; the handler
+	// serves that connection's invokes until Close.
+	Open func(c *Conn) Handler
+}
+
+// Handler serves one connection's calls of a bound service. Invoke and
+// Close run on the connection's read goroutine, one at a time; a handler
+// may keep a Call and reply later from any goroutine (streams, replies at
+// session end).
+type Handler interface {
+	Invoke(method uint32, call *Call)
+	Close()
+}
+
+// Host accepts connections on listeners and dispatches their frames to
+// services.
+type Host struct {
+	services []*Service
+	// WriteTimeout bounds one frame's send; a peer that does not read is
+	// disconnected. Default 10 s.
+	WriteTimeout time.Duration
+	// MaxConns bounds concurrent connections; more are closed at accept.
+	// Default 256.
+	MaxConns int
+	// Logf reports connection errors (nil: silent).
+	Logf func(format string, args ...any)
+
+	mu     sync.Mutex
+	lns    []net.Listener
+	conns  map[*Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewHost returns a host exposing services, whose service ids are their
+// 1-based positions.
+func NewHost(services ...*Service) *Host {
+	return &Host{services: services, conns: map[*Conn]struct{}{}}
+}
+
+func (h *Host) logf(format string, args ...any) {
+	if h.Logf != nil {
+		h.Logf(format, args...)
+	}
+}
+
+// Listen creates a UNIX socket at path (replacing a stale socket file) and
+// serves it until Close. The socket is world-connectable, as traced's
+// (producers are untrusted anyway).
+func (h *Host) Listen(path string) error {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("perfettoipc: listening on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return fmt.Errorf("perfettoipc: chmod %s: %w", path, err)
+	}
+	return h.Serve(ln)
+}
+
+// Serve accepts connections on ln in a goroutine until Close.
+func (h *Host) Serve(ln *net.UnixListener) error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		ln.Close()
+		return errors.New("perfettoipc: host closed")
+	}
+	h.lns = append(h.lns, ln)
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		for {
+			uc, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			h.ServeConn(uc)
+		}
+	}()
+	return nil
+}
+
+// ServeConn serves one already connected socket (tests use socketpairs).
+func (h *Host) ServeConn(uc *net.UnixConn) {
+	peer, err := peerCred(uc)
+	if err != nil {
+		h.logf("perfettoipc: dropping connection: %v", err)
+		uc.Close()
+		return
+	}
+	max := h.MaxConns
+	if max <= 0 {
+		max = 256
+	}
+	c := &Conn{host: h, uc: uc, peer: peer, fd: -1, bound: map[uint32]Handler{}}
+	h.mu.Lock()
+	if h.closed || len(h.conns) >= max {
+		h.mu.Unlock()
+		h.logf("perfettoipc: refusing connection from pid %d: %d connections open", peer.PID, max)
+		uc.Close()
+		return
+	}
+	h.conns[c] = struct{}{}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		c.readLoop()
+		h.mu.Lock()
+		delete(h.conns, c)
+		h.mu.Unlock()
+	}()
+}
+
+// Close stops accepting, closes every connection and waits for their
+// goroutines (handlers' Close included).
+func (h *Host) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	lns := h.lns
+	h.lns = nil
+	conns := make([]*Conn, 0, len(h.conns))
+	for c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	h.wg.Wait()
+	return nil
+}
+
+func peerCred(uc *net.UnixConn) (Peer, error) {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return Peer{}, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return Peer{}, err
+	}
+	if credErr != nil {
+		return Peer{}, fmt.Errorf("SO_PEERCRED: %w", credErr)
+	}
+	return Peer{UID: cred.Uid, PID: cred.Pid}, nil
+}
+
+// Conn is one client connection.
+type Conn struct {
+	host *Host
+	uc   *net.UnixConn
+	peer Peer
+
+	// Read goroutine only.
+	fd    int // the last descriptor received and not taken (-1: none)
+	bound map[uint32]Handler
+
+	wmu    sync.Mutex
+	wbuf   []byte
+	closed atomic.Bool
+}
+
+// Peer is the identity of the connected process (SO_PEERCRED).
+func (c *Conn) Peer() Peer { return c.peer }
+
+// Close ends the connection; the read goroutine then closes the handlers.
+func (c *Conn) Close() error {
+	c.closed.Store(true)
+	return c.uc.Close()
+}
+
+// maxFDsPerRead bounds the descriptors accepted with one read; more are
+// truncated by the kernel (MSG_CTRUNC) and closed.
+const maxFDsPerRead = 4
+
+func (c *Conn) readLoop() {
+	defer func() {
+		for _, hd := range c.bound {
+			hd.Close()
+		}
+		if c.fd >= 0 {
+			unix.Close(c.fd)
+			c.fd = -1
+		}
+		c.Close()
+	}()
+	var d Deserializer
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(maxFDsPerRead*4))
+	for {
+		n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
+		if oobn > 0 {
+			c.takeRights(oob[:oobn])
+		}
+		if n > 0 {
+			if ferr := d.Feed(buf[:n]); ferr != nil {
+				c.host.logf("perfettoipc: pid %d: %v; disconnecting", c.peer.PID, ferr)
+				return
+			}
+			for {
+				f, ferr := d.Next()
+				if ferr != nil {
+					c.host.logf("perfettoipc: pid %d: %v; disconnecting", c.peer.PID, ferr)
+					return
+				}
+				if f == nil {
+					break
+				}
+				c.dispatch(f)
+				if c.closed.Load() {
+					return
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// takeRights keeps the first descriptor of a control message (replacing,
+// and closing, one no handler took) and closes any others.
+func (c *Conn) takeRights(oob []byte) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
+	}
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if c.fd >= 0 {
+				unix.Close(c.fd)
+			}
+			c.fd = fd
+		}
+	}
+}
+
+func (c *Conn) dispatch(f *Frame) {
+	rid := f.GetRequestId()
+	switch m := f.Msg.(type) {
+	case *Frame_MsgBindService:
+		c.bind(rid, m.MsgBindService.GetServiceName())
+	case *Frame_MsgInvokeMethod:
+		c.invoke(rid, m.MsgInvokeMethod)
+	case *Frame_SetPeerIdentity_:
+		// Identity comes from SO_PEERCRED only on UNIX sockets.
+	default:
+		_ = c.send(&Frame{RequestId: proto.Uint64(rid), Msg: &Frame_MsgRequestError{
+			MsgRequestError: &Frame_RequestError{Error: proto.String("unknown request")}}}, -1)
+	}
+}
+
+func (c *Conn) bind(rid uint64, name string) {
+	reply := &Frame_BindServiceReply{}
+	for i, s := range c.host.services {
+		if s.Name != name {
+			continue
+		}
+		id := uint32(i + 1)
+		if _, ok := c.bound[id]; !ok {
+			c.bound[id] = s.Open(c)
+		}
+		reply.Success = proto.Bool(true)
+		reply.ServiceId = proto.Uint32(id)
+		for j, mn := range s.Methods {
+			reply.Methods = append(reply.Methods, &Frame_MethodInfo{Id: proto.Uint32(uint32(j + 1)), Name: proto.String(mn)})
+		}
+		break
+	}
+	_ = c.send(&Frame{RequestId: proto.Uint64(rid), Msg: &Frame_MsgBindServiceReply{MsgBindServiceReply: reply}}, -1)
+}
+
+func (c *Conn) invoke(rid uint64, m *Frame_InvokeMethod) {
+	call := &Call{conn: c, requestID: rid, Args: m.GetArgsProto(), dropReply: m.GetDropReply()}
+	sid, mid := m.GetServiceId(), m.GetMethodId()
+	hd, ok := c.bound[sid]
+	if !ok || mid == 0 || int(mid) > len(c.host.services[sid-1].Methods) {
+		call.Fail()
+		return
+	}
+	hd.Invoke(mid, call)
+}
+
+// send writes one frame, with fd (if >= 0) as SCM_RIGHTS on it. Safe from
+// any goroutine; bounded by the host's WriteTimeout.
+func (c *Conn) send(f *Frame, fd int) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	var err error
+	c.wbuf, err = AppendFrame(c.wbuf[:0], f)
+	if err != nil {
+		return err
+	}
+	timeout := c.host.WriteTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	_ = c.uc.SetWriteDeadline(time.Now().Add(timeout))
+	b := c.wbuf
+	if fd >= 0 {
+		n, _, werr := c.uc.WriteMsgUnix(b, unix.UnixRights(fd), nil)
+		if werr != nil {
+			c.fail(werr)
+			return werr
+		}
+		b = b[n:]
+	}
+	if len(b) > 0 {
+		if _, werr := c.uc.Write(b); werr != nil {
+			c.fail(werr)
+			return werr
+		}
+	}
+	return nil
+}
+
+func (c *Conn) fail(err error) {
+	c.host.logf("perfettoipc: pid %d: send: %v; disconnecting", c.peer.PID, err)
+	c.Close()
+}
+
+// Call is one InvokeMethod being answered.
+type Call struct {
+	conn      *Conn
+	requestID uint64
+	// Args is the serialized request message (untrusted).
+	Args      []byte
+	dropReply bool
+	mu        sync.Mutex
+	finished  bool
+}
+
+// Conn is the connection the call came on.
+func (c *Call) Conn() *Conn { return c.conn }
+
+// DropReply says the client asked for no reply.
+func (c *Call) DropReply() bool { return c.dropReply }
+
+// TakeFD hands over the descriptor received with (or before) this call's
+// frame, or -1. Only during Invoke; the caller owns it.
+func (c *Call) TakeFD() int {
+	fd := c.conn.fd
+	c.conn.fd = -1
+	return fd
+}
+
+// Reply sends a successful reply; hasMore keeps a stream open. Replies
+// after the final one, and all replies of a drop_reply call, are not sent.
+func (c *Call) Reply(m proto.Message, hasMore bool) error { return c.ReplyFD(m, hasMore, -1) }
+
+// ReplyFD is Reply with a descriptor passed along (SCM_RIGHTS).
+func (c *Call) ReplyFD(m proto.Message, hasMore bool, fd int) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if b == nil {
+		b = []byte{} // traced always sends reply_proto, even empty
+	}
+	return c.reply(&Frame_InvokeMethodReply{Success: proto.Bool(true), HasMore: proto.Bool(hasMore), ReplyProto: b}, hasMore, fd)
+}
+
+// Fail sends a failed reply: as traced, has_more false and no success
+// field.
+func (c *Call) Fail() { _ = c.reply(&Frame_InvokeMethodReply{HasMore: proto.Bool(false)}, false, -1) }
+
+func (c *Call) reply(r *Frame_InvokeMethodReply, hasMore bool, fd int) error {
+	c.mu.Lock()
+	if c.finished || c.dropReply {
+		c.mu.Unlock()
+		return nil
+	}
+	c.finished = !hasMore
+	c.mu.Unlock()
+	return c.conn.send(&Frame{RequestId: proto.Uint64(c.requestID), Msg: &Frame_MsgInvokeMethodReply{MsgInvokeMethodReply: r}}, fd)
+}

@@ -1,0 +1,471 @@
+package perfettoipc
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/smb"
+)
+
+// ProducerPortMethods is ProducerPort's method table in Perfetto's
+// declaration order (method id = position + 1).
+var ProducerPortMethods = []string{
+	"InitializeConnection", "RegisterDataSource", "UnregisterDataSource", "CommitData",
+	"GetAsyncCommand", "RegisterTraceWriter", "UnregisterTraceWriter",
+	"NotifyDataSourceStarted", "NotifyDataSourceStopped", "ActivateTriggers", "Sync",
+	"UpdateDataSource",
+}
+
+// ProducerPort method ids.
+const (
+	mInitializeConnection uint32 = iota + 1
+	mRegisterDataSource
+	mUnregisterDataSource
+	mCommitData
+	mGetAsyncCommand
+	mRegisterTraceWriter
+	mUnregisterTraceWriter
+	mNotifyDataSourceStarted
+	mNotifyDataSourceStopped
+	mActivateTriggers
+	mSync
+	mUpdateDataSource
+)
+
+// SMB geometry the port accepts or allocates (Perfetto's limits: pages of
+// 4..64 KiB, SMBs up to 32 MiB; 256 KiB of 4 KiB pages without hints).
+const (
+	DefaultSMBSize      = 256 << 10
+	DefaultSMBPageSize  = 4 << 10
+	MaxSMBSize          = 32 << 20
+	maxDataSources      = 1024 // registered per producer
+	maxRegisteredWriter = 1024
+	maxPendingCmds      = 256 // commands held until GetAsyncCommand
+)
+
+// Backend is the tracing service behind the producer port. Its methods
+// run on the producer's connection goroutine, one at a time per producer,
+// and must not block for long. Everything they get is untrusted. After
+// Disconnected returns the producer's SMB is unmapped: the backend must
+// have stopped reading it.
+type Backend interface {
+	// Connected: a producer initialised its connection.
+	Connected(p *Producer)
+	// Disconnected: the connection ended (after Connected).
+	Disconnected(p *Producer)
+	DataSourceRegistered(p *Producer, d *DataSourceDescriptor)
+	DataSourceUnregistered(p *Producer, name string)
+	// Commit hands over one CommitDataRequest encoding (decode it with
+	// smb.CommitData; it may carry a flush_request_id acknowledging a
+	// flush). The bytes are only valid during the call.
+	Commit(p *Producer, commitData []byte)
+	DataSourceStarted(p *Producer, instanceID uint64)
+	DataSourceStopped(p *Producer, instanceID uint64)
+}
+
+// NewProducerPort returns the ProducerPort service for a Host.
+func NewProducerPort(b Backend) *Service {
+	return &Service{Name: "ProducerPort", Methods: ProducerPortMethods, Open: func(c *Conn) Handler {
+		return &Producer{conn: c, backend: b}
+	}}
+}
+
+// Producer is one connected Perfetto producer, seen from the service. The
+// service drives its data sources with the Setup/Start/Stop/Flush/Clear
+// methods (any goroutine); they travel on the GetAsyncCommand stream.
+type Producer struct {
+	conn    *Conn
+	backend Backend
+
+	// Connection goroutine only.
+	initialized bool
+	name        string
+	sdkVersion  string
+	dataSources map[string]*DataSourceDescriptor
+	writers     map[uint32]uint32 // writer id → target buffer
+
+	mu         sync.Mutex
+	smb        *smb.SMB
+	provided   bool // the producer supplied the SMB
+	smbSent    bool // setup_tracing went out
+	gac        *Call
+	pending    []pendingCmd // commands waiting for GetAsyncCommand
+	closed     bool
+	pageSizeKB uint32
+}
+
+type pendingCmd struct {
+	cmd *GetAsyncCommandResponse
+	fd  int
+}
+
+// Name is the producer_name the producer gave (untrusted).
+func (p *Producer) Name() string { return p.name }
+
+// SDKVersion is the sdk_version the producer gave (untrusted).
+func (p *Producer) SDKVersion() string { return p.sdkVersion }
+
+// Peer is the producer's identity from the socket.
+func (p *Producer) Peer() Peer { return p.conn.Peer() }
+
+// SMB is the producer's shared memory buffer: the one it supplied, or the
+// one the port allocated; nil until InitializeConnection. It is this
+// producer's alone.
+func (p *Producer) SMB() *smb.SMB {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.smb
+}
+
+// DataSources lists the registered data source descriptors.
+func (p *Producer) DataSources() []*DataSourceDescriptor {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*DataSourceDescriptor, 0, len(p.dataSources))
+	for _, d := range p.dataSources {
+		out = append(out, d)
+	}
+	return out
+}
+
+// Disconnect closes the producer's connection.
+func (p *Producer) Disconnect() { p.conn.Close() }
+
+// Handler: connection goroutine.
+
+func (p *Producer) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for _, c := range p.pending {
+		if c.fd >= 0 {
+			unix.Close(c.fd)
+		}
+	}
+	p.pending = nil
+	wasInit := p.initialized
+	p.mu.Unlock()
+	if wasInit {
+		p.backend.Disconnected(p)
+	}
+	p.mu.Lock()
+	if p.smb != nil {
+		_ = p.smb.Close()
+	}
+	p.mu.Unlock()
+}
+
+// errNotInitialized rejects calls before InitializeConnection.
+var errNotInitialized = errors.New("connection not initialized")
+
+// DecodeProducerArgs decodes a ProducerPort method's arguments (untrusted
+// bytes). CommitData is decoded with smb.CommitData, the decoder plugins'
+// commits go through.
+func DecodeProducerArgs(method uint32, b []byte) (proto.Message, error) {
+	var m proto.Message
+	switch method {
+	case mInitializeConnection:
+		m = &InitializeConnectionRequest{}
+	case mRegisterDataSource:
+		m = &RegisterDataSourceRequest{}
+	case mUnregisterDataSource:
+		m = &UnregisterDataSourceRequest{}
+	case mCommitData:
+		var cd smb.CommitData
+		if err := cd.Unmarshal(b); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	case mGetAsyncCommand:
+		m = &GetAsyncCommandRequest{}
+	case mRegisterTraceWriter:
+		m = &RegisterTraceWriterRequest{}
+	case mUnregisterTraceWriter:
+		m = &UnregisterTraceWriterRequest{}
+	case mNotifyDataSourceStarted:
+		m = &NotifyDataSourceStartedRequest{}
+	case mNotifyDataSourceStopped:
+		m = &NotifyDataSourceStoppedRequest{}
+	case mActivateTriggers:
+		m = &ActivateTriggersRequest{}
+	case mSync:
+		m = &SyncRequest{}
+	case mUpdateDataSource:
+		m = &UpdateDataSourceRequest{}
+	default:
+		return nil, fmt.Errorf("ProducerPort: no method %d", method)
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("ProducerPort.%s: %w", ProducerPortMethods[method-1], err)
+	}
+	return m, nil
+}
+
+func (p *Producer) Invoke(method uint32, call *Call) {
+	fd := call.TakeFD()
+	if fd >= 0 && method != mInitializeConnection {
+		unix.Close(fd) // only InitializeConnection may carry a descriptor
+		fd = -1
+	}
+	args, err := DecodeProducerArgs(method, call.Args)
+	if err != nil || (!p.initialized && method != mInitializeConnection) {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		call.Fail()
+		return
+	}
+	switch method {
+	case mInitializeConnection:
+		p.initialize(call, args.(*InitializeConnectionRequest), fd)
+	case mRegisterDataSource:
+		d := args.(*RegisterDataSourceRequest).GetDataSourceDescriptor()
+		if d.GetName() == "" {
+			_ = call.Reply(&RegisterDataSourceResponse{Error: proto.String("data source name is empty")}, false)
+			return
+		}
+		if _, dup := p.dataSources[d.GetName()]; !dup && len(p.dataSources) >= maxDataSources {
+			_ = call.Reply(&RegisterDataSourceResponse{Error: proto.String("too many data sources")}, false)
+			return
+		}
+		p.mu.Lock()
+		p.dataSources[d.GetName()] = d
+		p.mu.Unlock()
+		p.backend.DataSourceRegistered(p, d)
+		_ = call.Reply(&RegisterDataSourceResponse{}, false)
+	case mUpdateDataSource:
+		d := args.(*UpdateDataSourceRequest).GetDataSourceDescriptor()
+		old, ok := p.dataSources[d.GetName()]
+		if !ok || d.GetId() == 0 || old.GetId() != d.GetId() {
+			call.Fail()
+			return
+		}
+		p.mu.Lock()
+		p.dataSources[d.GetName()] = d
+		p.mu.Unlock()
+		p.backend.DataSourceRegistered(p, d)
+		_ = call.Reply(&UpdateDataSourceResponse{}, false)
+	case mUnregisterDataSource:
+		name := args.(*UnregisterDataSourceRequest).GetDataSourceName()
+		if _, ok := p.dataSources[name]; ok {
+			p.mu.Lock()
+			delete(p.dataSources, name)
+			p.mu.Unlock()
+			p.backend.DataSourceUnregistered(p, name)
+		}
+		_ = call.Reply(&UnregisterDataSourceResponse{}, false)
+	case mCommitData:
+		p.backend.Commit(p, call.Args)
+		_ = call.Reply(&CommitDataResponse{}, false)
+	case mGetAsyncCommand:
+		p.mu.Lock()
+		if p.gac != nil {
+			p.mu.Unlock()
+			call.Fail() // one command stream per producer
+			return
+		}
+		p.gac = call
+		pending := p.pending
+		p.pending = nil
+		p.mu.Unlock()
+		for _, c := range pending {
+			p.sendCmd(c.cmd, c.fd)
+		}
+	case mRegisterTraceWriter:
+		r := args.(*RegisterTraceWriterRequest)
+		if len(p.writers) < maxRegisteredWriter {
+			p.writers[r.GetTraceWriterId()] = r.GetTargetBuffer()
+		}
+		_ = call.Reply(&RegisterTraceWriterResponse{}, false)
+	case mUnregisterTraceWriter:
+		delete(p.writers, args.(*UnregisterTraceWriterRequest).GetTraceWriterId())
+		_ = call.Reply(&UnregisterTraceWriterResponse{}, false)
+	case mNotifyDataSourceStarted:
+		p.backend.DataSourceStarted(p, args.(*NotifyDataSourceStartedRequest).GetDataSourceId())
+		_ = call.Reply(&NotifyDataSourceStartedResponse{}, false)
+	case mNotifyDataSourceStopped:
+		p.backend.DataSourceStopped(p, args.(*NotifyDataSourceStoppedRequest).GetDataSourceId())
+		_ = call.Reply(&NotifyDataSourceStoppedResponse{}, false)
+	case mActivateTriggers:
+		_ = call.Reply(&ActivateTriggersResponse{}, false) // triggers are not supported; accepted and ignored
+	case mSync:
+		// Requests are handled in order on this goroutine, so everything
+		// sent before Sync is done.
+		_ = call.Reply(&SyncResponse{}, false)
+	}
+}
+
+// initialize handles InitializeConnection: a producer-provided SMB (a
+// sealed memfd riding on the frame) is mapped; otherwise the port will
+// allocate a sealed memfd when the first data source is set up.
+func (p *Producer) initialize(call *Call, r *InitializeConnectionRequest, fd int) {
+	if p.initialized {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		call.Fail()
+		return
+	}
+	p.initialized = true
+	p.name = r.GetProducerName()
+	p.sdkVersion = r.GetSdkVersion()
+	p.dataSources = map[string]*DataSourceDescriptor{}
+	p.writers = map[uint32]uint32{}
+	size, page := smbGeometry(r.GetSharedMemorySizeHintBytes(), r.GetSharedMemoryPageSizeHintBytes())
+	resp := &InitializeConnectionResponse{
+		UsingShmemProvidedByProducer: proto.Bool(false),
+		DirectSmbPatchingSupported:   proto.Bool(true),
+		UseShmemEmulation:            proto.Bool(false),
+	}
+	var err error
+	var s *smb.SMB
+	if r.GetProducerProvidedShmem() && fd >= 0 {
+		// The producer's memfd: MapFD insists on the shrink seal, so the
+		// producer cannot truncate it under us; its size comes from fstat.
+		s, err = smb.MapFD(fd, page)
+		if err == nil && s.Size() > MaxSMBSize {
+			_ = s.Close()
+			err = fmt.Errorf("%d bytes exceed %d", s.Size(), MaxSMBSize)
+		}
+		if err != nil {
+			unix.Close(fd)
+			call.conn.host.logf("perfettoipc: producer %q (pid %d): own SMB refused (%v); using a service SMB", p.name, p.Peer().PID, err)
+			s = nil
+		} else {
+			resp.UsingShmemProvidedByProducer = proto.Bool(true)
+		}
+	} else if fd >= 0 {
+		unix.Close(fd)
+	}
+	if s == nil {
+		s, err = smb.NewMemfdSMB("perfetto_shmem", size, page)
+		if err != nil {
+			p.initialized = false
+			call.Fail()
+			return
+		}
+	}
+	p.mu.Lock()
+	p.smb = s
+	p.pageSizeKB = uint32(s.PageSize() / 1024)
+	p.provided = resp.GetUsingShmemProvidedByProducer()
+	p.mu.Unlock()
+	// The service knows the producer before the producer goes on.
+	p.backend.Connected(p)
+	_ = call.Reply(resp, false)
+	if p.provided {
+		// traced confirms a producer SMB with an empty setup_tracing at once.
+		p.mu.Lock()
+		p.smbSent = true
+		p.mu.Unlock()
+		p.queueCmd(&GetAsyncCommandResponse{Cmd: &GetAsyncCommandResponse_SetupTracing_{SetupTracing: &GetAsyncCommandResponse_SetupTracing{}}}, -1)
+	}
+}
+
+// smbGeometry turns the producer's hints into a size and page size the SMB
+// ABI accepts, bounded by MaxSMBSize.
+func smbGeometry(sizeHint, pageHint uint32) (size, page int) {
+	page, size = DefaultSMBPageSize, DefaultSMBSize
+	if pageHint >= smb.MinPageSize && pageHint <= smb.MaxPageSize && pageHint%smb.MinPageSize == 0 {
+		page = int(pageHint)
+	}
+	if sizeHint > 0 && sizeHint <= MaxSMBSize {
+		size = int(sizeHint)
+	}
+	size = size / page * page
+	if size < page {
+		size = page
+	}
+	return size, page
+}
+
+// queueCmd sends a command on the GetAsyncCommand stream, or keeps it
+// until the producer opens the stream. fd (if >= 0) is closed after sending.
+func (p *Producer) queueCmd(cmd *GetAsyncCommandResponse, fd int) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return
+	}
+	if p.gac == nil {
+		if len(p.pending) >= maxPendingCmds {
+			// A producer that never opens its command stream cannot
+			// make the service hold commands without bound.
+			p.mu.Unlock()
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			p.conn.host.logf("perfettoipc: producer %q (pid %d): %d commands and no GetAsyncCommand; disconnecting", p.name, p.Peer().PID, maxPendingCmds)
+			p.conn.Close()
+			return
+		}
+		p.pending = append(p.pending, pendingCmd{cmd, fd})
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	p.sendCmd(cmd, fd)
+}
+
+func (p *Producer) sendCmd(cmd *GetAsyncCommandResponse, fd int) {
+	_ = p.gac.ReplyFD(cmd, true, fd)
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// StartDataSource sets up and starts data source instance id with cfg
+// (whose name and target_buffer the caller set): the first time, the SMB
+// goes out with setup_tracing; then setup_data_source and
+// start_data_source back to back, as traced sends them.
+func (p *Producer) StartDataSource(id uint64, cfg *DataSourceConfig) error {
+	p.mu.Lock()
+	if p.closed || p.smb == nil {
+		p.mu.Unlock()
+		return errors.New("perfettoipc: producer not connected")
+	}
+	sendSMB := !p.smbSent
+	p.smbSent = true
+	s, pageKB := p.smb, p.pageSizeKB
+	p.mu.Unlock()
+	if sendSMB {
+		fd, err := unix.FcntlInt(uintptr(s.Fd()), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("perfettoipc: duplicating the SMB descriptor: %w", err)
+		}
+		p.queueCmd(&GetAsyncCommandResponse{Cmd: &GetAsyncCommandResponse_SetupTracing_{SetupTracing: &GetAsyncCommandResponse_SetupTracing{
+			SharedBufferPageSizeKb: proto.Uint32(pageKB)}}}, fd)
+	}
+	p.queueCmd(&GetAsyncCommandResponse{Cmd: &GetAsyncCommandResponse_SetupDataSource_{SetupDataSource: &GetAsyncCommandResponse_SetupDataSource{
+		NewInstanceId: proto.Uint64(id), Config: cfg}}}, -1)
+	p.queueCmd(&GetAsyncCommandResponse{Cmd: &GetAsyncCommandResponse_StartDataSource_{StartDataSource: &GetAsyncCommandResponse_StartDataSource{
+		NewInstanceId: proto.Uint64(id), Config: cfg}}}, -1)
+	return nil
+}
+
+// StopDataSource asks the producer to stop instance id; it answers with
+// NotifyDataSourceStopped if its descriptor says will_notify_on_stop.
+func (p *Producer) StopDataSource(id uint64) {
+	p.queueCmd(&GetAsyncCommandResponse{Cmd: &GetAsyncCommandResponse_StopDataSource_{StopDataSource: &GetAsyncCommandResponse_StopDataSource{
+		InstanceId: proto.Uint64(id)}}}, -1)
+}
+
+// Flush asks the producer to commit what instances ids wrote; it answers
+// with a CommitData carrying requestID.
+func (p *Producer) Flush(ids []uint64, requestID, flags uint64) {
+	p.queueCmd(&GetAsyncCommandResponse{Cmd: &GetAsyncCommandResponse_Flush_{Flush: &GetAsyncCommandResponse_Flush{
+		DataSourceIds: ids, RequestId: proto.Uint64(requestID), Flags: proto.Uint64(flags)}}}, -1)
+}
+
+// ClearIncrementalState asks the producer to reset instances ids'
+// incremental state.
+func (p *Producer) ClearIncrementalState(ids []uint64) {
+	p.queueCmd(&GetAsyncCommandResponse{Cmd: &GetAsyncCommandResponse_ClearIncrementalState_{ClearIncrementalState: &GetAsyncCommandResponse_ClearIncrementalState{
+		DataSourceIds: ids}}}, -1)
+}

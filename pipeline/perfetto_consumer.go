@@ -1,0 +1,491 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// PerfettoConsumers runs the sessions Perfetto consumers (the perfetto
+// command) enable on tracepipe's consumer socket: the
+// perfettoipc.ConsumerBackend. Each session is an ordinary Service whose
+// config comes from the consumer's TraceConfig, with the connected
+// Perfetto producers (and tracepipe's built-in data sources) as its
+// producers; its one sink is the consumer: the file descriptor it passed
+// (write_into_file) or a bounded in-memory queue that ReadBuffers drains.
+type PerfettoConsumers struct {
+	Producers *PerfettoProducers
+	Logf      func(format string, args ...any)
+
+	mu      sync.Mutex
+	active  int
+	started int
+}
+
+// EnableTracing implements perfettoipc.ConsumerBackend.
+func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, outFD int) (perfettoipc.ConsumerSession, error) {
+	closeFD := func() {
+		if outFD >= 0 {
+			unix.Close(outFD)
+		}
+	}
+	cfg, err := ConfigFromTraceConfig(tc)
+	if err != nil {
+		closeFD()
+		return nil, err
+	}
+	// As traced, a data source no producer serves is not an error: the
+	// session runs without it.
+	kept := cfg.DataSources[:0]
+	for _, dc := range cfg.DataSources {
+		if _, builtin := plugins.Lookup(dc.Name); builtin || pc.Producers.has(dc.Name) {
+			kept = append(kept, dc)
+		} else if pc.Logf != nil {
+			pc.Logf("perfetto consumer (pid %d): no producer serves data source %q; the session runs without it", peer.PID, dc.Name)
+		}
+	}
+	cfg.DataSources = kept
+	cs := &consumerSession{done: make(chan struct{})}
+	var sink sinks.Sink
+	switch {
+	case cfg.WriteIntoFile && outFD >= 0:
+		cs.file = true
+		sink = &fdSink{f: os.NewFile(uintptr(outFD), "perfetto consumer output")}
+	case cfg.WriteIntoFile:
+		return nil, errors.New("trace_config.write_into_file: pass the output file descriptor with EnableTracing (output_path is not supported)")
+	default:
+		closeFD()
+		limit := 0
+		for _, b := range cfg.Buffers {
+			limit += int(b.SizeKB) * 1024
+		}
+		cs.mem = &memSink{limit: limit}
+		sink = cs.mem
+	}
+	logf := pc.Logf
+	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logf: logf})
+	if err != nil {
+		_ = sink.Close(context.Background())
+		return nil, err
+	}
+	cs.svc = svc
+	ctx, cancel := context.WithCancel(context.Background())
+	cs.cancel = cancel
+	pc.mu.Lock()
+	pc.active++
+	pc.started++
+	pc.mu.Unlock()
+	go func() {
+		defer close(cs.done)
+		defer cancel()
+		res, err := svc.Run(ctx)
+		cs.mu.Lock()
+		cs.res, cs.err = res, err
+		cs.mu.Unlock()
+		pc.mu.Lock()
+		pc.active--
+		pc.mu.Unlock()
+	}()
+	return cs, nil
+}
+
+// QueryServiceState implements perfettoipc.ConsumerBackend: the connected
+// producers and their data sources, by name as traced lists them.
+func (pc *PerfettoConsumers) QueryServiceState(sessionsOnly bool) *perfettoipc.TracingServiceState {
+	pc.mu.Lock()
+	active, started := pc.active, pc.started
+	pc.mu.Unlock()
+	st := &perfettoipc.TracingServiceState{
+		NumSessions:             proto.Int32(int32(active)),
+		NumSessionsStarted:      proto.Int32(int32(started)),
+		TracingServiceVersion:   proto.String("tracepipe (Perfetto IPC)"),
+		SupportsTracingSessions: proto.Bool(true),
+	}
+	if sessionsOnly || pc.Producers == nil {
+		return st
+	}
+	r := pc.Producers
+	r.mu.Lock()
+	conns := append([]*perfettoConn(nil), r.conns...)
+	r.mu.Unlock()
+	for _, c := range conns {
+		peer := c.pp.Peer()
+		st.Producers = append(st.Producers, &perfettoipc.TracingServiceState_Producer{
+			Id: proto.Int32(c.id), Name: proto.String(c.pp.Name()), Uid: proto.Int32(int32(peer.UID)),
+			SdkVersion: proto.String(c.pp.SDKVersion()), Pid: proto.Int32(peer.PID), Frozen: proto.Bool(false),
+		})
+		for _, d := range c.pp.DataSources() {
+			st.DataSources = append(st.DataSources, &perfettoipc.TracingServiceState_DataSource{DsDescriptor: d, ProducerId: proto.Int32(c.id)})
+		}
+	}
+	sort.SliceStable(st.DataSources, func(i, j int) bool {
+		a, b := st.DataSources[i], st.DataSources[j]
+		if a.GetDsDescriptor().GetName() != b.GetDsDescriptor().GetName() {
+			return a.GetDsDescriptor().GetName() < b.GetDsDescriptor().GetName()
+		}
+		return a.GetProducerId() < b.GetProducerId()
+	})
+	return st
+}
+
+// consumerSession is one consumer's session (perfettoipc.ConsumerSession).
+type consumerSession struct {
+	svc    *Service
+	cancel context.CancelFunc
+	done   chan struct{}
+	file   bool
+	mem    *memSink
+
+	mu  sync.Mutex
+	res *Result
+	err error
+}
+
+func (cs *consumerSession) Done() <-chan struct{} { return cs.done }
+func (cs *consumerSession) Err() error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.err
+}
+func (cs *consumerSession) Disable() { cs.cancel() }
+
+// Flush is acknowledged without flushing: a running session flushes on
+// its flush_period and, at its end, finally (perfetto sends
+// DisableTracing right after Flush).
+func (cs *consumerSession) Flush(time.Duration, uint64) error { return nil }
+
+func (cs *consumerSession) ReadPackets(maxBytes int) [][]byte {
+	if cs.mem == nil {
+		return nil
+	}
+	return cs.mem.take(maxBytes)
+}
+
+func (cs *consumerSession) Free() {
+	if cs.mem != nil {
+		cs.mem.take(-1)
+	}
+}
+
+func (cs *consumerSession) WritesIntoFile() bool { return cs.file }
+
+// TraceStats is the final TraceStats once the session ended, else the
+// counters of the status snapshot.
+func (cs *consumerSession) TraceStats() []byte {
+	cs.mu.Lock()
+	res := cs.res
+	cs.mu.Unlock()
+	var ts tracefile.TraceStats
+	if res != nil {
+		ts = res.Stats
+	}
+	return tracefile.AppendTraceStats(nil, &ts)
+}
+
+// memSink keeps the packets a session read until the consumer's
+// ReadBuffers takes them, bounded by the session's buffer sizes (as
+// traced's buffers bound what ReadBuffers can return): packets beyond the
+// bound are dropped and counted.
+type memSink struct {
+	mu      sync.Mutex
+	limit   int
+	held    int
+	packets [][]byte
+	stats   sinks.SinkStats
+}
+
+func (m *memSink) Write(_ context.Context, packets [][]byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range packets {
+		if m.held+len(p) > m.limit {
+			m.stats.PacketsDroppedQueue++
+			m.stats.BytesDroppedQueue += uint64(len(p))
+			continue
+		}
+		m.packets = append(m.packets, append([]byte(nil), p...))
+		m.held += len(p)
+		m.stats.PacketsWritten++
+		m.stats.BytesWritten += uint64(len(p))
+	}
+	return nil
+}
+
+// take removes about maxBytes of packets (at least one if any; all when
+// maxBytes < 0).
+func (m *memSink) take(maxBytes int) [][]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, size := 0, 0
+	for n < len(m.packets) && (maxBytes < 0 || n == 0 || size+len(m.packets[n]) <= maxBytes) {
+		size += len(m.packets[n])
+		n++
+	}
+	out := m.packets[:n:n]
+	m.packets = m.packets[n:]
+	m.held -= size
+	return out
+}
+
+func (m *memSink) Flush(context.Context) error { return nil }
+func (m *memSink) Close(context.Context) error { return nil }
+func (m *memSink) Stats() sinks.SinkStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// fdSink writes the trace into the file a consumer passed (Perfetto's
+// write_into_file with a descriptor): each packet framed as a Trace's
+// packet field.
+type fdSink struct {
+	f     *os.File
+	buf   []byte
+	stats sinks.SinkStats
+	mu    sync.Mutex
+}
+
+func (s *fdSink) Write(_ context.Context, packets [][]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buf = s.buf[:0]
+	var n uint64
+	for _, p := range packets {
+		s.buf = tracefile.AppendRecord(s.buf, p)
+		n += uint64(len(p))
+	}
+	if _, err := s.f.Write(s.buf); err != nil {
+		s.stats.Errors++
+		s.stats.PacketsDroppedError += uint64(len(packets))
+		s.stats.BytesDroppedError += n
+		return fmt.Errorf("perfetto consumer's output file: %w", err)
+	}
+	s.stats.PacketsWritten += uint64(len(packets))
+	s.stats.BytesWritten += n
+	return nil
+}
+
+func (s *fdSink) Flush(context.Context) error { return nil }
+func (s *fdSink) Close(context.Context) error { return s.f.Close() }
+func (s *fdSink) Stats() sinks.SinkStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// TraceConfig fields the mapping accepts without using them: what the
+// perfetto command adds on the wire, and settings with no effect here.
+var traceConfigIgnored = map[protowire.Number]string{
+	4: "enable_extra_guardrails", 7: "statsd_metadata", 22: "unique_session_name",
+	23: "data_source_stop_timeout_ms", 27: "trace_uuid_msb", 28: "trace_uuid_lsb", 31: "statsd_logging",
+}
+
+// traceConfigNames names the TraceConfig fields tracepipe does not
+// support, for the error (reference/service.md §9).
+var traceConfigNames = map[protowire.Number]string{
+	5: "lockdown_mode", 6: "producers", 12: "deferred_start", 17: "trigger_config",
+	18: "activate_triggers", 20: "builtin_data_sources", 24: "compression_type", 29: "output_path",
+	30: "bugreport_score", 33: "trace_filter", 36: "prefer_suspend_clock_for_duration",
+	43: "trace_all_machines", 44: "write_flush_mode", 45: "fflush_post_write", 47: "compression",
+	48: "trace_attributes",
+}
+
+// ConfigFromTraceConfig maps a serialized Perfetto TraceConfig (untrusted)
+// to a session config: buffers (size_kb, fill_policy, name), data sources
+// (name, target_buffer, target_buffer_name, buffer_exhausted_policy; the
+// whole DataSourceConfig is passed on to Perfetto producers),
+// duration_ms, write_into_file, file_write_period_ms, max_file_size_bytes,
+// flush_period_ms, flush_timeout_ms and
+// incremental_state_config.clear_period_ms. Every other field is an error
+// naming it, except the few the perfetto command always adds.
+func ConfigFromTraceConfig(b []byte) (*Config, error) {
+	cfg := &Config{Perfetto: PerfettoConfig{Enabled: true}}
+	var bad []string
+	err := walkProto(b, func(num protowire.Number, v uint64, payload []byte) error {
+		switch num {
+		case 1:
+			bc := BufferConfig{}
+			i := len(cfg.Buffers)
+			err := walkProto(payload, func(n protowire.Number, v uint64, _ []byte) error {
+				switch n {
+				case 1:
+					bc.SizeKB = uint32(v)
+				case 4:
+					switch v {
+					case 0, 1:
+						bc.FillPolicy = FillPolicyRingBuffer
+					case 2:
+						bc.FillPolicy = FillPolicyDiscard
+					default:
+						bad = append(bad, fmt.Sprintf("buffers[%d].fill_policy %d", i, v))
+					}
+				case 7:
+					// set below from payload
+				case 8:
+					// experimental_mode: tracepipe's buffers are TraceBuffer V2
+				default:
+					bad = append(bad, fmt.Sprintf("buffers[%d] field %d", i, n))
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("buffers[%d]: %w", i, err)
+			}
+			bc.Name = stringField(payload, 7)
+			cfg.Buffers = append(cfg.Buffers, bc)
+		case 2:
+			i := len(cfg.DataSources)
+			var dsc []byte
+			err := walkProto(payload, func(n protowire.Number, _ uint64, p []byte) error {
+				switch n {
+				case 1:
+					dsc = p
+				case 2:
+					bad = append(bad, fmt.Sprintf("data_sources[%d].producer_name_filter", i))
+				case 3:
+					bad = append(bad, fmt.Sprintf("data_sources[%d].producer_name_regex_filter", i))
+				case 4:
+					bad = append(bad, fmt.Sprintf("data_sources[%d].machine_name_filter", i))
+				default:
+					bad = append(bad, fmt.Sprintf("data_sources[%d] field %d", i, n))
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("data_sources[%d]: %w", i, err)
+			}
+			dc := DataSourceConfig{perfettoConfig: append([]byte(nil), dsc...)}
+			err = walkProto(dsc, func(n protowire.Number, v uint64, _ []byte) error {
+				switch n {
+				case 2:
+					dc.TargetBuffer = int(min(v, 1<<20))
+				case 9:
+					if v == 2 || v == 3 {
+						dc.BufferExhaustedPolicy = BufferExhaustedStall
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("data_sources[%d].config: %w", i, err)
+			}
+			dc.Name = stringField(dsc, 1)
+			dc.TargetBufferName = stringField(dsc, 11)
+			cfg.DataSources = append(cfg.DataSources, dc)
+		case 3:
+			cfg.Duration = time.Duration(v) * time.Millisecond
+		case 8:
+			cfg.WriteIntoFile = v != 0
+		case 9:
+			cfg.FileWritePeriod = time.Duration(max(v, 100)) * time.Millisecond
+		case 10:
+			cfg.MaxFileSize = int64(min(v, 1<<62))
+		case 13:
+			cfg.FlushPeriod = time.Duration(v) * time.Millisecond
+		case 14:
+			cfg.FlushTimeout = time.Duration(v) * time.Millisecond
+		case 21:
+			if p := uint64Field(payload, 1); p > 0 {
+				cfg.IncrementalState.ClearPeriod = time.Duration(max(p, 100)) * time.Millisecond
+			}
+		default:
+			if _, ok := traceConfigIgnored[num]; ok {
+				return nil
+			}
+			if name, ok := traceConfigNames[num]; ok {
+				bad = append(bad, name)
+			} else {
+				bad = append(bad, fmt.Sprintf("field %d", num))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("trace_config: %w", err)
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("trace_config: not supported by tracepipe: %s", strings.Join(bad, ", "))
+	}
+	if cfg.FileWritePeriod == 0 && cfg.WriteIntoFile {
+		cfg.FileWritePeriod = 5 * time.Second
+	}
+	// The consumer is the session's sink (Options.Sinks); this entry only
+	// satisfies validation and is never opened.
+	cfg.Sinks = []sinks.Config{{Type: "file", Path: "perfetto-consumer.pftrace"}}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("trace_config: %w", err)
+	}
+	return cfg, nil
+}
+
+// walkProto calls fn for each field of a message: v for varints (and
+// fixed values), payload for length-delimited fields.
+func walkProto(b []byte, fn func(num protowire.Number, v uint64, payload []byte) error) error {
+	for off := 0; off < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[off:])
+		if n < 0 {
+			return fmt.Errorf("bad tag at byte %d", off)
+		}
+		off += n
+		var v uint64
+		var payload []byte
+		switch typ {
+		case protowire.VarintType:
+			v, n = protowire.ConsumeVarint(b[off:])
+		case protowire.BytesType:
+			payload, n = protowire.ConsumeBytes(b[off:])
+		case protowire.Fixed32Type:
+			var x uint32
+			x, n = protowire.ConsumeFixed32(b[off:])
+			v = uint64(x)
+		case protowire.Fixed64Type:
+			v, n = protowire.ConsumeFixed64(b[off:])
+		default:
+			return fmt.Errorf("field %d at byte %d: unsupported wire type %d", num, off, typ)
+		}
+		if n < 0 {
+			return fmt.Errorf("field %d at byte %d: truncated", num, off)
+		}
+		off += n
+		if err := fn(num, v, payload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func stringField(b []byte, num protowire.Number) string {
+	var s string
+	_ = walkProto(b, func(n protowire.Number, _ uint64, p []byte) error {
+		if n == num {
+			s = string(p)
+		}
+		return nil
+	})
+	return s
+}
+
+func uint64Field(b []byte, num protowire.Number) uint64 {
+	var x uint64
+	_ = walkProto(b, func(n protowire.Number, v uint64, _ []byte) error {
+		if n == num {
+			x = v
+		}
+		return nil
+	})
+	return x
+}

@@ -1,0 +1,43 @@
+package pipeline
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	ipc "github.com/tracepipe/tracepipe/perfettoipc"
+	"google.golang.org/protobuf/proto"
+)
+
+// FuzzConfigFromTraceConfig maps any bytes as a consumer's TraceConfig
+// (seeded with the perfetto command's configs from the captures): a clear
+// error or a config that validated, never a panic.
+func FuzzConfigFromTraceConfig(f *testing.F) {
+	root := testsupport.GoldenDir(f, "perfetto-ipc")
+	paths, _ := filepath.Glob(filepath.Join(root, "*", "consumer.conn*.c2s.frames.bin"))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		payloads, _, err := ipc.SplitFrames(b)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, pl := range payloads {
+			var fr ipc.Frame
+			var req ipc.EnableTracingRequest
+			if proto.Unmarshal(pl, &fr) == nil && fr.GetMsgInvokeMethod().GetMethodId() == 1 &&
+				proto.Unmarshal(fr.GetMsgInvokeMethod().GetArgsProto(), &req) == nil && req.TraceConfig != nil {
+				f.Add(req.GetTraceConfig())
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, tc []byte) {
+		cfg, err := ConfigFromTraceConfig(tc)
+		if err == nil && (len(cfg.Buffers) == 0 || !cfg.Perfetto.Enabled) {
+			t.Fatalf("accepted a config without buffers: %+v", cfg)
+		}
+	})
+}
