@@ -63,7 +63,7 @@ func newRunCmd() *cobra.Command {
 			if cmd.Flags().Changed("duration") {
 				sets = append(sets, "duration="+duration.String())
 			}
-			cfg, err := loadRunConfig(path, output, sets)
+			cfg, err := loadRunConfig(path, output, sets, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -80,8 +80,13 @@ func newRunCmd() *cobra.Command {
 
 // loadRunConfig loads the config; output, if set, replaces the first
 // file sink's path (or adds a file sink).
-func loadRunConfig(path, output string, sets []string) (*pipeline.Config, error) {
-	return pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Output: output})
+func loadRunConfig(path, output string, sets []string, stderr io.Writer) (*pipeline.Config, error) {
+	return pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Output: output, Warn: warnTo(stderr)})
+}
+
+// warnTo returns a config-load warning sink that prints to w.
+func warnTo(w io.Writer) func(string) {
+	return func(msg string) { fmt.Fprintln(w, "tracepipe: warning:", msg) }
 }
 
 // exitAborted is the exit code after a second stop request (128+SIGINT,
