@@ -1,5 +1,7 @@
 package buffer
 
+import "github.com/tracepipe/tracepipe/internal/loss"
+
 // CopyChunkUntrusted copies one SMB chunk payload (the bytes after the
 // 8-byte SMB chunk header) into the buffer. producer and client are trusted;
 // everything else comes from the producer and is validated: malformed
@@ -77,7 +79,7 @@ func (b *TraceBuffer) CopyChunkUntrusted(producer uint16, client ClientIdentity,
 
 	if sawDrop {
 		b.stats.TraceWriterPacketLoss++
-		s.addLoss(LossWriterAbort)
+		s.addLoss(loss.WriterAbort)
 	}
 
 	// Stale check: was this chunk already consumed?
@@ -204,7 +206,7 @@ func (b *TraceBuffer) eraseSimple(s *seqState, off, outer int) bool {
 		b.stats.BytesOverwritten += uint64(outer)
 	}
 	if h[hdrAux]&auxHasPacket != 0 {
-		s.addLoss(LossOverwrite)
+		s.addLoss(loss.Overwrite)
 	}
 	b.eraseFront(s)
 	return true
@@ -260,7 +262,7 @@ func (b *TraceBuffer) eraseObserved(s *seqState, off, outer int) bool {
 			// walked this far itself.
 			put16(h, hdrAvail, uint16(len(p)-start))
 			if produced {
-				s.addLoss(LossOverwrite)
+				s.addLoss(loss.Overwrite)
 			}
 			return false
 		}
@@ -278,7 +280,7 @@ func (b *TraceBuffer) eraseObserved(s *seqState, off, outer int) bool {
 		b.stats.BytesOverwritten += uint64(outer)
 	}
 	if produced {
-		s.addLoss(LossOverwrite)
+		s.addLoss(loss.Overwrite)
 	}
 	b.eraseFront(s)
 	return true
@@ -353,7 +355,7 @@ func (b *TraceBuffer) deleteNextChunksFor(n int) {
 			}
 		}
 		if produced {
-			s.addLoss(LossOverwrite)
+			s.addLoss(loss.Overwrite)
 		}
 		off += outer
 	}

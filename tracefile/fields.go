@@ -1,6 +1,10 @@
 package tracefile
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/tracepipe/tracepipe/internal/loss"
+)
 
 // TracePacket field numbers tracepipe reads or writes (trace-format.md §2).
 // They are part of the wire format and must never change.
@@ -108,45 +112,21 @@ func PacketFieldName(num int32) string {
 }
 
 // Data-loss reason bits carried in previous_packet_dropped
-// (trace-buffer-v2.md §8).
+// (trace-buffer-v2.md §8), defined once in internal/loss, which buffer
+// shares.
 const (
-	LossPresent               = 1
-	LossReadGap               = 2
-	LossChunkCorrupted        = 4
-	LossOrphanContinuation    = 8
-	LossReassemblyGap         = 16
-	LossReassemblyBrokenChain = 32
-	LossOverwrite             = 64
-	LossWriterAbort           = 128
-	LossSMBFull               = 256
+	LossPresent               = loss.Present
+	LossReadGap               = loss.ReadGap
+	LossChunkCorrupted        = loss.ChunkCorrupted
+	LossOrphanContinuation    = loss.OrphanContinuation
+	LossReassemblyGap         = loss.ReassemblyGap
+	LossReassemblyBrokenChain = loss.ReassemblyBrokenChain
+	LossOverwrite             = loss.Overwrite
+	LossWriterAbort           = loss.WriterAbort
+	LossSMBFull               = loss.SMBFull
 )
-
-var lossReasonNames = []string{
-	"PRESENT", "READ_GAP", "CHUNK_CORRUPTED", "ORPHAN_CONTINUATION", "REASSEMBLY_GAP",
-	"REASSEMBLY_BROKEN_CHAIN", "OVERWRITE", "WRITER_ABORT", "SMB_FULL",
-}
 
 // LossReasonString renders a previous_packet_dropped bitmask as its reason
 // names joined by "|" (e.g. 65 → "PRESENT|OVERWRITE"); unknown bits appear as
 // "bit<n>". Zero renders as "0".
-func LossReasonString(mask uint32) string {
-	if mask == 0 {
-		return "0"
-	}
-	var out []byte
-	for bit := 0; bit < 32; bit++ {
-		if mask&(1<<bit) == 0 {
-			continue
-		}
-		if len(out) > 0 {
-			out = append(out, '|')
-		}
-		if bit < len(lossReasonNames) {
-			out = append(out, lossReasonNames[bit]...)
-		} else {
-			out = append(out, "bit"...)
-			out = strconv.AppendInt(out, int64(bit), 10)
-		}
-	}
-	return string(out)
-}
+func LossReasonString(mask uint32) string { return loss.String(mask) }
