@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
@@ -246,45 +248,30 @@ func readRecords(path string, stderr io.Writer, fn func(tracefile.Record) error)
 // them. A malformed field ends the copy.
 func stripTrusted(dst, pkt []byte) ([]byte, tracefile.Trusted) {
 	var t tracefile.Trusted
-	run := 0 // start of the bytes not yet copied
-	off := 0
-	for off < len(pkt) {
-		num, typ, n := protowire.ConsumeTag(pkt[off:])
-		if n < 0 {
-			break
-		}
-		if typ != protowire.VarintType {
-			m := protowire.ConsumeFieldValue(num, typ, pkt[off+n:])
-			if m < 0 {
-				break
-			}
-			off += n + m
-			continue
-		}
-		v, m := protowire.ConsumeVarint(pkt[off+n:])
-		if m < 0 {
-			break
-		}
-		switch num {
-		case tracefile.FieldTrustedUID:
+	for it := wire.Fields(pkt); it.Next(); {
+		f := it.Field()
+		v := f.Varint
+		switch {
+		case f.Type != protowire.VarintType:
+		case f.Num == tracefile.FieldTrustedUID:
 			t.UID = int32(v)
-		case tracefile.FieldTrustedSequenceID:
+			continue
+		case f.Num == tracefile.FieldTrustedSequenceID:
 			t.SequenceID = uint32(v)
-		case tracefile.FieldTrustedPID:
+			continue
+		case f.Num == tracefile.FieldTrustedPID:
 			t.PID, t.HasPID = int32(v), true
-		case tracefile.FieldMachineID:
+			continue
+		case f.Num == tracefile.FieldMachineID:
 			t.MachineID = uint32(v)
-		case tracefile.FieldPreviousPacketDropped:
+			continue
+		case f.Num == tracefile.FieldPreviousPacketDropped:
 			t.PreviousPacketDropped = uint32(v)
-		default:
-			off += n + m
 			continue
 		}
-		dst = append(dst, pkt[run:off]...)
-		off += n + m
-		run = off
+		dst = append(dst, f.Raw(pkt)...)
 	}
-	return append(dst, pkt[run:off]...), t
+	return dst, t
 }
 
 // add appends one packet to the sequence's open chunk. A packet that fits
@@ -382,25 +369,14 @@ func (v *evalVariant) countVM(vm *protovm.VM) {
 // (sequence_flags bit 0 or the deprecated incremental_state_cleared).
 func isCleared(pkt []byte) bool {
 	cleared := false
-	for len(pkt) > 0 {
-		num, typ, n := protowire.ConsumeTag(pkt)
-		if n < 0 {
-			break
+	for it := wire.Fields(pkt); it.Next(); {
+		switch f := it.Field(); {
+		case f.Type != protowire.VarintType:
+		case f.Num == tracefile.FieldSequenceFlags:
+			cleared = f.Varint&1 != 0
+		case f.Num == tracefile.FieldIncrementalStateClear:
+			cleared = f.Varint != 0
 		}
-		if typ == protowire.VarintType && (num == tracefile.FieldSequenceFlags || num == tracefile.FieldIncrementalStateClear) {
-			v, m := protowire.ConsumeVarint(pkt[n:])
-			if m < 0 {
-				break
-			}
-			cleared = num == tracefile.FieldSequenceFlags && v&1 != 0 || num == tracefile.FieldIncrementalStateClear && v != 0
-			pkt = pkt[n+m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, pkt[n:])
-		if m < 0 {
-			break
-		}
-		pkt = pkt[n+m:]
 	}
 	return cleared
 }

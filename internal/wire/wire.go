@@ -140,3 +140,21 @@ func Walk(b []byte, fn func(f Field) error) error {
 	}
 	return it.Err()
 }
+
+// Last returns the last field num of message b with wire type typ (as
+// protobuf, the last occurrence wins); false when there is none or b is
+// malformed.
+func Last(b []byte, num protowire.Number, typ protowire.Type) (Field, bool) {
+	var out Field
+	found := false
+	it := Fields(b)
+	for it.Next() {
+		if f := it.Field(); f.Num == num && f.Type == typ {
+			out, found = f, true
+		}
+	}
+	if it.err != nil {
+		return Field{}, false
+	}
+	return out, found
+}

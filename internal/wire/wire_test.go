@@ -125,3 +125,22 @@ func FuzzFields(f *testing.F) {
 		}
 	})
 }
+
+func TestLast(t *testing.T) {
+	b := AppendVarint(nil, 1, 5)
+	b = AppendString(b, 2, "a")
+	b = AppendVarint(b, 1, 6)
+	b = AppendString(b, 2, "b")
+	if f, ok := Last(b, 1, protowire.VarintType); !ok || f.Varint != 6 {
+		t.Errorf("Last varint 1 = %+v, %v; want 6", f, ok)
+	}
+	if f, ok := Last(b, 2, protowire.BytesType); !ok || string(f.Bytes) != "b" {
+		t.Errorf("Last bytes 2 = %q, %v; want b", f.Bytes, ok)
+	}
+	if _, ok := Last(b, 2, protowire.VarintType); ok {
+		t.Error("Last found field 2 as a varint")
+	}
+	if _, ok := Last(slices.Concat(b, []byte{0x80}), 1, protowire.VarintType); ok {
+		t.Error("Last accepted a malformed message")
+	}
+}
