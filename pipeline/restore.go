@@ -231,8 +231,7 @@ func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefi
 		start = len(b.data)
 		b.data = append(b.data, r.survivor...)
 		if sc.loss != 0 {
-			b.data = protowire.AppendTag(b.data, tracefile.FieldPreviousPacketDropped, protowire.VarintType)
-			b.data = protowire.AppendVarint(b.data, 0)
+			b.data = wire.AppendVarint(b.data, tracefile.FieldPreviousPacketDropped, 0)
 		}
 		pkt = b.data[start:]
 		if cap(r.survivor) > maxRetainedRestoreScratch {
@@ -278,8 +277,7 @@ func (r *restoreSet) appendRestore(b *batch, q *restoreSeq, survivor []byte, tr 
 			if info.HasTimestamp {
 				b.data = tracefile.AppendTimestamp(b.data, info.Timestamp)
 				if info.TimestampClockID != 0 {
-					b.data = protowire.AppendTag(b.data, tracefile.FieldTimestampClockID, protowire.VarintType)
-					b.data = protowire.AppendVarint(b.data, uint64(info.TimestampClockID))
+					b.data = wire.AppendVarint(b.data, tracefile.FieldTimestampClockID, uint64(info.TimestampClockID))
 				}
 			} else if want {
 				b.data = b.data[:start] // a TrackEvent without timestamp would be dropped

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 func hx(s string) []byte {
@@ -219,6 +221,6 @@ func TestProtoVMParseProgramErrors(t *testing.T) {
 
 func appendLen(num byte, inner []byte) []byte {
 	out := appendTag(nil, uint32(num), wireLen)
-	out = appendVarint(out, uint64(len(inner)))
+	out = protowire.AppendVarint(out, uint64(len(inner)))
 	return append(out, inner...)
 }

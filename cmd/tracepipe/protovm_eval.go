@@ -247,27 +247,22 @@ func readRecords(path string, stderr io.Writer, fn func(tracefile.Record) error)
 // previous_packet_dropped), which the replay appends anew, and returns
 // them. A malformed field ends the copy.
 func stripTrusted(dst, pkt []byte) ([]byte, tracefile.Trusted) {
-	var t tracefile.Trusted
+	// DecodePacket reads the trusted fields (the last occurrence wins, as
+	// for the replay); on a malformed packet it has those before the bad
+	// field, as the copy below does.
+	info, _ := tracefile.DecodePacket(pkt)
+	t := tracefile.Trusted{
+		UID: info.TrustedUID, SequenceID: info.SequenceID, PID: info.TrustedPID, HasPID: info.HasTrustedPID,
+		MachineID: info.MachineID, PreviousPacketDropped: info.PreviousPacketDropped,
+	}
 	for it := wire.Fields(pkt); it.Next(); {
 		f := it.Field()
-		v := f.Varint
-		switch {
-		case f.Type != protowire.VarintType:
-		case f.Num == tracefile.FieldTrustedUID:
-			t.UID = int32(v)
-			continue
-		case f.Num == tracefile.FieldTrustedSequenceID:
-			t.SequenceID = uint32(v)
-			continue
-		case f.Num == tracefile.FieldTrustedPID:
-			t.PID, t.HasPID = int32(v), true
-			continue
-		case f.Num == tracefile.FieldMachineID:
-			t.MachineID = uint32(v)
-			continue
-		case f.Num == tracefile.FieldPreviousPacketDropped:
-			t.PreviousPacketDropped = uint32(v)
-			continue
+		if f.Type == protowire.VarintType {
+			switch f.Num {
+			case tracefile.FieldTrustedUID, tracefile.FieldTrustedSequenceID, tracefile.FieldTrustedPID,
+				tracefile.FieldMachineID, tracefile.FieldPreviousPacketDropped:
+				continue
+			}
 		}
 		dst = append(dst, f.Raw(pkt)...)
 	}
@@ -426,15 +421,15 @@ func (v *evalVariant) present(head [][]byte, survivors []survivor, seqIDs []uint
 	if v.res.Path == evalProtoVMs {
 		var seqsOfBuffer []byte
 		for _, id := range seqIDs {
-			seqsOfBuffer = appendMsg(seqsOfBuffer, 1, appendVarintPair(nil, uint64(id), evalProducer))
+			seqsOfBuffer = wire.AppendBytes(seqsOfBuffer, 1, appendVarintPair(nil, uint64(id), evalProducer))
 		}
-		feed(tracefile.AppendTrusted(appendMsg(nil, tracefile.FieldTraceProvenance, appendMsg(nil, 2, seqsOfBuffer)), tracefile.Trusted{SequenceID: 1}))
+		feed(tracefile.AppendTrusted(wire.AppendBytes(nil, tracefile.FieldTraceProvenance, wire.AppendBytes(nil, 2, seqsOfBuffer)), tracefile.Trusted{SequenceID: 1}))
 		var inst []byte
-		inst = appendMsg(inst, 1, v.prog)
-		inst = appendMsg(inst, 2, v.vm.SerializeIncrementalState(nil))
-		inst = protowire.AppendVarint(protowire.AppendTag(inst, 3, protowire.VarintType), uint64(v.memory/1024))
-		inst = protowire.AppendVarint(protowire.AppendTag(inst, 4, protowire.VarintType), evalProducer)
-		feed(tracefile.AppendTrusted(appendMsg(nil, tracefile.FieldProtoVMs, appendMsg(nil, 1, inst)), tracefile.Trusted{SequenceID: 1}))
+		inst = wire.AppendBytes(inst, 1, v.prog)
+		inst = wire.AppendBytes(inst, 2, v.vm.SerializeIncrementalState(nil))
+		inst = wire.AppendVarint(inst, 3, uint64(v.memory/1024))
+		inst = wire.AppendVarint(inst, 4, evalProducer)
+		feed(tracefile.AppendTrusted(wire.AppendBytes(nil, tracefile.FieldProtoVMs, wire.AppendBytes(nil, 1, inst)), tracefile.Trusted{SequenceID: 1}))
 		v.countVM(v.vm)
 		v.res.StateBytes = len(v.vm.SerializeIncrementalState(nil))
 	}
@@ -450,7 +445,7 @@ func (v *evalVariant) present(head [][]byte, survivors []survivor, seqIDs []uint
 				// The restore packet: CLEARED + folded state + the loss,
 				// ahead of the sequence's first survivor.
 				out = vm.SerializeIncrementalState(out[:0])
-				out = protowire.AppendVarint(protowire.AppendTag(out, tracefile.FieldSequenceFlags, protowire.VarintType), 1)
+				out = wire.AppendVarint(out, tracefile.FieldSequenceFlags, 1)
 				out = tracefile.AppendTrusted(out, trusted(s.seq, loss))
 				feed(out)
 				v.res.RestorePackets++
@@ -489,13 +484,8 @@ func (v *evalVariant) present(head [][]byte, survivors []survivor, seqIDs []uint
 	}
 }
 
-func appendMsg(b []byte, num protowire.Number, m []byte) []byte {
-	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), m)
-}
-
 func appendVarintPair(b []byte, a, c uint64) []byte {
-	b = protowire.AppendVarint(protowire.AppendTag(b, 1, protowire.VarintType), a)
-	return protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), c)
+	return wire.AppendVarint(wire.AppendVarint(b, 1, a), 2, c)
 }
 
 var errNoProducerPackets = errors.New("the trace holds no producer packets (trusted_packet_sequence_id > 1)")
