@@ -6,8 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/registry"
 )
 
 // FieldError is one problem with a sink's configuration: the key path,
@@ -133,10 +134,7 @@ func ExpandName(name string, now time.Time, n int) string {
 	return strings.NewReplacer("{timestamp}", ts, "{pid}", strconv.Itoa(os.Getpid())).Replace(name)
 }
 
-var (
-	registryMu sync.RWMutex
-	registry   = map[string]Factory{}
-)
+var factories = registry.New[Factory]("sinks: sink type")
 
 // Register makes a sink type available as `type: name` with its section
 // `sinks[i].<name>: {...}`. It panics on an empty name, a nil factory, a
@@ -149,30 +147,11 @@ func Register(name string, f Factory) {
 	if slices.Contains(commonKeys, name) {
 		panic(fmt.Sprintf("sinks: Register(%q): the name is a common sink key", name))
 	}
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if _, dup := registry[name]; dup {
-		panic(fmt.Sprintf("sinks: sink type %q registered twice", name))
-	}
-	registry[name] = f
+	factories.Register(name, f)
 }
 
 // Lookup returns the factory of a registered sink type.
-func Lookup(name string) (Factory, bool) {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	f, ok := registry[name]
-	return f, ok
-}
+func Lookup(name string) (Factory, bool) { return factories.Lookup(name) }
 
 // Types lists the registered sink types, sorted.
-func Types() []string {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	out := make([]string, 0, len(registry))
-	for k := range registry {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func Types() []string { return factories.Names() }

@@ -145,22 +145,13 @@ func (s *Sink) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.CloseTimeout)
 		defer cancel()
-		s.out.Close()
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for s.out.Pending() > 0 && ctx.Err() == nil {
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
+		s.out.CloseAndWait(ctx)
 		s.cancel()
 		<-s.done
 		s.nc.Close()
-		if n := s.out.Pending(); n > 0 {
-			// A loss, counted (PacketsDroppedQueue), not an error: the
-			// session reports it in TraceStats.
-			s.out.Abandon()
+		// A loss, counted (PacketsDroppedQueue), not an error: the session
+		// reports it in TraceStats.
+		if n := s.out.AbandonPending(); n > 0 {
 			s.logf("natsink: %s: gave up at close with %d batches unacknowledged; their packets are counted as dropped", s.opts.Subject, n)
 		}
 	})

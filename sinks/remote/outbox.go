@@ -1,8 +1,10 @@
 package remote
 
 import (
+	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -276,6 +278,32 @@ func (o *Outbox) Close() {
 	o.mu.Lock()
 	o.closed = true
 	o.mu.Unlock()
+}
+
+// CloseAndWait closes the outbox and waits, bounded by ctx, until the
+// destination acknowledged every batch (the sink's transport keeps
+// running meanwhile); it returns how many are still pending.
+func (o *Outbox) CloseAndWait(ctx context.Context) int {
+	o.Close()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for o.Pending() > 0 && ctx.Err() == nil {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return o.Pending()
+}
+
+// AbandonPending is Abandon for a sink whose Close gave up: it returns
+// how many batches were still pending, 0 when nothing was lost.
+func (o *Outbox) AbandonPending() int {
+	n := o.Pending()
+	if n > 0 {
+		o.Abandon()
+	}
+	return n
 }
 
 // Abandon counts every batch still unacknowledged as dropped (a sink
