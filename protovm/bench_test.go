@@ -2,8 +2,6 @@ package protovm
 
 import (
 	"testing"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // BenchmarkProtoVM measures ApplyPatch in steady state on the reference
@@ -13,9 +11,9 @@ func BenchmarkProtoVM(b *testing.B) {
 	var patches [][]byte
 	for k := 0; k < 16; k++ {
 		e := appendTag(nil, 1, wireVarint)
-		e = protowire.AppendVarint(e, uint64(k))
+		e = appendVarint(e, uint64(k))
 		e = appendTag(e, 2, wireVarint)
-		e = protowire.AppendVarint(e, uint64(1000+k))
+		e = appendVarint(e, uint64(1000+k))
 		patches = append(patches, appendLen(2, e))
 	}
 	b.Run("ApplyPatch", func(b *testing.B) {

@@ -6,8 +6,6 @@ import (
 	"math/rand"
 	"sort"
 	"testing"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 var long = flag.Bool("long", false, "run long randomized tests")
@@ -24,7 +22,7 @@ func encodeElem(e elem) []byte {
 	var b []byte
 	for _, id := range ids {
 		b = appendTag(b, uint32(id), wireVarint)
-		b = protowire.AppendVarint(b, e[uint32(id)])
+		b = appendVarint(b, e[uint32(id)])
 	}
 	return b
 }
@@ -51,7 +49,7 @@ func TestProtoVMLastValueWinsProperty(t *testing.T) {
 				k := uint32(rng.Intn(8))
 				dels = append(dels, k)
 				patch = appendTag(patch, 1, wireVarint)
-				patch = protowire.AppendVarint(patch, uint64(k))
+				patch = appendVarint(patch, uint64(k))
 			}
 			for i := rng.Intn(3); i > 0; i-- {
 				e := elem{1: uint64(rng.Intn(8))}

@@ -1,7 +1,5 @@
 package protovm
 
-import "google.golang.org/protobuf/encoding/protowire"
-
 // appendState serialises the root: Empty (and a scalar root, which Perfetto
 // cannot serialise) → nothing; Bytes → the raw bytes; Message → its fields.
 func appendState(dst []byte, root *node) []byte {
@@ -23,7 +21,7 @@ func appendField(dst []byte, id uint32, n *node) []byte {
 	switch n.kind {
 	case kBytes:
 		dst = appendTag(dst, id, wireLen)
-		dst = protowire.AppendVarint(dst, uint64(len(n.data)))
+		dst = appendVarint(dst, uint64(len(n.data)))
 		return append(dst, n.data...)
 	case kScalar:
 		switch n.wire {
@@ -38,7 +36,7 @@ func appendField(dst []byte, id uint32, n *node) []byte {
 				byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56))
 		}
 		dst = appendTag(dst, id, wireVarint)
-		return protowire.AppendVarint(dst, n.val)
+		return appendVarint(dst, n.val)
 	case kMessage:
 		dst = appendTag(dst, id, wireLen)
 		// Reserve one byte for the length, then widen if needed.
@@ -48,14 +46,14 @@ func appendField(dst []byte, id uint32, n *node) []byte {
 			dst = appendField(dst, uint32(n.ents[i].key), n.ents[i].n)
 		}
 		size := len(dst) - lenAt - 1
-		if w := protowire.SizeVarint(uint64(size)); w > 1 {
+		if w := varintLen(uint64(size)); w > 1 {
 			for k := 1; k < w; k++ {
 				dst = append(dst, 0)
 			}
 			copy(dst[lenAt+w:], dst[lenAt+1:lenAt+1+size])
 		}
 		var tmp [10]byte
-		l := protowire.AppendVarint(tmp[:0], uint64(size))
+		l := appendVarint(tmp[:0], uint64(size))
 		copy(dst[lenAt:], l)
 		return dst
 	case kIndexed, kMapped:

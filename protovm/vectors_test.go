@@ -6,8 +6,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 func hx(s string) []byte {
@@ -221,6 +219,6 @@ func TestProtoVMParseProgramErrors(t *testing.T) {
 
 func appendLen(num byte, inner []byte) []byte {
 	out := appendTag(nil, uint32(num), wireLen)
-	out = protowire.AppendVarint(out, uint64(len(inner)))
+	out = appendVarint(out, uint64(len(inner)))
 	return append(out, inner...)
 }

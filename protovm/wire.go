@@ -1,7 +1,5 @@
 package protovm
 
-import "google.golang.org/protobuf/encoding/protowire"
-
 // This file holds the wire-level field reader shared by the patch cursor, the
 // state tree decoder and the merge operation. It reproduces the decoding
 // rules of Perfetto's protozero ProtoDecoder, because the golden states depend
@@ -110,8 +108,30 @@ func readField(b []byte, pos int) (f field, next int, ok bool) {
 	}
 }
 
+// appendVarint appends v as a minimal varint. It stays here rather than
+// using protowire.AppendVarint: this small loop inlines into the state
+// serializer, where protowire's call costs ~14% on ApplyPatch and
+// Serialize (measured on a loaded 2-core VM, min of 6 runs).
+func appendVarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// varintLen is the size of v as a minimal varint.
+func varintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
 // appendTag appends a field tag. Like protozero, the tag is computed in 32
 // bits, so ids of 2^29 and above wrap.
 func appendTag(b []byte, id uint32, wire uint8) []byte {
-	return protowire.AppendVarint(b, uint64(id<<3|uint32(wire)))
+	return appendVarint(b, uint64(id<<3|uint32(wire)))
 }

@@ -84,7 +84,7 @@ func DecodePacket(b []byte) (PacketInfo, error) {
 				p.FirstPacketOnSequence = v != 0
 			}
 		}
-		if headerFields[f] {
+		if headerField(f) {
 			if f == FieldInternedData || f == FieldTracePacketDefaults {
 				fallback = f
 			}
@@ -97,7 +97,7 @@ func DecodePacket(b []byte) (PacketInfo, error) {
 		if we.Num != 0 {
 			return p, fmt.Errorf("packet offset %d: field %d (%s): %w: %w", we.Off, we.Num, PacketFieldName(int32(we.Num)), we.Err, ErrBadPacket)
 		}
-		return p, fmt.Errorf("packet %w: %w", we, ErrBadPacket)
+		return p, fmt.Errorf("packet %w: %w", it.Err(), ErrBadPacket)
 	}
 	if p.PayloadField == 0 {
 		p.PayloadField = fallback

@@ -72,5 +72,5 @@ func AppendRestorePacket(dst, state []byte, t Trusted) []byte {
 // (interned_data, trace_packet_defaults) or a field only the service may
 // write.
 func IsPayloadField(num int32) bool {
-	return !headerFields[num] && !reservedField(protowire.Number(num))
+	return !headerField(num) && !reservedField(protowire.Number(num))
 }

@@ -63,70 +63,99 @@ func (e *Error) Unwrap() error { return e.Err }
 //
 // It stops at the first malformed field; Err then describes it.
 type Iter struct {
-	b   []byte
-	off int
-	f   Field
-	err *Error
+	b      []byte
+	off    int
+	f      Field
+	failed bool
+	err    Error // valid when failed; held by value so a malformed message costs no allocation
 }
 
 // Fields returns an iterator over the fields of message b.
 func Fields(b []byte) Iter { return Iter{b: b} }
 
 // Next reads the next field; it returns false at the end of the message
-// or at a malformed field (see Err).
+// or at a malformed field (see Err). One-byte tags, one-byte varints and
+// short length prefixes, the common case in trace packets, are decoded
+// inline; everything else goes through protowire.
 func (it *Iter) Next() bool {
-	if it.err != nil || it.off >= len(it.b) {
-		return false
-	}
 	b, off := it.b, it.off
-	num, typ, n := protowire.ConsumeTag(b[off:])
-	if n < 0 {
-		it.err = &Error{Off: off, Err: protowire.ParseError(n)}
+	if off >= len(b) { // a failed walk sets off to len(b)
 		return false
 	}
-	f := Field{Num: num, Type: typ, Off: off, ValOff: off + n}
-	v := b[f.ValOff:]
+	var num protowire.Number
+	var typ protowire.Type
+	n := 1
+	if c := b[off]; c < 0x80 && c >= 8 {
+		num, typ = protowire.Number(c>>3), protowire.Type(c&7)
+	} else if num, typ, n = protowire.ConsumeTag(b[off:]); n < 0 {
+		it.fail(Error{Off: off, Err: protowire.ParseError(n)})
+		return false
+	}
+	f := &it.f
+	f.Num, f.Type, f.Off, f.ValOff = num, typ, off, off+n
+	f.Varint, f.Bytes = 0, nil
+	val := f.ValOff
 	switch typ {
 	case protowire.VarintType:
-		f.Varint, n = protowire.ConsumeVarint(v)
+		if val < len(b) && b[val] < 0x80 {
+			f.Varint, n = uint64(b[val]), 1
+		} else {
+			f.Varint, n = protowire.ConsumeVarint(b[val:])
+		}
+	case protowire.BytesType:
+		if val < len(b) && b[val] < 0x80 && int(b[val]) < len(b)-val {
+			l := int(b[val])
+			f.Bytes, n = b[val+1:val+1+l], 1+l
+		} else {
+			f.Bytes, n = protowire.ConsumeBytes(b[val:])
+		}
 	case protowire.Fixed32Type:
 		var x uint32
-		x, n = protowire.ConsumeFixed32(v)
+		x, n = protowire.ConsumeFixed32(b[val:])
 		f.Varint = uint64(x)
 	case protowire.Fixed64Type:
-		f.Varint, n = protowire.ConsumeFixed64(v)
-	case protowire.BytesType:
-		f.Bytes, n = protowire.ConsumeBytes(v)
+		f.Varint, n = protowire.ConsumeFixed64(b[val:])
 	default:
-		n = protowire.ConsumeFieldValue(num, typ, v)
+		n = protowire.ConsumeFieldValue(num, typ, b[val:])
 	}
 	if n < 0 {
-		it.err = &Error{Off: off, Num: num, Type: typ, Err: protowire.ParseError(n)}
+		it.fail(Error{Off: off, Num: num, Type: typ, Err: protowire.ParseError(n)})
 		return false
 	}
-	f.End = f.ValOff + n
+	f.End = val + n
 	if typ == protowire.BytesType {
 		f.ValOff = f.End - len(f.Bytes)
 	}
-	it.f = f
 	it.off = f.End
 	return true
 }
 
-// Field returns the field Next read.
-func (it *Iter) Field() Field { return it.f }
+func (it *Iter) fail(e Error) {
+	it.failed, it.err, it.off = true, e, len(it.b)
+}
+
+// Field returns the field Next read. It points into the iterator and is
+// valid until the next call to Next; copy *f to keep it.
+func (it *Iter) Field() *Field { return &it.f }
 
 // Err returns the malformed field that stopped the walk, or nil.
 func (it *Iter) Err() error {
-	if it.err == nil {
+	if !it.failed {
 		return nil
 	}
-	return it.err
+	e := it.err
+	return &e
 }
 
-// Malformed returns the malformed field that stopped the walk, or nil;
-// unlike errors.As on Err it never allocates.
-func (it *Iter) Malformed() *Error { return it.err }
+// Malformed returns the malformed field that stopped the walk, or nil.
+// Unlike Err it never allocates: hot paths that drop malformed input
+// check it.
+func (it *Iter) Malformed() *Error {
+	if !it.failed {
+		return nil
+	}
+	return &it.err
+}
 
 // Walk calls fn for every field of message b, in order, and stops at the
 // first error, its own (returned as is) or fn's. Use [Iter] on hot paths:
@@ -134,7 +163,7 @@ func (it *Iter) Malformed() *Error { return it.err }
 func Walk(b []byte, fn func(f Field) error) error {
 	it := Fields(b)
 	for it.Next() {
-		if err := fn(it.Field()); err != nil {
+		if err := fn(*it.Field()); err != nil {
 			return err
 		}
 	}
@@ -150,10 +179,10 @@ func Last(b []byte, num protowire.Number, typ protowire.Type) (Field, bool) {
 	it := Fields(b)
 	for it.Next() {
 		if f := it.Field(); f.Num == num && f.Type == typ {
-			out, found = f, true
+			out, found = *f, true
 		}
 	}
-	if it.err != nil {
+	if it.failed {
 		return Field{}, false
 	}
 	return out, found

@@ -104,6 +104,21 @@ func TestIterAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("walk allocates %v times", allocs)
 	}
+	// A malformed message (dropped by hot paths) costs no allocation
+	// either, as long as the caller asks Malformed rather than Err.
+	bad := slices.Concat(b, []byte{0x12, 0x7f})
+	allocs = testing.AllocsPerRun(100, func() {
+		it := Fields(bad)
+		for it.Next() {
+			sum += it.Field().Varint
+		}
+		if it.Malformed() == nil {
+			t.Fatal("malformed message walked without error")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("malformed walk allocates %v times", allocs)
+	}
 }
 
 func FuzzFields(f *testing.F) {
@@ -122,6 +137,28 @@ func FuzzFields(f *testing.F) {
 		}
 		if it.Err() == nil && end != len(b) {
 			t.Fatalf("walk stopped at %d of %d without error", end, len(b))
+		}
+		// The same fields and the same verdict as protowire's own walk.
+		fields, ok := 0, true
+		for off := 0; off < len(b); fields++ {
+			num, typ, n := protowire.ConsumeTag(b[off:])
+			if n < 0 {
+				ok = false
+				break
+			}
+			m := protowire.ConsumeFieldValue(num, typ, b[off+n:])
+			if m < 0 {
+				ok = false
+				break
+			}
+			off += n + m
+		}
+		walked := 0
+		for it := Fields(b); it.Next(); {
+			walked++
+		}
+		if walked != fields || ok != (it.Err() == nil) {
+			t.Fatalf("walked %d fields (err %v), protowire %d (ok %v)", walked, it.Err(), fields, ok)
 		}
 	})
 }
