@@ -143,15 +143,14 @@ func (s *Sink) Flush(context.Context) error {
 // counted as dropped (a loss in the stats, not an error).
 func (s *Sink) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(ctx, s.opts.CloseTimeout)
-		defer cancel()
-		s.out.CloseAndWait(ctx)
-		s.cancel()
-		<-s.done
-		s.nc.Close()
+		stop := func() {
+			s.cancel()
+			<-s.done
+			s.nc.Close()
+		}
 		// A loss, counted (PacketsDroppedQueue), not an error: the session
 		// reports it in TraceStats.
-		if n := s.out.AbandonPending(); n > 0 {
+		if n := s.out.Shutdown(ctx, s.opts.CloseTimeout, stop); n > 0 {
 			s.logf("natsink: %s: gave up at close with %d batches unacknowledged; their packets are counted as dropped", s.opts.Subject, n)
 		}
 	})

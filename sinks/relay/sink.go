@@ -130,14 +130,9 @@ func (s *Sink) Flush(context.Context) error {
 // in the stats, not an error).
 func (s *Sink) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(ctx, s.opts.CloseTimeout)
-		defer cancel()
-		s.out.CloseAndWait(ctx)
-		s.cancel()
-		<-s.done
 		// A loss, counted (PacketsDroppedQueue), not an error: the session
 		// reports it in TraceStats.
-		if n := s.out.AbandonPending(); n > 0 {
+		if n := s.out.Shutdown(ctx, s.opts.CloseTimeout, func() { s.cancel(); <-s.done }); n > 0 {
 			s.logf("relay: %s: gave up at close with %d batches unacknowledged; their packets are counted as dropped", s.opts.Address, n)
 		}
 	})

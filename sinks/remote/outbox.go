@@ -280,10 +280,14 @@ func (o *Outbox) Close() {
 	o.mu.Unlock()
 }
 
-// CloseAndWait closes the outbox and waits, bounded by ctx, until the
-// destination acknowledged every batch (the sink's transport keeps
-// running meanwhile); it returns how many are still pending.
-func (o *Outbox) CloseAndWait(ctx context.Context) int {
+// Shutdown is a sink's Close: it closes the outbox, waits (bounded by ctx
+// and timeout) until the destination acknowledged every batch, the
+// transport running meanwhile, then calls stop, which must end the
+// transport, and counts what is still unacknowledged as dropped. It
+// returns how many batches were dropped, 0 when nothing was lost.
+func (o *Outbox) Shutdown(ctx context.Context, timeout time.Duration, stop func()) int {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	o.Close()
 	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
@@ -293,12 +297,7 @@ func (o *Outbox) CloseAndWait(ctx context.Context) int {
 		case <-ctx.Done():
 		}
 	}
-	return o.Pending()
-}
-
-// AbandonPending is Abandon for a sink whose Close gave up: it returns
-// how many batches were still pending, 0 when nothing was lost.
-func (o *Outbox) AbandonPending() int {
+	stop()
 	n := o.Pending()
 	if n > 0 {
 		o.Abandon()
