@@ -2,7 +2,6 @@ package protovm
 
 import (
 	"github.com/tracepipe/tracepipe/internal/wire"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Marshal encodes the program as VmProgram bytes: fields in field-number
@@ -11,12 +10,10 @@ import (
 func (p *Program) Marshal() []byte {
 	var b []byte
 	if p.HasVersion || p.Version != 0 {
-		b = protowire.AppendTag(b, 1, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(p.Version))
+		b = wire.AppendVarint(b, 1, uint64(p.Version))
 	}
 	for i := range p.Instructions {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, p.Instructions[i].marshal(nil))
+		b = wire.AppendBytes(b, 2, p.Instructions[i].marshal(nil))
 	}
 	return b
 }
@@ -39,14 +36,12 @@ func (ins *Instruction) marshal(b []byte) []byte {
 			sb = wire.AppendVarint(sb, 1, enumVarint(s.Cursor))
 		}
 		for i := range s.Path {
-			sb = protowire.AppendTag(sb, 2, protowire.BytesType)
-			sb = protowire.AppendBytes(sb, s.Path[i].marshal())
+			sb = wire.AppendBytes(sb, 2, s.Path[i].marshal())
 		}
 		if s.HasCreateIfNotExist || s.CreateIfNotExist {
 			sb = wire.AppendVarint(sb, 3, appendBool(s.CreateIfNotExist))
 		}
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendBytes(b, sb)
+		b = wire.AppendBytes(b, 1, sb)
 	}
 	if r := ins.RegLoad; r != nil {
 		var rb []byte
@@ -56,8 +51,7 @@ func (ins *Instruction) marshal(b []byte) []byte {
 		if r.HasDstRegister || r.DstRegister != 0 {
 			rb = wire.AppendVarint(rb, 2, uint64(r.DstRegister))
 		}
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, rb)
+		b = wire.AppendBytes(b, 2, rb)
 	}
 	if m := ins.Merge; m != nil {
 		var mb []byte
@@ -67,23 +61,19 @@ func (ins *Instruction) marshal(b []byte) []byte {
 		if m.HasDelIfSrcEmpty || m.DelIfSrcEmpty {
 			mb = wire.AppendVarint(mb, 2, appendBool(m.DelIfSrcEmpty))
 		}
-		b = protowire.AppendTag(b, 3, protowire.BytesType)
-		b = protowire.AppendBytes(b, mb)
+		b = wire.AppendBytes(b, 3, mb)
 	}
 	if ins.Set {
-		b = protowire.AppendTag(b, 4, protowire.BytesType)
-		b = protowire.AppendBytes(b, nil)
+		b = wire.AppendBytes(b, 4, nil)
 	}
 	if ins.Del {
-		b = protowire.AppendTag(b, 5, protowire.BytesType)
-		b = protowire.AppendBytes(b, nil)
+		b = wire.AppendBytes(b, 5, nil)
 	}
 	if ins.HasAbortLevel || ins.AbortLevel != 0 {
 		b = wire.AppendVarint(b, 6, enumVarint(ins.AbortLevel))
 	}
 	for i := range ins.Nested {
-		b = protowire.AppendTag(b, 7, protowire.BytesType)
-		b = protowire.AppendBytes(b, ins.Nested[i].marshal(nil))
+		b = wire.AppendBytes(b, 7, ins.Nested[i].marshal(nil))
 	}
 	return b
 }

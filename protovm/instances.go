@@ -294,11 +294,9 @@ func (s *Instances) AppendProtoVMsField(dst []byte) []byte {
 		n := in.size()
 		body += protowire.SizeTag(protoVmsInstanceField) + protowire.SizeBytes(n)
 	}
-	dst = protowire.AppendTag(dst, tracePacketProtoVmsField, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(body))
+	dst = wire.AppendLen(dst, tracePacketProtoVmsField, body)
 	for _, in := range s.list {
-		dst = protowire.AppendTag(dst, protoVmsInstanceField, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(in.size()))
+		dst = wire.AppendLen(dst, protoVmsInstanceField, in.size())
 		dst = wire.AppendBytes(dst, instanceProgramField, in.vm.Program())
 		dst = wire.AppendBytes(dst, instanceStateField, states[in.stateOff:in.stateOff+in.stateLen])
 		dst = wire.AppendVarint(dst, instanceMemoryLimitField, uint64(in.memoryLimitKB))

@@ -232,12 +232,10 @@ func (r *restoreState) appendPreamble(scratch []byte, emit func([]byte)) []byte 
 		}
 		st := r.state[:0]
 		if len(f.interned) > 0 {
-			st = protowire.AppendTag(st, tracefile.FieldInternedData, protowire.BytesType)
-			st = protowire.AppendBytes(st, f.interned)
+			st = wire.AppendBytes(st, tracefile.FieldInternedData, f.interned)
 		}
 		if len(f.defaults) > 0 {
-			st = protowire.AppendTag(st, tracefile.FieldTracePacketDefaults, protowire.BytesType)
-			st = protowire.AppendBytes(st, f.defaults)
+			st = wire.AppendBytes(st, tracefile.FieldTracePacketDefaults, f.defaults)
 		}
 		r.state = st
 		scratch = tracefile.AppendRestorePacket(scratch[:0], st, f.trusted)

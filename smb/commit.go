@@ -135,14 +135,12 @@ func (c *ChunkToPatch) size() int {
 func (c *CommitData) AppendMarshal(dst []byte) []byte {
 	for i := range c.ChunksToMove {
 		m := &c.ChunksToMove[i]
-		dst = protowire.AppendTag(dst, fieldChunksToMove, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(m.size()))
+		dst = wire.AppendLen(dst, fieldChunksToMove, m.size())
 		dst = wire.AppendVarint(dst, fieldMovePage, uint64(m.Page))
 		dst = wire.AppendVarint(dst, fieldMoveChunk, uint64(m.Chunk))
 		dst = wire.AppendVarint(dst, fieldMoveTarget, uint64(m.TargetBuffer))
 		if m.Data != nil {
-			dst = protowire.AppendTag(dst, fieldMoveData, protowire.BytesType)
-			dst = protowire.AppendBytes(dst, m.Data)
+			dst = wire.AppendBytes(dst, fieldMoveData, m.Data)
 		}
 		if m.ChunkIncomplete {
 			dst = wire.AppendVarint(dst, fieldMoveIncomplete, 1)
@@ -150,18 +148,15 @@ func (c *CommitData) AppendMarshal(dst []byte) []byte {
 	}
 	for i := range c.ChunksToPatch {
 		p := &c.ChunksToPatch[i]
-		dst = protowire.AppendTag(dst, fieldChunksToPatch, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(p.size()))
+		dst = wire.AppendLen(dst, fieldChunksToPatch, p.size())
 		dst = wire.AppendVarint(dst, fieldPatchTarget, uint64(p.TargetBuffer))
 		dst = wire.AppendVarint(dst, fieldPatchWriter, uint64(p.WriterID))
 		dst = wire.AppendVarint(dst, fieldPatchChunkID, uint64(p.ChunkID))
 		for j := range p.Patches {
 			pp := &p.Patches[j]
-			dst = protowire.AppendTag(dst, fieldPatchPatches, protowire.BytesType)
-			dst = protowire.AppendVarint(dst, uint64(patchSize(pp)))
+			dst = wire.AppendLen(dst, fieldPatchPatches, patchSize(pp))
 			dst = wire.AppendVarint(dst, fieldPatchOffset, uint64(pp.Offset))
-			dst = protowire.AppendTag(dst, fieldPatchData, protowire.BytesType)
-			dst = protowire.AppendBytes(dst, pp.Data[:])
+			dst = wire.AppendBytes(dst, fieldPatchData, pp.Data[:])
 		}
 		if p.HasMorePatches {
 			dst = wire.AppendVarint(dst, fieldPatchHasMore, 1)

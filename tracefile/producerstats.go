@@ -52,11 +52,9 @@ func appendProducerStats(b []byte, ps []ProducerStats) []byte {
 		p := &ps[i]
 		b = wire.AppendNested(b, tpProducers, func(b []byte) []byte {
 			b = appendCounters(b, producerStatsFields, p)
-			b = protowire.AppendTag(b, 2, protowire.BytesType)
-			b = protowire.AppendString(b, p.Source)
+			b = wire.AppendString(b, 2, p.Source)
 			if p.Error != "" {
-				b = protowire.AppendTag(b, 7, protowire.BytesType)
-				b = protowire.AppendString(b, p.Error)
+				b = wire.AppendString(b, 7, p.Error)
 			}
 			return b
 		})

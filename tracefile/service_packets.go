@@ -92,8 +92,7 @@ var SyncMarker = [16]byte{0x82, 0x47, 0x7a, 0x76, 0xb2, 0x8d, 0x42, 0xba, 0x81, 
 func AppendSyncMarkerPacket(dst []byte, serviceUID int32) []byte {
 	dst = wire.AppendInt32(dst, FieldTrustedUID, serviceUID)
 	dst = wire.AppendVarint(dst, FieldTrustedSequenceID, serviceSequenceID)
-	dst = protowire.AppendTag(dst, FieldSynchronizationMarker, protowire.BytesType)
-	return protowire.AppendBytes(dst, SyncMarker[:])
+	return wire.AppendBytes(dst, FieldSynchronizationMarker, SyncMarker[:])
 }
 
 // TracingServiceEvent event_type fields (trace-format.md §7). Each is a

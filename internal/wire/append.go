@@ -45,3 +45,11 @@ func AppendNested(b []byte, num protowire.Number, fn func([]byte) []byte) []byte
 	protowire.AppendVarint(b[start:start], uint64(n))
 	return b
 }
+
+// AppendLen appends the tag and length prefix of length-delimited field
+// num whose n bytes of content the caller appends next (a message whose
+// size it computed beforehand, encoded in place without a copy).
+func AppendLen(b []byte, num protowire.Number, n int) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendVarint(b, uint64(n))
+}

@@ -218,8 +218,7 @@ func (g *SyntheticGenerator) Next(dst []byte) []byte {
 			dst = wire.AppendVarint(dst, pktFirstPacketOnSequence, 1)
 		}
 		n := 1 + protowire.SizeVarint(g.threadUUID) + lenFieldSize(len(g.threadName))
-		dst = protowire.AppendTag(dst, pktTrackDescriptor, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(n))
+		dst = wire.AppendLen(dst, pktTrackDescriptor, n)
 		dst = wire.AppendVarint(dst, tdUUID, g.threadUUID)
 		return wire.AppendString(dst, tdName, g.threadName)
 	case 1:
@@ -227,8 +226,7 @@ func (g *SyntheticGenerator) Next(dst []byte) []byte {
 		dst = wire.AppendVarint(dst, pktTimestamp, ts)
 		dst = wire.AppendVarint(dst, pktSequenceFlags, seqNeedsIncrementalState)
 		n := 1 + protowire.SizeVarint(g.counterUUID) + lenFieldSize(len(g.counterName)) + lenFieldSize(0)
-		dst = protowire.AppendTag(dst, pktTrackDescriptor, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(n))
+		dst = wire.AppendLen(dst, pktTrackDescriptor, n)
 		dst = wire.AppendVarint(dst, tdUUID, g.counterUUID)
 		dst = wire.AppendString(dst, tdName, g.counterName)
 		return append(dst, tagTDCounter, 0)
@@ -280,13 +278,11 @@ func (g *SyntheticGenerator) event(dst []byte, ts uint64) []byte {
 
 	p := padLen(g.cfg.PacketSize, len(dst)-start, len(ev))
 	if p < 0 {
-		dst = protowire.AppendTag(dst, pktTrackEvent, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(len(ev)))
+		dst = wire.AppendLen(dst, pktTrackEvent, len(ev))
 		return append(dst, ev...)
 	}
 	d := padAnnotationSize(p)
-	dst = protowire.AppendTag(dst, pktTrackEvent, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(len(ev)+lenFieldSize(d)))
+	dst = wire.AppendLen(dst, pktTrackEvent, len(ev)+lenFieldSize(d))
 	dst = append(dst, ev...)
 	dst = append(dst, tagTEDebugAnnotation)
 	dst = protowire.AppendVarint(dst, uint64(d))
@@ -302,13 +298,10 @@ func (g *SyntheticGenerator) appendInterned(dst []byte, iid uint64) []byte {
 	nameLen := len(syntheticNamePrefix) + len(digits)
 	en := 1 + protowire.SizeVarint(iid) + lenFieldSize(nameLen)
 	id := lenFieldSize(en)
-	dst = protowire.AppendTag(dst, pktInternedData, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(id))
-	dst = protowire.AppendTag(dst, idEventNames, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(en))
+	dst = wire.AppendLen(dst, pktInternedData, id)
+	dst = wire.AppendLen(dst, idEventNames, en)
 	dst = wire.AppendVarint(dst, enIID, iid)
-	dst = protowire.AppendTag(dst, enName, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(nameLen))
+	dst = wire.AppendLen(dst, enName, nameLen)
 	dst = append(dst, syntheticNamePrefix...)
 	return append(dst, digits...)
 }
