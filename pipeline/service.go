@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -28,9 +29,9 @@ type Options struct {
 	// goroutine of the last lane to finish, one call at a time, in pass
 	// order.
 	OnPassWritten func(PassInfo)
-	// Logf receives warnings (a data source that failed to stop, a sink
+	// Logger receives warnings (a data source that failed to stop, a sink
 	// error). Nil discards them.
-	Logf func(format string, args ...any)
+	Logger *slog.Logger
 }
 
 // PassInfo describes the output after a read pass was written.
@@ -245,9 +246,7 @@ func (s *Service) buildProducers() error {
 }
 
 func (s *Service) logf(format string, args ...any) {
-	if s.opts.Logf != nil {
-		s.opts.Logf(format, args...)
-	}
+	sinks.Logf(s.opts.Logger, slog.LevelWarn, format, args...)
 }
 
 // Result is what a finished session reports.

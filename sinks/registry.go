@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -103,8 +104,8 @@ type Env struct {
 	SessionUUID [16]byte
 	// Now is the session's start time.
 	Now time.Time
-	// Logf receives the sink's warnings; nil discards them.
-	Logf func(format string, args ...any)
+	// Logger receives the sink's warnings; nil discards them.
+	Logger *slog.Logger
 }
 
 func (e Env) expand(s string) string { return e.expandN(s, 0) }

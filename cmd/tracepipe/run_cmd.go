@@ -43,6 +43,7 @@ func newRunCmd() *cobra.Command {
 	var (
 		path, output string
 		metricsAddr  string
+		logFormat    string
 		duration     time.Duration
 		sets         []string
 	)
@@ -60,6 +61,9 @@ func newRunCmd() *cobra.Command {
 					return usageError{fmt.Errorf("--set %q: want key=value", s)}
 				}
 			}
+			if _, err := newLogger(io.Discard, logFormat, ""); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("duration") {
 				sets = append(sets, "duration="+duration.String())
 			}
@@ -67,7 +71,7 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr)
+			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, logFormat)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
@@ -75,6 +79,7 @@ func newRunCmd() *cobra.Command {
 	c.Flags().DurationVar(&duration, "duration", 0, "session duration, e.g. 30s (overrides the config's duration; 0 = until SIGINT)")
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics while the session runs")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
+	addLogFormatFlag(c, &logFormat)
 	return c
 }
 
@@ -126,7 +131,7 @@ func (r *stopRequests) on(now time.Time) int {
 }
 
 // runSession runs one session with a status line on a terminal.
-func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr string) error {
+func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, logFormat string) error {
 	tty := isTerminal(stderr)
 	stderr = &syncWriter{w: stderr} // sinks log from their own goroutines
 	// Our handler stays installed for the whole session: a disposition
@@ -138,9 +143,15 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	svc, err := pipeline.New(cfg, pipeline.Options{Logf: func(format string, args ...any) {
-		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: warning: "+format+"\n", args...)
-	}})
+	linePrefix := ""
+	if tty {
+		linePrefix = "\r\x1b[K" // clear the status line first
+	}
+	logger, err := newLogger(stderr, logFormat, linePrefix)
+	if err != nil {
+		return err
+	}
+	svc, err := pipeline.New(cfg, pipeline.Options{Logger: logger})
 	if err != nil {
 		return err
 	}

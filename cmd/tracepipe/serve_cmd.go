@@ -39,6 +39,7 @@ type serveFlags struct {
 	tlsCert, tlsKey, tlsClientCA string
 	metricsAddr                  string
 	natsURL, subject, durable    string
+	logFormat                    string
 }
 
 // newServeCmd builds `tracepipe serve`.
@@ -77,6 +78,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "require client certificates signed by this CA (PEM)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
 	addServeNATSFlags(fl, &f)
+	addLogFormatFlag(c, &f.logFormat)
 	_ = c.MarkFlagRequired("out")
 	return c
 }
@@ -87,7 +89,11 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, ready func(addr 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	stderr = &syncWriter{w: stderr} // connections log from their own goroutines
-	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "tracepipe: "+format+"\n", args...) }
+	logger, err := newLogger(stderr, f.logFormat, "")
+	if err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }
 	store, err := remote.OpenStore(f.out, f.merge)
 	if err != nil {
 		return err
@@ -103,7 +109,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, ready func(addr 
 	}()
 	var srv *relay.Server
 	if f.listen != "" {
-		opts := relay.ServerOptions{Store: store, Logf: logf}
+		opts := relay.ServerOptions{Store: store, Logger: logger}
 		if f.tlsCert != "" {
 			if opts.TLS, err = relay.ServerTLS(f.tlsCert, f.tlsKey, f.tlsClientCA); err != nil {
 				return err
@@ -123,7 +129,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, ready func(addr 
 	}
 	var rd *natsink.Reader
 	if f.natsURL != "" {
-		r, cancel, err := serveNATS(ctx, f, store, logf, errc)
+		r, cancel, err := serveNATS(ctx, f, store, logger, logf, errc)
 		if err != nil {
 			return err
 		}

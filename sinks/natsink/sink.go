@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -44,7 +45,7 @@ type Options struct {
 	// CloseTimeout bounds how long Close waits for acknowledgements
 	// (default 5 s).
 	CloseTimeout time.Duration
-	Logf         func(format string, args ...any)
+	Logger       *slog.Logger
 }
 
 // DefaultStream is the stream name a sink creates when none is given.
@@ -161,9 +162,7 @@ func (s *Sink) Close(ctx context.Context) error {
 func (s *Sink) Stats() sinks.SinkStats { return s.out.Stats() }
 
 func (s *Sink) logf(format string, args ...any) {
-	if s.opts.Logf != nil {
-		s.opts.Logf(format, args...)
-	}
+	sinks.Logf(s.opts.Logger, slog.LevelWarn, format, args...)
 }
 
 // ensureStream creates the stream if asked and none listens on the subject.
@@ -182,7 +181,7 @@ func (s *Sink) ensureStream() error {
 		Duplicates: 2 * time.Minute,
 	})
 	if err == nil {
-		s.logf("natsink: created stream %s for %s", s.opts.Stream, s.opts.Subject)
+		sinks.Logf(s.opts.Logger, slog.LevelInfo, "natsink: created stream %s for %s", s.opts.Stream, s.opts.Subject)
 	}
 	return err
 }

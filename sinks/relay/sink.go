@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -31,7 +32,7 @@ type Options struct {
 	// (default 5 s), so that an unreachable receiver delays the end of a
 	// session by at most this much.
 	CloseTimeout time.Duration
-	Logf         func(format string, args ...any)
+	Logger       *slog.Logger
 }
 
 // Defaults of Options.
@@ -108,9 +109,7 @@ func (s *Sink) Identity() remote.Identity { return s.opts.Identity }
 func (s *Sink) QueueDepth() int { return s.out.Depth() }
 
 func (s *Sink) logf(format string, args ...any) {
-	if s.opts.Logf != nil {
-		s.opts.Logf(format, args...)
-	}
+	sinks.Logf(s.opts.Logger, slog.LevelWarn, format, args...)
 }
 
 // Write packs packets into batches; see [remote.Outbox.Write].
