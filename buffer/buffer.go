@@ -37,20 +37,6 @@ type SequenceProperties struct {
 	Client     ClientIdentity
 }
 
-// DataLossReason bits reported in Packet.PreviousPacketDropped
-// (TracePacket.DataLossReason). LossPresent is set with any other bit.
-const (
-	LossPresent               = 1
-	LossReadGap               = 2
-	LossChunkCorrupted        = 4
-	LossOrphanContinuation    = 8
-	LossReassemblyGap         = 16
-	LossReassemblyBrokenChain = 32
-	LossOverwrite             = 64
-	LossWriterAbort           = 128
-	LossSMBFull               = 256 // set by producers, never by the buffer
-)
-
 // pageSize is the granularity buffer sizes are rounded up to.
 const pageSize = 4096
 

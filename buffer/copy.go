@@ -1,5 +1,7 @@
 package buffer
 
+import "github.com/tracepipe/tracepipe/internal/loss"
+
 // CopyChunkUntrusted copies one SMB chunk payload (the bytes after the
 // 8-byte SMB chunk header) into the buffer. producer and client are trusted;
 // everything else comes from the producer and is validated: malformed
@@ -77,7 +79,7 @@ func (b *TraceBuffer) CopyChunkUntrusted(producer uint16, client ClientIdentity,
 
 	if sawDrop {
 		b.stats.TraceWriterPacketLoss++
-		s.addLoss(LossWriterAbort)
+		s.addLoss(loss.WriterAbort)
 	}
 
 	// Stale check: was this chunk already consumed?
@@ -208,7 +210,7 @@ func (b *TraceBuffer) eraseSimple(s *seqState, off, outer int) bool {
 		b.stats.BytesOverwritten += uint64(outer)
 	}
 	if h[hdrAux]&auxHasPacket != 0 {
-		s.addLoss(LossOverwrite)
+		s.addLoss(loss.Overwrite)
 	}
 	b.eraseFront(s)
 	return true
@@ -265,7 +267,7 @@ func (b *TraceBuffer) eraseObserved(s *seqState, off, outer int) bool {
 			b.guard(off, hdrSize)
 			put16(h, hdrAvail, uint16(len(p)-start))
 			if produced {
-				s.addLoss(LossOverwrite)
+				s.addLoss(loss.Overwrite)
 			}
 			return false
 		}
@@ -284,7 +286,7 @@ func (b *TraceBuffer) eraseObserved(s *seqState, off, outer int) bool {
 		b.stats.BytesOverwritten += uint64(outer)
 	}
 	if produced {
-		s.addLoss(LossOverwrite)
+		s.addLoss(loss.Overwrite)
 	}
 	b.eraseFront(s)
 	return true
@@ -361,7 +363,7 @@ func (b *TraceBuffer) deleteNextChunksFor(n int) {
 			}
 		}
 		if produced {
-			s.addLoss(LossOverwrite)
+			s.addLoss(loss.Overwrite)
 		}
 		off += outer
 	}

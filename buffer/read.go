@@ -12,7 +12,7 @@ package buffer
 type Packet struct {
 	Slices [][]byte
 	Seq    SequenceProperties
-	// PreviousPacketDropped is a bitmask of Loss* reasons for data lost on
+	// PreviousPacketDropped is a bitmask of internal/loss reasons for data lost on
 	// this sequence before this packet (0: nothing lost).
 	PreviousPacketDropped uint32
 }

@@ -1,5 +1,7 @@
 package buffer
 
+import "github.com/tracepipe/tracepipe/internal/loss"
+
 // The inner layer of reads and overwrites: a sequence reader walks one
 // sequence's records in chunk-id order, from its first record up to a
 // target record, yielding packets and erasing records it leaves exhausted.
@@ -38,7 +40,7 @@ func (b *TraceBuffer) initReader(r *seqReader) {
 		return // a scraped chunk re-admitted after its eviction
 	}
 	if first != s.last.id+1 {
-		s.addLoss(LossReadGap)
+		s.addLoss(loss.ReadGap)
 	}
 }
 
@@ -91,7 +93,7 @@ func (b *TraceBuffer) nextPacket(r *seqReader, out *[][]byte) bool {
 		}
 		if st != tokOK {
 			if st == tokCorrupt {
-				s.addLoss(LossChunkCorrupted)
+				s.addLoss(loss.ChunkCorrupted)
 			}
 			if flags&flagIncomplete != 0 && !r.erase {
 				s.skipGen = b.gen
@@ -135,10 +137,10 @@ func (b *TraceBuffer) nextPacket(r *seqReader, out *[][]byte) bool {
 			default:
 				b.stats.ReadaheadsFailed++
 				b.consumeFrags(r.erase)
-				s.addLoss(LossOverwrite)
+				s.addLoss(loss.Overwrite)
 			}
 		default: // a continuation without its beginning
-			s.addLoss(LossOrphanContinuation)
+			s.addLoss(loss.OrphanContinuation)
 			b.consume(off, end-start, r.erase)
 		}
 	}
@@ -169,7 +171,7 @@ func (b *TraceBuffer) reassemble(s *seqState, c seqEnt, first fragRef) (int, uin
 			return raNotEnoughData, 0
 		}
 		if e.id != prev+1 {
-			return raDataLoss, LossReassemblyGap
+			return raDataLoss, loss.ReassemblyGap
 		}
 		prev = e.id
 		p := b.payload(off)
@@ -177,7 +179,7 @@ func (b *TraceBuffer) reassemble(s *seqState, c seqEnt, first fragRef) (int, uin
 		data, end, st := nextFragment(p, start)
 		if st != tokOK {
 			if st == tokCorrupt {
-				return raDataLoss, LossChunkCorrupted
+				return raDataLoss, loss.ChunkCorrupted
 			}
 			continue // an empty chunk in the middle of the chain
 		}
@@ -189,7 +191,7 @@ func (b *TraceBuffer) reassemble(s *seqState, c seqEnt, first fragRef) (int, uin
 			b.raFrags = append(b.raFrags, f)
 			return raSuccess, 0
 		default:
-			return raDataLoss, LossReassemblyBrokenChain
+			return raDataLoss, loss.ReassemblyBrokenChain
 		}
 	}
 	return raNotEnoughData, 0

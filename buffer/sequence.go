@@ -1,6 +1,10 @@
 package buffer
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/tracepipe/tracepipe/internal/loss"
+)
 
 // A sequence is the stream of chunks of one (producer, writer) pair.
 
@@ -49,7 +53,7 @@ func (s *seqState) at(i int) seqEnt     { return s.ents[s.head+i] }
 func (s *seqState) front() seqEnt       { return s.ents[s.head] }
 func (s *seqState) back() seqEnt        { return s.ents[len(s.ents)-1] }
 func inverted(a, b seqEnt) bool         { return !idBefore(a.id, b.id) }
-func (s *seqState) addLoss(bits uint32) { s.lossBits |= bits | LossPresent }
+func (s *seqState) addLoss(bits uint32) { s.lossBits |= bits | loss.Present }
 
 // popFront removes the first record.
 func (s *seqState) popFront() {

@@ -140,6 +140,9 @@ type LoadOptions struct {
 	// first file sink, or adds a file sink when there is none (the CLI's
 	// -o). Applied after every override, before validation.
 	Output string
+	// Warn, if set, receives one line per TRACEPIPE_* variable that is not
+	// config (its first part names no top-level key) and was ignored.
+	Warn func(msg string)
 }
 
 // Values of the enumerated string fields.

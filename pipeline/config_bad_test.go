@@ -75,8 +75,10 @@ func TestBadConfigs(t *testing.T) {
 			valErr: true},
 		{name: "perfetto producers name", content: okYAML + "producers: {shm_size_kb: 8}\n",
 			want: "producers.shm_size_kb: unknown key (did you mean smb_size_kb?)", valErr: true},
-		{name: "unknown key from the environment", content: okYAML, env: []string{"TRACEPIPE_DURATON=1s"},
-			want: "duraton: unknown key (did you mean duration?)", valErr: true},
+		{name: "unknown key from the environment", content: okYAML, env: []string{"TRACEPIPE_PRODUCERS__SMB_SIZE_KBB=8"},
+			want: "producers.smb_size_kbb: unknown key (did you mean smb_size_kb?) (set by TRACEPIPE_PRODUCERS__SMB_SIZE_KBB)", valErr: true},
+		{name: "bad value from the environment", content: okYAML, env: []string{"TRACEPIPE_BUFFERS__0__SIZE_KB=abc"},
+			want: `buffers[0].size_kb: want a non-negative integer, got "abc" (set by TRACEPIPE_BUFFERS__0__SIZE_KB)`, valErr: true},
 
 		// Wrong types.
 		{name: "size_kb not a number", content: okYAML, sets: []string{"buffers[0].size_kb=abc"},

@@ -12,7 +12,7 @@ import (
 	"github.com/tracepipe/tracepipe/sinks"
 )
 
-// decoder turns the nested map koanf produced (values as the YAML, TOML or
+// decoder turns the nested map the parser produced (values as the YAML, TOML or
 // JSON parser typed them) into a Config, following the koanf struct tags.
 // It collects one Problem per unknown key or mistyped value and goes on.
 type decoder struct {

@@ -53,7 +53,7 @@ func FuzzLoadConfig(f *testing.F) {
 			}
 		}
 		start := time.Now()
-		c, err := loadBytes(filepath.Join(dir, "fuzz"+ext), data, dir, env, sets, "")
+		c, err := loadBytes(filepath.Join(dir, "fuzz"+ext), data, dir, env, sets, "", nil)
 		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("Load took %v", d)
 		}
@@ -84,7 +84,7 @@ func FuzzLoadConfig(f *testing.F) {
 		if after, _ := c.Dump(); string(after) != string(before) {
 			t.Fatalf("Validate changed a valid config:\n%s\n---\n%s", before, after)
 		}
-		c2, err := loadBytes(filepath.Join(dir, "dump.yaml"), before, dir, nil, nil, "")
+		c2, err := loadBytes(filepath.Join(dir, "dump.yaml"), before, dir, nil, nil, "", nil)
 		if err != nil {
 			t.Fatalf("the dump does not load: %v\n%s", err, before)
 		}

@@ -1,28 +1,22 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/tracepipe/tracepipe/sinks"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 
-	"github.com/knadh/koanf/parsers/json"
-	"github.com/knadh/koanf/parsers/toml/v2"
-	kyaml "github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/confmap"
-	"github.com/knadh/koanf/providers/env/v2"
-	"github.com/knadh/koanf/providers/rawbytes"
-	"github.com/knadh/koanf/v2"
+	"github.com/pelletier/go-toml/v2"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tracepipe/tracepipe/configs"
+	"github.com/tracepipe/tracepipe/sinks"
 )
 
 // EnvPrefix is the prefix of the environment variables that override
@@ -31,9 +25,8 @@ import (
 const EnvPrefix = "TRACEPIPE_"
 
 // maxConfigDepth bounds how deeply maps and lists may nest in a config (a
-// real one needs about 6 levels). Deeper inputs are refused up front: koanf
-// deep-copies the config map with copystructure, whose cost grows with the
-// square of the depth (a 40 KB TOML file of nested arrays took 15 s).
+// real one needs about 6 levels). Deeper inputs are refused up front, so
+// that the recursive decoder and override paths stay bounded.
 const maxConfigDepth = 64
 
 // maxConfigFileSize bounds what Load reads from a config, plugin or program
@@ -65,7 +58,7 @@ func Load(opts LoadOptions) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := loadBytes(name, data, baseDir, opts.Env, opts.Sets, opts.Output)
+	c, err := loadBytes(name, data, baseDir, opts.Env, opts.Sets, opts.Output, opts.Warn)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +75,7 @@ func readConfigSource(path string) (name string, data []byte, baseDir string, er
 		}
 		return configs.Default + " (embedded)", data, "", nil
 	}
-	if _, err := parserFor(path); err != nil {
+	if _, err := configFormat(path); err != nil {
 		return "", nil, "", err
 	}
 	data, err = readFileLimited(path)
@@ -124,33 +117,45 @@ func readFileLimited(path string) ([]byte, error) {
 	return b, nil
 }
 
-// parserFor picks the koanf parser by file extension.
-func parserFor(name string) (koanf.Parser, error) {
-	ext := filepath.Ext(name)
-	switch strings.ToLower(ext) {
+// configFormat returns a config file's format by its extension: "yaml",
+// "toml" or "json".
+func configFormat(name string) (string, error) {
+	switch ext := filepath.Ext(name); strings.ToLower(ext) {
 	case ".yaml", ".yml":
-		return kyaml.Parser(), nil
+		return "yaml", nil
 	case ".toml":
-		return toml.Parser(), nil
+		return "toml", nil
 	case ".json":
-		return json.Parser(), nil
+		return "json", nil
 	case "":
-		return nil, fmt.Errorf("config %s: no file extension; want .yaml, .yml, .toml or .json", name)
+		return "", fmt.Errorf("config %s: no file extension; want .yaml, .yml, .toml or .json", name)
+	default:
+		return "", fmt.Errorf("config %s: unknown extension %q; want .yaml, .yml, .toml or .json", name, ext)
 	}
-	return nil, fmt.Errorf("config %s: unknown extension %q; want .yaml, .yml, .toml or .json", name, ext)
 }
 
-// depthLimited wraps a koanf parser to refuse values nested deeper than
-// maxConfigDepth before koanf copies them.
-type depthLimited struct{ koanf.Parser }
-
-func (p depthLimited) Unmarshal(b []byte) (map[string]any, error) {
-	m, err := p.Parser.Unmarshal(b)
+// parseConfig parses a config file into its raw map by its format. The
+// hand-written decoder (config_decode.go) turns the map into a Config; no
+// library sits between the parser and it. Errors name the file.
+func parseConfig(name string, data []byte) (map[string]any, error) {
+	format, err := configFormat(strings.TrimSuffix(name, " (embedded)"))
 	if err != nil {
 		return nil, err
 	}
+	var m map[string]any
+	switch format {
+	case "yaml":
+		err = yaml.Unmarshal(data, &m)
+	case "toml":
+		err = toml.Unmarshal(data, &m)
+	case "json":
+		err = json.Unmarshal(data, &m)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	if tooDeep(m, 1) {
-		return nil, fmt.Errorf("values nest deeper than %d levels", maxConfigDepth)
+		return nil, fmt.Errorf("%s: values nest deeper than %d levels", name, maxConfigDepth)
 	}
 	return m, nil
 }
@@ -186,30 +191,19 @@ func tooDeep(v any, depth int) bool {
 
 // loadBytes is Load after the file was read: name chooses the parser (by
 // extension) and names the source in errors.
-func loadBytes(name string, data []byte, baseDir string, environ, sets []string, output string) (*Config, error) {
-	parser, err := parserFor(strings.TrimSuffix(name, " (embedded)"))
+func loadBytes(name string, data []byte, baseDir string, environ, sets []string, output string, warn func(string)) (*Config, error) {
+	raw, err := parseConfig(name, data)
 	if err != nil {
 		return nil, err
 	}
-	k := koanf.New(".")
-	if err := k.Load(rawbytes.Provider(data), depthLimited{parser}); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	raw := k.Raw()
 	if len(raw) == 0 {
 		return nil, fmt.Errorf("%s: the file holds no settings", name)
 	}
 
 	var errs []error
 	// Environment, then --set: later writes win.
-	envMap, err := env.Provider("", env.Opt{
-		Prefix:      EnvPrefix,
-		EnvironFunc: func() []string { return environ },
-	}).Read()
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range envOverrides(envMap) {
+	envs := envOverrides(environ, warn)
+	for _, o := range envs {
 		raw, err = applyOverride(raw, o)
 		if err != nil {
 			errs = append(errs, err)
@@ -231,14 +225,10 @@ func loadBytes(name string, data []byte, baseDir string, environ, sets []string,
 		return nil, fmt.Errorf("overrides: values nest deeper than %d levels", maxConfigDepth)
 	}
 
-	// Reload the edited map so that it is normalised like a parsed file.
-	k = koanf.New(".")
-	if err := k.Load(confmap.Provider(raw, ""), nil); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	var d decoder
 	c := &Config{}
-	d.decodeStruct("", k.Raw(), reflect.ValueOf(c).Elem())
+	d.decodeStruct("", raw, reflect.ValueOf(c).Elem())
+	d.problems = attributeEnv(d.problems, envs)
 	c.baseDir = baseDir
 	if output != "" {
 		c.setOutput(output)
@@ -334,26 +324,6 @@ func parseSetKey(key string) ([]pathSeg, error) {
 		}
 	}
 	return segs, nil
-}
-
-// envOverrides turns the TRACEPIPE_* variables into overrides, ordered so
-// that list elements are appended in index order.
-func envOverrides(m map[string]any) []override {
-	var out []override
-	for name, v := range m {
-		s, _ := v.(string)
-		o := override{source: name, value: parseScalar(s)}
-		for part := range strings.SplitSeq(strings.ToLower(strings.TrimPrefix(name, EnvPrefix)), "__") {
-			if n, err := strconv.Atoi(part); err == nil && n >= 0 && part[0] != '+' {
-				o.path = append(o.path, pathSeg{index: n, isIndex: true})
-			} else {
-				o.path = append(o.path, pathSeg{key: part})
-			}
-		}
-		out = append(out, o)
-	}
-	sort.Slice(out, func(i, j int) bool { return lessPath(out[i].path, out[j].path, out[i].source, out[j].source) })
-	return out
 }
 
 func lessPath(a, b []pathSeg, sa, sb string) bool {

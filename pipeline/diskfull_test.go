@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -43,7 +45,7 @@ data_sources:
     config: {writers: 2, packets: 20000, sizes: [300]}
 sinks: [{type: file, path: `+path+`}]
 `)
-	s, err := New(cfg, Options{Logf: t.Logf})
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

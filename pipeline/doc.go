@@ -1,5 +1,5 @@
-// Package pipeline owns a tracing session: its configuration (koanf: YAML,
-// TOML, JSON, TRACEPIPE_ environment overrides and --set flags, validated
+// Package pipeline owns a tracing session: its configuration (YAML,
+// TOML, JSON parsed to maps and decoded by config_decode.go, TRACEPIPE_ environment overrides and --set flags, validated
 // with messages that name the field), the Service that accepts CommitData
 // from producers, copies chunks into the trace buffers, runs the readback
 // loop, stamps trusted fields and feeds sinks, and the timers for flush,

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+
 	_ "github.com/tracepipe/tracepipe/plugins/builtin"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -23,7 +25,7 @@ func TestTwoBuffersEventsOnSessionClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(cfg, Options{Logf: t.Logf})
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

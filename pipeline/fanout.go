@@ -66,14 +66,14 @@ func (s *Service) buildSinks() error {
 	env := sinks.Env{
 		SessionUUID: s.uuidBytes(),
 		Now:         now,
-		Logf:        s.logf,
+		Logger:      s.opts.Logger,
 		Rotatable:   s.cfg.RotatePeriod > 0 || s.opts.Rotatable,
 	}
 	for i, sc := range s.cfg.Sinks {
 		if sc.Name == "" {
 			sc.Name = fmt.Sprintf("sinks[%d]", i)
 		}
-		l, err := sinks.OpenLane(sc, env, sinks.LaneOptions{Logf: s.logf, OnFatal: s.sinkFailed})
+		l, err := sinks.OpenLane(sc, env, sinks.LaneOptions{Logger: s.opts.Logger, OnFatal: s.sinkFailed})
 		if err != nil {
 			s.closeSinks()
 			return fmt.Errorf("sinks[%d]: %w", i, err)
@@ -89,7 +89,7 @@ func (s *Service) wrapSinks(sks []sinks.Sink) {
 	for i, sk := range sks {
 		s.lanes = append(s.lanes, sinks.NewLane(sk, sinks.LaneConfig{
 			Name: fmt.Sprintf("sinks[%d]", i), Destination: fmt.Sprintf("%T", sk), Block: true,
-			LaneOptions: sinks.LaneOptions{Logf: s.logf},
+			LaneOptions: sinks.LaneOptions{Logger: s.opts.Logger},
 		}))
 	}
 }

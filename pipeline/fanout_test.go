@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/sinks"
@@ -98,7 +100,7 @@ sinks:
     queue_capacity: 2
     test.stuck: {}
 `)
-	s, err := New(cfg, Options{Logf: t.Logf})
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

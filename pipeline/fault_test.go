@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -158,7 +160,7 @@ data_sources:
     config: {writers: 2, packets: 300}
 sinks: [{type: file, path: %q}]
 `, duration, flushTimeout, tc.plugin, tc.mode, goodPackets, out))
-			s, err := New(cfg, Options{Logf: t.Logf})
+			s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

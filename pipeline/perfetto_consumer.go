@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -29,7 +30,7 @@ import (
 // (write_into_file) or a bounded in-memory queue that ReadBuffers drains.
 type PerfettoConsumers struct {
 	Producers *PerfettoProducers
-	Logf      func(format string, args ...any)
+	Logger    *slog.Logger // warnings; nil discards them
 
 	mu      sync.Mutex
 	active  int
@@ -54,8 +55,8 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	for _, dc := range cfg.DataSources {
 		if _, builtin := plugins.Lookup(dc.Name); builtin || pc.Producers.has(dc.Name) {
 			kept = append(kept, dc)
-		} else if pc.Logf != nil {
-			pc.Logf("perfetto consumer (pid %d): no producer serves data source %q; the session runs without it", peer.PID, dc.Name)
+		} else {
+			sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): no producer serves data source %q; the session runs without it", peer.PID, dc.Name)
 		}
 	}
 	cfg.DataSources = kept
@@ -76,8 +77,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		cs.mem = &memSink{limit: limit}
 		sink = cs.mem
 	}
-	logf := pc.Logf
-	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logf: logf})
+	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger})
 	if err != nil {
 		_ = sink.Close(context.Background())
 		return nil, err

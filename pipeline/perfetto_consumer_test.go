@@ -114,7 +114,7 @@ func perfettoService(t *testing.T) (prodSock, consSock string, reg *PerfettoProd
 	reg = NewPerfettoProducers()
 	// One host per socket, as traced: each socket's service has id 1.
 	prodHost := ipc.NewHost(ipc.NewProducerPort(reg))
-	consHost := ipc.NewHost(ipc.NewConsumerPort(&PerfettoConsumers{Producers: reg, Logf: t.Logf}))
+	consHost := ipc.NewHost(ipc.NewConsumerPort(&PerfettoConsumers{Producers: reg, Logger: testsupport.Logger(t)}))
 	for _, h := range []*ipc.Host{prodHost, consHost} {
 		h.Logf = t.Logf
 		t.Cleanup(func() { h.Close() })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"net"
 	"os"
 	"path/filepath"
@@ -272,7 +273,7 @@ data_sources:
   - name: test.perfetto_double
 sinks: [{type: file, path: %q}]
 `, out))
-	s, err := New(cfg, Options{Logf: t.Logf, Perfetto: reg})
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t), Perfetto: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ perfetto: {enabled: true}
 data_sources: [{name: test.perfetto_quitter}]
 sinks: [{type: file, path: %q}]
 `, out))
-	s, err := New(cfg, Options{Logf: t.Logf, Perfetto: reg})
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t), Perfetto: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -204,7 +206,7 @@ data_sources:
     buffer_exhausted_policy: stall
     config: {packets: 500, size: 100}
 sinks: [{type: file, path: %q}]
-`, plugin, out)), Options{Logf: t.Logf})
+`, plugin, out)), Options{Logger: testsupport.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"fmt"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/protovm"
@@ -65,33 +67,23 @@ type replacementProbe struct {
 // interned data or on the payload returns Ok for at least one of them.
 func replacementProbes() []replacementProbe {
 	entry := func(b []byte, field protowire.Number, iid uint64, name string) []byte {
-		var e []byte
-		e = protowire.AppendTag(e, 1, protowire.VarintType)
-		e = protowire.AppendVarint(e, iid)
-		e = protowire.AppendTag(e, 2, protowire.BytesType)
-		e = protowire.AppendString(e, name)
-		b = protowire.AppendTag(b, field, protowire.BytesType)
-		return protowire.AppendBytes(b, e)
+		return wire.AppendBytes(b, field, wire.AppendString(wire.AppendVarint(nil, 1, iid), 2, name))
 	}
 	var interned []byte
 	interned = entry(interned, 1, 1, "cat")  // event_categories
 	interned = entry(interned, 2, 1, "name") // event_names
 	interned = entry(interned, 3, 1, "arg")  // debug_annotation_names
 	interned = entry(interned, 4, 1, "file") // source_locations
-	var defaults []byte
-	defaults = protowire.AppendTag(defaults, 58, protowire.VarintType) // timestamp_clock_id
-	defaults = protowire.AppendVarint(defaults, 6)
+	defaults := wire.AppendVarint(nil, tracefile.FieldTimestampClockID, 6)
 	msg := func(fields ...any) []byte {
 		var b []byte
 		for i := 0; i < len(fields); i += 2 {
 			num := protowire.Number(fields[i].(int))
 			switch v := fields[i+1].(type) {
 			case int:
-				b = protowire.AppendTag(b, num, protowire.VarintType)
-				b = protowire.AppendVarint(b, uint64(v))
+				b = wire.AppendVarint(b, num, uint64(v))
 			case []byte:
-				b = protowire.AppendTag(b, num, protowire.BytesType)
-				b = protowire.AppendBytes(b, v)
+				b = wire.AppendBytes(b, num, v)
 			}
 		}
 		return b

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"slices"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
@@ -188,36 +190,22 @@ type packetScan struct {
 // one may not have been).
 func scanPacket(b []byte, prog *restoreProgram) packetScan {
 	sc := packetScan{relevant: prog == nil || !prog.filtered}
-	for off := 0; off < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 {
-			break
-		}
-		off += n
-		if !sc.relevant && slices.Contains(prog.fields, uint32(num)) {
+	for it := wire.Fields(b); it.Next(); {
+		f := it.Field()
+		if !sc.relevant && slices.Contains(prog.fields, uint32(f.Num)) {
 			sc.relevant = true
 		}
-		if typ == protowire.VarintType {
-			v, m := protowire.ConsumeVarint(b[off:])
-			if m < 0 {
-				break
-			}
-			off += m
-			switch num {
-			case tracefile.FieldSequenceFlags:
-				sc.cleared = v&tracefile.SeqIncrementalStateCleared != 0
-			case tracefile.FieldIncrementalStateClear:
-				sc.cleared = v != 0
-			case tracefile.FieldPreviousPacketDropped:
-				sc.loss = uint32(v)
-			}
+		if f.Type != protowire.VarintType {
 			continue
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[off:])
-		if m < 0 {
-			break
+		switch v := f.Varint; f.Num {
+		case tracefile.FieldSequenceFlags:
+			sc.cleared = v&tracefile.SeqIncrementalStateCleared != 0
+		case tracefile.FieldIncrementalStateClear:
+			sc.cleared = v != 0
+		case tracefile.FieldPreviousPacketDropped:
+			sc.loss = uint32(v)
 		}
-		off += m
 	}
 	return sc
 }
@@ -243,8 +231,7 @@ func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefi
 		start = len(b.data)
 		b.data = append(b.data, r.survivor...)
 		if sc.loss != 0 {
-			b.data = protowire.AppendTag(b.data, tracefile.FieldPreviousPacketDropped, protowire.VarintType)
-			b.data = protowire.AppendVarint(b.data, 0)
+			b.data = wire.AppendVarint(b.data, tracefile.FieldPreviousPacketDropped, 0)
 		}
 		pkt = b.data[start:]
 		if cap(r.survivor) > maxRetainedRestoreScratch {
@@ -290,8 +277,7 @@ func (r *restoreSet) appendRestore(b *batch, q *restoreSeq, survivor []byte, tr 
 			if info.HasTimestamp {
 				b.data = tracefile.AppendTimestamp(b.data, info.Timestamp)
 				if info.TimestampClockID != 0 {
-					b.data = protowire.AppendTag(b.data, tracefile.FieldTimestampClockID, protowire.VarintType)
-					b.data = protowire.AppendVarint(b.data, uint64(info.TimestampClockID))
+					b.data = wire.AppendVarint(b.data, tracefile.FieldTimestampClockID, uint64(info.TimestampClockID))
 				}
 			} else if want {
 				b.data = b.data[:start] // a TrackEvent without timestamp would be dropped
@@ -311,16 +297,8 @@ func (r *restoreSet) appendRestore(b *batch, q *restoreSeq, survivor []byte, tr 
 // walkTopLevel calls fn with each well-formed top-level field of msg
 // (tag included), stopping at the first malformed one.
 func walkTopLevel(msg []byte, fn func(num protowire.Number, field []byte)) {
-	for off := 0; off < len(msg); {
-		num, typ, n := protowire.ConsumeTag(msg[off:])
-		if n < 0 {
-			return
-		}
-		m := protowire.ConsumeFieldValue(num, typ, msg[off+n:])
-		if m < 0 {
-			return
-		}
-		fn(num, msg[off:off+n+m])
-		off += n + m
+	for it := wire.Fields(msg); it.Next(); {
+		f := it.Field()
+		fn(f.Num, f.Raw(msg))
 	}
 }

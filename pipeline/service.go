@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -29,9 +30,9 @@ type Options struct {
 	// goroutine of the last lane to finish, one call at a time, in pass
 	// order.
 	OnPassWritten func(PassInfo)
-	// Logf receives warnings (a data source that failed to stop, a sink
+	// Logger receives warnings (a data source that failed to stop, a sink
 	// error). Nil discards them.
-	Logf func(format string, args ...any)
+	Logger *slog.Logger
 	// SnapshotSink, if set, opens one more destination for each clone
 	// snapshot (n: its number, trigger: its trigger's name), besides the
 	// files next to the file sinks (snapshot.go). For embedding and tests.
@@ -288,9 +289,7 @@ func (s *Service) buildProducer(i int, id uint16) (*producer, error) {
 }
 
 func (s *Service) logf(format string, args ...any) {
-	if s.opts.Logf != nil {
-		s.opts.Logf(format, args...)
-	}
+	sinks.Logf(s.opts.Logger, slog.LevelWarn, format, args...)
 }
 
 // Result is what a finished session reports.

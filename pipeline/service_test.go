@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/plugins/builtin"
@@ -87,7 +89,7 @@ func lastStats(t *testing.T, pkts []tracePacket) tracefile.TraceStats {
 
 func runSession(t *testing.T, cfg *Config) *Result {
 	t.Helper()
-	s, err := New(cfg, Options{Logf: t.Logf})
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

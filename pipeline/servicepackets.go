@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -150,31 +149,22 @@ func (s *Service) appendEvents(b *batch) {
 }
 
 // appendSystemInfo appends a system_info (45) field: utsname, service
-// version, page size and CPU count.
+// version, page size and CPU count (tracefile owns the encoding).
 func appendSystemInfo(dst []byte) []byte {
-	var si []byte
+	si := tracefile.SystemInfo{
+		ServiceVersion: "tracepipe",
+		PageSize:       uint64(unix.Getpagesize()),
+		NumCPUs:        uint64(runtime.NumCPU()),
+	}
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
-		var un []byte
-		un = protowire.AppendTag(un, 1, protowire.BytesType)
-		un = protowire.AppendString(un, unix.ByteSliceToString(u.Sysname[:]))
-		un = protowire.AppendTag(un, 2, protowire.BytesType)
-		un = protowire.AppendString(un, unix.ByteSliceToString(u.Version[:]))
-		un = protowire.AppendTag(un, 3, protowire.BytesType)
-		un = protowire.AppendString(un, unix.ByteSliceToString(u.Release[:]))
-		un = protowire.AppendTag(un, 4, protowire.BytesType)
-		un = protowire.AppendString(un, unix.ByteSliceToString(u.Machine[:]))
-		si = protowire.AppendTag(si, 1, protowire.BytesType)
-		si = protowire.AppendBytes(si, un)
+		si.HasUname = true
+		si.Sysname = unix.ByteSliceToString(u.Sysname[:])
+		si.Version = unix.ByteSliceToString(u.Version[:])
+		si.Release = unix.ByteSliceToString(u.Release[:])
+		si.Machine = unix.ByteSliceToString(u.Machine[:])
 	}
-	si = protowire.AppendTag(si, 4, protowire.BytesType)
-	si = protowire.AppendString(si, "tracepipe")
-	si = protowire.AppendTag(si, 6, protowire.VarintType)
-	si = protowire.AppendVarint(si, uint64(unix.Getpagesize()))
-	si = protowire.AppendTag(si, 8, protowire.VarintType)
-	si = protowire.AppendVarint(si, uint64(runtime.NumCPU()))
-	dst = protowire.AppendTag(dst, tracefile.FieldSystemInfo, protowire.BytesType)
-	return protowire.AppendBytes(dst, si)
+	return tracefile.AppendSystemInfo(dst, &si)
 }
 
 // traceStats assembles the TraceStats packet content: every buffer's

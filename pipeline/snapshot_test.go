@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -66,7 +67,7 @@ func TestSnapshotsOfWrappedRingStandAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(cfg, Options{Logf: t.Logf})
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func snapshotSession(t *testing.T, sets ...string) (s *Service, dir string, stop
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err = New(cfg, Options{Logf: t.Logf})
+	s, err = New(cfg, Options{Logger: testsupport.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +337,7 @@ sinks: [{type: file, path: %q}]
 `, filepath.Join(t.TempDir(), "live.pftrace")))
 	var got []*memorySink
 	var mu sync.Mutex
-	s, err := New(cfg, Options{Logf: t.Logf, SnapshotSink: func(n int, trigger string) (sinks.Sink, error) {
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t), SnapshotSink: func(n int, trigger string) (sinks.Sink, error) {
 		m := &memorySink{}
 		mu.Lock()
 		got = append(got, m)

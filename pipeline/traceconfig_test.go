@@ -10,6 +10,30 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
+// Perfetto's TraceConfig field numbers (reference/service.md §9), written
+// out here so that the test checks tracefile's encoder against the
+// reference rather than against itself.
+const (
+	tcBuffers                = 1
+	tcDataSources            = 2
+	tcDurationMs             = 3
+	tcProducers              = 6
+	tcWriteIntoFile          = 8
+	tcFileWritePeriodMs      = 9
+	tcFlushPeriodMs          = 13
+	tcFlushTimeoutMs         = 14
+	tcIncrementalStateConfig = 21
+
+	bufSizeKB, bufFillPolicy, bufName = 1, 4, 7
+	dsConfig                          = 1
+	dscName, dscTargetBuffer          = 1, 2
+	dscBufferExhausted                = 9
+	isClearPeriodMs                   = 1
+	prodShmSizeKB, prodPageSizeKB     = 2, 3
+	fillRingBuffer, fillDiscard       = 1, 2
+	exhaustedStall                    = 3
+)
+
 // The session config is echoed once, as trace_config with Perfetto's
 // TraceConfig field numbers, in the first read pass.
 func TestTraceConfigEcho(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ data_sources:
 sinks: [{type: file, path: %q}]
 %s
 `, out, tc), extra...)
-	s, err := New(cfg, Options{Logf: t.Logf, TriggerSeed: 7})
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t), TriggerSeed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,7 @@
 package plugins
 
 import (
-	"fmt"
-	"sort"
-	"sync"
-
+	"github.com/tracepipe/tracepipe/internal/registry"
 	"github.com/tracepipe/tracepipe/smb"
 )
 
@@ -51,41 +48,17 @@ type DataSource interface {
 // (the map under data_sources[i].config, possibly nil).
 type Factory func(config map[string]any) (DataSource, error)
 
-var (
-	registryMu sync.RWMutex
-	registry   = map[string]Factory{}
-)
+var factories = registry.New[Factory]("plugins: data source")
 
 // Register makes a data source available by name. It panics on a duplicate
 // name, which is a programming error caught at init time.
-func Register(name string, f Factory) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if _, dup := registry[name]; dup {
-		panic(fmt.Sprintf("plugins: data source %q registered twice", name))
-	}
-	registry[name] = f
-}
+func Register(name string, f Factory) { factories.Register(name, f) }
 
 // Lookup returns the factory registered under name.
-func Lookup(name string) (Factory, bool) {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	f, ok := registry[name]
-	return f, ok
-}
+func Lookup(name string) (Factory, bool) { return factories.Lookup(name) }
 
 // Names lists the registered data sources, sorted.
-func Names() []string {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func Names() []string { return factories.Names() }
 
 // Finite is implemented by data sources that can end on their own (a
 // synthetic source with max_packets, a replay of a file). Done is closed

@@ -1,6 +1,8 @@
 package protovm
 
-import "google.golang.org/protobuf/encoding/protowire"
+import (
+	"github.com/tracepipe/tracepipe/internal/wire"
+)
 
 // Marshal encodes the program as VmProgram bytes: fields in field-number
 // order; an optional field is written when its Has flag is set or its value
@@ -8,19 +10,12 @@ import "google.golang.org/protobuf/encoding/protowire"
 func (p *Program) Marshal() []byte {
 	var b []byte
 	if p.HasVersion || p.Version != 0 {
-		b = protowire.AppendTag(b, 1, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(p.Version))
+		b = wire.AppendVarint(b, 1, uint64(p.Version))
 	}
 	for i := range p.Instructions {
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, p.Instructions[i].marshal(nil))
+		b = wire.AppendBytes(b, 2, p.Instructions[i].marshal(nil))
 	}
 	return b
-}
-
-func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, v)
 }
 
 func appendBool(v bool) uint64 {
@@ -38,54 +33,47 @@ func (ins *Instruction) marshal(b []byte) []byte {
 	if s := ins.Select; s != nil {
 		var sb []byte
 		if s.HasCursor || s.Cursor != 0 {
-			sb = appendVarintField(sb, 1, enumVarint(s.Cursor))
+			sb = wire.AppendVarint(sb, 1, enumVarint(s.Cursor))
 		}
 		for i := range s.Path {
-			sb = protowire.AppendTag(sb, 2, protowire.BytesType)
-			sb = protowire.AppendBytes(sb, s.Path[i].marshal())
+			sb = wire.AppendBytes(sb, 2, s.Path[i].marshal())
 		}
 		if s.HasCreateIfNotExist || s.CreateIfNotExist {
-			sb = appendVarintField(sb, 3, appendBool(s.CreateIfNotExist))
+			sb = wire.AppendVarint(sb, 3, appendBool(s.CreateIfNotExist))
 		}
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendBytes(b, sb)
+		b = wire.AppendBytes(b, 1, sb)
 	}
 	if r := ins.RegLoad; r != nil {
 		var rb []byte
 		if r.HasCursor || r.Cursor != 0 {
-			rb = appendVarintField(rb, 1, enumVarint(r.Cursor))
+			rb = wire.AppendVarint(rb, 1, enumVarint(r.Cursor))
 		}
 		if r.HasDstRegister || r.DstRegister != 0 {
-			rb = appendVarintField(rb, 2, uint64(r.DstRegister))
+			rb = wire.AppendVarint(rb, 2, uint64(r.DstRegister))
 		}
-		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, rb)
+		b = wire.AppendBytes(b, 2, rb)
 	}
 	if m := ins.Merge; m != nil {
 		var mb []byte
 		if m.HasSkipSubmessages || m.SkipSubmessages {
-			mb = appendVarintField(mb, 1, appendBool(m.SkipSubmessages))
+			mb = wire.AppendVarint(mb, 1, appendBool(m.SkipSubmessages))
 		}
 		if m.HasDelIfSrcEmpty || m.DelIfSrcEmpty {
-			mb = appendVarintField(mb, 2, appendBool(m.DelIfSrcEmpty))
+			mb = wire.AppendVarint(mb, 2, appendBool(m.DelIfSrcEmpty))
 		}
-		b = protowire.AppendTag(b, 3, protowire.BytesType)
-		b = protowire.AppendBytes(b, mb)
+		b = wire.AppendBytes(b, 3, mb)
 	}
 	if ins.Set {
-		b = protowire.AppendTag(b, 4, protowire.BytesType)
-		b = protowire.AppendBytes(b, nil)
+		b = wire.AppendBytes(b, 4, nil)
 	}
 	if ins.Del {
-		b = protowire.AppendTag(b, 5, protowire.BytesType)
-		b = protowire.AppendBytes(b, nil)
+		b = wire.AppendBytes(b, 5, nil)
 	}
 	if ins.HasAbortLevel || ins.AbortLevel != 0 {
-		b = appendVarintField(b, 6, enumVarint(ins.AbortLevel))
+		b = wire.AppendVarint(b, 6, enumVarint(ins.AbortLevel))
 	}
 	for i := range ins.Nested {
-		b = protowire.AppendTag(b, 7, protowire.BytesType)
-		b = protowire.AppendBytes(b, ins.Nested[i].marshal(nil))
+		b = wire.AppendBytes(b, 7, ins.Nested[i].marshal(nil))
 	}
 	return b
 }
@@ -93,22 +81,22 @@ func (ins *Instruction) marshal(b []byte) []byte {
 func (c *PathComponent) marshal() []byte {
 	var b []byte
 	if c.HasFieldID || c.FieldID != 0 {
-		b = appendVarintField(b, 1, uint64(c.FieldID))
+		b = wire.AppendVarint(b, 1, uint64(c.FieldID))
 	}
 	if c.HasArrayIndex || c.ArrayIndex != 0 {
-		b = appendVarintField(b, 2, uint64(c.ArrayIndex))
+		b = wire.AppendVarint(b, 2, uint64(c.ArrayIndex))
 	}
 	if c.HasMapKeyFieldID || c.MapKeyFieldID != 0 {
-		b = appendVarintField(b, 3, uint64(c.MapKeyFieldID))
+		b = wire.AppendVarint(b, 3, uint64(c.MapKeyFieldID))
 	}
 	if c.HasIsRepeated || c.IsRepeated {
-		b = appendVarintField(b, 5, appendBool(c.IsRepeated))
+		b = wire.AppendVarint(b, 5, appendBool(c.IsRepeated))
 	}
 	if c.HasRegisterToMatch || c.RegisterToMatch != 0 {
-		b = appendVarintField(b, 6, uint64(c.RegisterToMatch))
+		b = wire.AppendVarint(b, 6, uint64(c.RegisterToMatch))
 	}
 	if c.HasStoreForeachIdx || c.StoreForeachIdxInto != 0 {
-		b = appendVarintField(b, 7, uint64(c.StoreForeachIdxInto))
+		b = wire.AppendVarint(b, 7, uint64(c.StoreForeachIdxInto))
 	}
 	return b
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -292,20 +294,14 @@ func (s *Instances) AppendProtoVMsField(dst []byte) []byte {
 		n := in.size()
 		body += protowire.SizeTag(protoVmsInstanceField) + protowire.SizeBytes(n)
 	}
-	dst = protowire.AppendTag(dst, tracePacketProtoVmsField, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(body))
+	dst = wire.AppendLen(dst, tracePacketProtoVmsField, body)
 	for _, in := range s.list {
-		dst = protowire.AppendTag(dst, protoVmsInstanceField, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(in.size()))
-		dst = protowire.AppendTag(dst, instanceProgramField, protowire.BytesType)
-		dst = protowire.AppendBytes(dst, in.vm.Program())
-		dst = protowire.AppendTag(dst, instanceStateField, protowire.BytesType)
-		dst = protowire.AppendBytes(dst, states[in.stateOff:in.stateOff+in.stateLen])
-		dst = protowire.AppendTag(dst, instanceMemoryLimitField, protowire.VarintType)
-		dst = protowire.AppendVarint(dst, uint64(in.memoryLimitKB))
+		dst = wire.AppendLen(dst, protoVmsInstanceField, in.size())
+		dst = wire.AppendBytes(dst, instanceProgramField, in.vm.Program())
+		dst = wire.AppendBytes(dst, instanceStateField, states[in.stateOff:in.stateOff+in.stateLen])
+		dst = wire.AppendVarint(dst, instanceMemoryLimitField, uint64(in.memoryLimitKB))
 		for _, p := range in.producers {
-			dst = protowire.AppendTag(dst, instanceProducerIDField, protowire.VarintType)
-			dst = protowire.AppendVarint(dst, uint64(int64(p))) // int32: sign-extended
+			dst = wire.AppendInt32(dst, instanceProducerIDField, p)
 		}
 	}
 	if cap(states) <= maxRetainedScratch {

@@ -3,6 +3,8 @@ package protovm
 import (
 	"fmt"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -154,38 +156,22 @@ func ParseProgram(b []byte) (*Program, error) {
 // walk iterates the fields of b (located at base in the whole program),
 // calling fn with the value: v for length-delimited, u for scalars.
 func walk(b []byte, base int, msg string, fn func(num protowire.Number, typ protowire.Type, v []byte, u uint64, off int) error) error {
-	for pos := 0; pos < len(b); {
-		off := base + pos
-		num, typ, n := protowire.ConsumeTag(b[pos:])
-		if n < 0 {
-			return &ProgramError{off, msg, "bad tag: " + protowire.ParseError(n).Error()}
+	it := wire.Fields(b)
+	for it.Next() {
+		f := it.Field()
+		vOff := base + f.Off
+		if f.Type == protowire.BytesType {
+			vOff = base + f.ValOff
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[pos+n:])
-		if m < 0 {
-			return &ProgramError{off, fmt.Sprintf("%s field %d", msg, num), "bad value: " + protowire.ParseError(m).Error()}
-		}
-		val := b[pos+n : pos+n+m]
-		var v []byte
-		var u uint64
-		switch typ {
-		case protowire.BytesType:
-			v, _ = protowire.ConsumeBytes(val)
-		case protowire.VarintType:
-			u, _ = protowire.ConsumeVarint(val)
-		case protowire.Fixed32Type:
-			x, _ := protowire.ConsumeFixed32(val)
-			u = uint64(x)
-		case protowire.Fixed64Type:
-			u, _ = protowire.ConsumeFixed64(val)
-		}
-		vOff := off + n + (m - len(v))
-		if typ != protowire.BytesType {
-			vOff = off
-		}
-		if err := fn(num, typ, v, u, vOff); err != nil {
+		if err := fn(f.Num, f.Type, f.Bytes, f.Varint, vOff); err != nil {
 			return err
 		}
-		pos += n + m
+	}
+	if we := it.Malformed(); we != nil {
+		if we.Num == 0 {
+			return &ProgramError{base + we.Off, msg, "bad tag: " + we.Err.Error()}
+		}
+		return &ProgramError{base + we.Off, fmt.Sprintf("%s field %d", msg, we.Num), "bad value: " + we.Err.Error()}
 	}
 	return nil
 }

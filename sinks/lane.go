@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,7 +82,7 @@ type Lane struct {
 	filterDrop bool
 	block      bool
 	stopOnErr  bool
-	logf       func(string, ...any)
+	log        *slog.Logger
 	onFatal    func(*Lane, error)
 
 	q       chan *Item
@@ -106,9 +107,9 @@ type Lane struct {
 
 // LaneOptions are the session hooks of a lane.
 type LaneOptions struct {
-	// Logf receives the lane's warnings (rate-limited: the first error at
-	// once, then at most one line per 10 s with the count in between).
-	Logf func(format string, args ...any)
+	// Logger receives the lane's warnings (rate-limited: the first error
+	// at once, then at most one line per 10 s with the count in between).
+	Logger *slog.Logger
 	// OnFatal is called once, on the lane's goroutine, when the sink fails
 	// and its on_error policy is stop.
 	OnFatal func(l *Lane, err error)
@@ -119,7 +120,7 @@ const errorLogPeriod = 10 * time.Second
 
 // Open builds the sink cfg describes and runs it in a lane.
 func Open(cfg Config, env Env) (*Lane, error) {
-	return OpenLane(cfg, env, LaneOptions{Logf: env.Logf})
+	return OpenLane(cfg, env, LaneOptions{Logger: env.Logger})
 }
 
 // OpenLane builds the sink cfg describes (Config.Build, then
@@ -173,7 +174,7 @@ func NewLane(sink Sink, c LaneConfig) *Lane {
 	}
 	l := &Lane{
 		name: c.Name, dest: c.Destination, sink: sink, filter: c.Filter, filterDrop: c.FilterDrop,
-		block: c.Block, stopOnErr: c.StopOnError, logf: c.Logf, onFatal: c.OnFatal,
+		block: c.Block, stopOnErr: c.StopOnError, log: c.Logger, onFatal: c.OnFatal,
 		q:       make(chan *Item, c.Capacity),
 		abandon: make(chan struct{}),
 		done:    make(chan struct{}),
@@ -398,11 +399,11 @@ func (l *Lane) noteErr(err error) {
 		l.fatalSent = true
 	}
 	l.mu.Unlock()
-	if logIt && l.logf != nil {
+	if logIt {
 		if quiet > 0 {
-			l.logf("sink %s: %v (%d more errors since the last message)", l.name, err, quiet)
+			Logf(l.log, slog.LevelWarn, "sink %s: %v (%d more errors since the last message)", l.name, err, quiet)
 		} else {
-			l.logf("sink %s: %v", l.name, err)
+			Logf(l.log, slog.LevelWarn, "sink %s: %v", l.name, err)
 		}
 	}
 	if fatal && l.onFatal != nil {

@@ -3,12 +3,14 @@ package sinks
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -220,14 +222,10 @@ func (failSink) Write(context.Context, [][]byte) error { return errors.New("EIO 
 // sink; on_error: stop calls OnFatal exactly once.
 func TestLaneErrorsRateLimitedAndFatalOnce(t *testing.T) {
 	var mu sync.Mutex
-	var logs []string
+	var msgs testsupport.Messages
 	fatal := 0
 	l := NewLane(failSink{}, LaneConfig{Name: "disk", Block: true, StopOnError: true, LaneOptions: LaneOptions{
-		Logf: func(f string, a ...any) {
-			mu.Lock()
-			logs = append(logs, fmt.Sprintf(f, a...))
-			mu.Unlock()
-		},
+		Logger:  slog.New(&msgs),
 		OnFatal: func(*Lane, error) { mu.Lock(); fatal++; mu.Unlock() },
 	}})
 	for i := range 100 {
@@ -238,7 +236,7 @@ func TestLaneErrorsRateLimitedAndFatalOnce(t *testing.T) {
 	_ = l.Close(ctx)
 	mu.Lock()
 	defer mu.Unlock()
-	if len(logs) != 1 || !strings.Contains(logs[0], "sink disk: EIO on purpose") {
+	if logs := msgs.All(); len(logs) != 1 || !strings.Contains(logs[0], "sink disk: EIO on purpose") {
 		t.Errorf("logs %q; want one line naming the sink", logs)
 	}
 	if fatal != 1 {

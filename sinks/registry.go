@@ -2,12 +2,14 @@ package sinks
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/registry"
 )
 
 // FieldError is one problem with a sink's configuration: the key path,
@@ -102,8 +104,8 @@ type Env struct {
 	SessionUUID [16]byte
 	// Now is the session's start time.
 	Now time.Time
-	// Logf receives the sink's warnings; nil discards them.
-	Logf func(format string, args ...any)
+	// Logger receives the sink's warnings; nil discards them.
+	Logger *slog.Logger
 	// Rotatable asks file sinks to be able to rotate on demand
 	// (FileSink.Rotate: rotate_period, `tracepipe rotate`).
 	Rotatable bool
@@ -136,10 +138,7 @@ func ExpandName(name string, now time.Time, n int) string {
 	return strings.NewReplacer("{timestamp}", ts, "{pid}", strconv.Itoa(os.Getpid())).Replace(name)
 }
 
-var (
-	registryMu sync.RWMutex
-	registry   = map[string]Factory{}
-)
+var factories = registry.New[Factory]("sinks: sink type")
 
 // Register makes a sink type available as `type: name` with its section
 // `sinks[i].<name>: {...}`. It panics on an empty name, a nil factory, a
@@ -152,30 +151,11 @@ func Register(name string, f Factory) {
 	if slices.Contains(commonKeys, name) {
 		panic(fmt.Sprintf("sinks: Register(%q): the name is a common sink key", name))
 	}
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if _, dup := registry[name]; dup {
-		panic(fmt.Sprintf("sinks: sink type %q registered twice", name))
-	}
-	registry[name] = f
+	factories.Register(name, f)
 }
 
 // Lookup returns the factory of a registered sink type.
-func Lookup(name string) (Factory, bool) {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	f, ok := registry[name]
-	return f, ok
-}
+func Lookup(name string) (Factory, bool) { return factories.Lookup(name) }
 
 // Types lists the registered sink types, sorted.
-func Types() []string {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	out := make([]string, 0, len(registry))
-	for k := range registry {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func Types() []string { return factories.Names() }

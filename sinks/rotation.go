@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"github.com/tracepipe/tracepipe/internal/wire"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -73,24 +74,13 @@ func (r *restoreState) observe(p []byte) {
 		track                    []byte
 	)
 	var interned [4][]byte
-	for b := p; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return
-		}
-		val := b[n : n+m]
-		b = b[n+m:]
+	it := wire.Fields(p)
+	for it.Next() {
+		f := it.Field()
+		num, body := f.Num, f.Bytes
 		var v uint64
-		var body []byte
-		switch typ {
-		case protowire.VarintType:
-			v, _ = protowire.ConsumeVarint(val)
-		case protowire.BytesType:
-			body, _ = protowire.ConsumeBytes(val)
+		if f.Type == protowire.VarintType {
+			v = f.Varint
 		}
 		switch num {
 		case tracefile.FieldTrustedSequenceID:
@@ -120,6 +110,9 @@ func (r *restoreState) observe(p []byte) {
 				track = body
 			}
 		}
+	}
+	if it.Malformed() != nil {
+		return
 	}
 	if seq == ServiceSequenceID {
 		r.uid = int32(uid)
@@ -185,19 +178,14 @@ func (r *restoreState) observe(p []byte) {
 // the packet's loss fields and sequence flags (see below).
 func (r *restoreState) observeTrack(p, desc []byte) {
 	var uuid uint64
-	for b := desc; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return
+	it := wire.Fields(desc)
+	for it.Next() {
+		if f := it.Field(); f.Num == 1 && f.Type == protowire.VarintType {
+			uuid = f.Varint
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return
-		}
-		if num == 1 && typ == protowire.VarintType {
-			uuid, _ = protowire.ConsumeVarint(b[n:])
-		}
-		b = b[n+m:]
+	}
+	if it.Malformed() != nil {
+		return
 	}
 	old, had := r.tracks[uuid]
 	if r.bytes-len(old)+len(p) > MaxRestoreBytes {
@@ -208,19 +196,17 @@ func (r *restoreState) observeTrack(p, desc []byte) {
 		r.trackOrd = append(r.trackOrd, uuid)
 	}
 	cp := old[:0]
-	for b := p; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		switch num {
+	for it := wire.Fields(p); it.Next(); {
+		f := it.Field()
+		switch f.Num {
 		case tracefile.FieldPreviousPacketDropped, tracefile.FieldFirstPacketOnSequence,
 			tracefile.FieldSequenceFlags, tracefile.FieldIncrementalStateClear:
 			// A copy must neither invalidate its sequence (loss), nor clear
 			// the state its restore packet just set (CLEARED), nor depend on
 			// it (NEEDS): a descriptor needs no incremental state.
 		default:
-			cp = append(cp, b[:n+m]...)
+			cp = append(cp, f.Raw(p)...)
 		}
-		b = b[n+m:]
 	}
 	r.bytes += len(cp) - len(old)
 	r.tracks[uuid] = cp
@@ -246,12 +232,10 @@ func (r *restoreState) appendPreamble(scratch []byte, emit func([]byte)) []byte 
 		}
 		st := r.state[:0]
 		if len(f.interned) > 0 {
-			st = protowire.AppendTag(st, tracefile.FieldInternedData, protowire.BytesType)
-			st = protowire.AppendBytes(st, f.interned)
+			st = wire.AppendBytes(st, tracefile.FieldInternedData, f.interned)
 		}
 		if len(f.defaults) > 0 {
-			st = protowire.AppendTag(st, tracefile.FieldTracePacketDefaults, protowire.BytesType)
-			st = protowire.AppendBytes(st, f.defaults)
+			st = wire.AppendBytes(st, tracefile.FieldTracePacketDefaults, f.defaults)
 		}
 		r.state = st
 		scratch = tracefile.AppendRestorePacket(scratch[:0], st, f.trusted)

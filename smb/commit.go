@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -133,47 +135,37 @@ func (c *ChunkToPatch) size() int {
 func (c *CommitData) AppendMarshal(dst []byte) []byte {
 	for i := range c.ChunksToMove {
 		m := &c.ChunksToMove[i]
-		dst = protowire.AppendTag(dst, fieldChunksToMove, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(m.size()))
-		dst = appendVarintField(dst, fieldMovePage, uint64(m.Page))
-		dst = appendVarintField(dst, fieldMoveChunk, uint64(m.Chunk))
-		dst = appendVarintField(dst, fieldMoveTarget, uint64(m.TargetBuffer))
+		dst = wire.AppendLen(dst, fieldChunksToMove, m.size())
+		dst = wire.AppendVarint(dst, fieldMovePage, uint64(m.Page))
+		dst = wire.AppendVarint(dst, fieldMoveChunk, uint64(m.Chunk))
+		dst = wire.AppendVarint(dst, fieldMoveTarget, uint64(m.TargetBuffer))
 		if m.Data != nil {
-			dst = protowire.AppendTag(dst, fieldMoveData, protowire.BytesType)
-			dst = protowire.AppendBytes(dst, m.Data)
+			dst = wire.AppendBytes(dst, fieldMoveData, m.Data)
 		}
 		if m.ChunkIncomplete {
-			dst = appendVarintField(dst, fieldMoveIncomplete, 1)
+			dst = wire.AppendVarint(dst, fieldMoveIncomplete, 1)
 		}
 	}
 	for i := range c.ChunksToPatch {
 		p := &c.ChunksToPatch[i]
-		dst = protowire.AppendTag(dst, fieldChunksToPatch, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(p.size()))
-		dst = appendVarintField(dst, fieldPatchTarget, uint64(p.TargetBuffer))
-		dst = appendVarintField(dst, fieldPatchWriter, uint64(p.WriterID))
-		dst = appendVarintField(dst, fieldPatchChunkID, uint64(p.ChunkID))
+		dst = wire.AppendLen(dst, fieldChunksToPatch, p.size())
+		dst = wire.AppendVarint(dst, fieldPatchTarget, uint64(p.TargetBuffer))
+		dst = wire.AppendVarint(dst, fieldPatchWriter, uint64(p.WriterID))
+		dst = wire.AppendVarint(dst, fieldPatchChunkID, uint64(p.ChunkID))
 		for j := range p.Patches {
 			pp := &p.Patches[j]
-			dst = protowire.AppendTag(dst, fieldPatchPatches, protowire.BytesType)
-			dst = protowire.AppendVarint(dst, uint64(patchSize(pp)))
-			dst = appendVarintField(dst, fieldPatchOffset, uint64(pp.Offset))
-			dst = protowire.AppendTag(dst, fieldPatchData, protowire.BytesType)
-			dst = protowire.AppendBytes(dst, pp.Data[:])
+			dst = wire.AppendLen(dst, fieldPatchPatches, patchSize(pp))
+			dst = wire.AppendVarint(dst, fieldPatchOffset, uint64(pp.Offset))
+			dst = wire.AppendBytes(dst, fieldPatchData, pp.Data[:])
 		}
 		if p.HasMorePatches {
-			dst = appendVarintField(dst, fieldPatchHasMore, 1)
+			dst = wire.AppendVarint(dst, fieldPatchHasMore, 1)
 		}
 	}
 	if c.FlushRequestID != 0 {
-		dst = appendVarintField(dst, fieldFlushRequestID, c.FlushRequestID)
+		dst = wire.AppendVarint(dst, fieldFlushRequestID, c.FlushRequestID)
 	}
 	return dst
-}
-
-func appendVarintField(dst []byte, num protowire.Number, v uint64) []byte {
-	dst = protowire.AppendTag(dst, num, protowire.VarintType)
-	return protowire.AppendVarint(dst, v)
 }
 
 // ErrMalformedCommit is matched (errors.Is) by every CommitData.Unmarshal

@@ -1,7 +1,7 @@
 package tpimport
 
 import (
-	"fmt"
+	"github.com/tracepipe/tracepipe/internal/wire"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -19,36 +19,14 @@ type field struct {
 // first malformed field and returns an error naming its offset; fn
 // returning false stops the walk early without error.
 func walk(b []byte, fn func(f field) bool) error {
-	for off := 0; off < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 {
-			return fmt.Errorf("offset %d: tag: %w", off, protowire.ParseError(n))
-		}
-		f := field{num: int32(num), typ: typ, off: off}
-		off += n
-		switch typ {
-		case protowire.VarintType:
-			f.v, n = protowire.ConsumeVarint(b[off:])
-		case protowire.Fixed32Type:
-			var v uint32
-			v, n = protowire.ConsumeFixed32(b[off:])
-			f.v = uint64(v)
-		case protowire.Fixed64Type:
-			f.v, n = protowire.ConsumeFixed64(b[off:])
-		case protowire.BytesType:
-			f.payload, n = protowire.ConsumeBytes(b[off:])
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b[off:])
-		}
-		if n < 0 {
-			return fmt.Errorf("offset %d: field %d: %w", f.off, num, protowire.ParseError(n))
-		}
-		off += n
-		if !fn(f) {
+	it := wire.Fields(b)
+	for it.Next() {
+		w := it.Field()
+		if !fn(field{num: int32(w.Num), typ: w.Type, v: w.Varint, payload: w.Bytes, off: w.Off}) {
 			return nil
 		}
 	}
-	return nil
+	return it.Err()
 }
 
 // varints appends the values of a repeated varint field occurrence, packed

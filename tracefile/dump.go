@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -38,56 +40,26 @@ func DumpPacketLimit(packet []byte, maxText int) string {
 
 func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool, maxText int) {
 	indent := strings.Repeat("  ", depth)
-	for len(b) > 0 {
+	it := wire.Fields(b)
+	for it.Next() {
 		if sb.Len() > maxText {
 			return
 		}
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			sb.WriteString(indent + "<malformed: " + protowire.ParseError(n).Error() + "> " + hexOf(b) + "\n")
-			return
-		}
-		name := strconv.Itoa(int(num))
-		if top {
-			name = PacketFieldName(int32(num))
-		}
-		rest := b[n:]
-		switch typ {
+		f := it.Field()
+		name := fieldName(f.Num, top)
+		switch f.Type {
 		case protowire.VarintType:
-			v, m := protowire.ConsumeVarint(rest)
-			if m < 0 {
-				sb.WriteString(indent + name + ": <malformed varint>\n")
-				return
-			}
-			sb.WriteString(indent + name + ": " + strconv.FormatUint(v, 10))
-			if top && num == FieldPreviousPacketDropped {
-				sb.WriteString(" (" + LossReasonString(uint32(v)) + ")")
+			sb.WriteString(indent + name + ": " + strconv.FormatUint(f.Varint, 10))
+			if top && f.Num == FieldPreviousPacketDropped {
+				sb.WriteString(" (" + LossReasonString(uint32(f.Varint)) + ")")
 			}
 			sb.WriteByte('\n')
-			b = rest[m:]
 		case protowire.Fixed32Type:
-			v, m := protowire.ConsumeFixed32(rest)
-			if m < 0 {
-				sb.WriteString(indent + name + ": <malformed fixed32>\n")
-				return
-			}
-			sb.WriteString(indent + name + ": 0x" + strconv.FormatUint(uint64(v), 16) + " (fixed32)\n")
-			b = rest[m:]
+			sb.WriteString(indent + name + ": 0x" + strconv.FormatUint(f.Varint, 16) + " (fixed32)\n")
 		case protowire.Fixed64Type:
-			v, m := protowire.ConsumeFixed64(rest)
-			if m < 0 {
-				sb.WriteString(indent + name + ": <malformed fixed64>\n")
-				return
-			}
-			sb.WriteString(indent + name + ": 0x" + strconv.FormatUint(v, 16) + " (fixed64)\n")
-			b = rest[m:]
+			sb.WriteString(indent + name + ": 0x" + strconv.FormatUint(f.Varint, 16) + " (fixed64)\n")
 		case protowire.BytesType:
-			v, m := protowire.ConsumeBytes(rest)
-			if m < 0 {
-				sb.WriteString(indent + name + ": <malformed length> " + hexOf(rest) + "\n")
-				return
-			}
-			switch {
+			switch v := f.Bytes; {
 			case len(v) > 0 && printable(v):
 				sb.WriteString(indent + name + ": " + strconv.Quote(string(v)) + "\n")
 			case depth < dumpMaxDepth && isMessage(v):
@@ -97,30 +69,53 @@ func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool, maxText int
 			default:
 				sb.WriteString(indent + name + ": " + hexOf(v) + "\n")
 			}
-			b = rest[m:]
 		default:
-			sb.WriteString(indent + name + ": <unsupported wire type " + strconv.Itoa(int(typ)) + "> " + hexOf(rest) + "\n")
+			sb.WriteString(indent + name + ": <unsupported wire type " + strconv.Itoa(int(f.Type)) + "> " + hexOf(b[f.ValOff:]) + "\n")
 			return
 		}
 	}
+	if we := it.Malformed(); we != nil && sb.Len() <= maxText {
+		rest := b[we.Off:]
+		if we.Num == 0 {
+			sb.WriteString(indent + "<malformed: " + we.Err.Error() + "> " + hexOf(rest) + "\n")
+			return
+		}
+		_, _, n := protowire.ConsumeTag(rest)
+		name := fieldName(we.Num, top)
+		switch we.Type {
+		case protowire.VarintType:
+			sb.WriteString(indent + name + ": <malformed varint>\n")
+		case protowire.Fixed32Type:
+			sb.WriteString(indent + name + ": <malformed fixed32>\n")
+		case protowire.Fixed64Type:
+			sb.WriteString(indent + name + ": <malformed fixed64>\n")
+		case protowire.BytesType:
+			sb.WriteString(indent + name + ": <malformed length> " + hexOf(rest[n:]) + "\n")
+		default:
+			sb.WriteString(indent + name + ": <unsupported wire type " + strconv.Itoa(int(we.Type)) + "> " + hexOf(rest[n:]) + "\n")
+		}
+	}
+}
+
+// fieldName names field num for the dump: by name at the packet's top
+// level, by number below.
+func fieldName(num protowire.Number, top bool) string {
+	if top {
+		return PacketFieldName(int32(num))
+	}
+	return strconv.Itoa(int(num))
 }
 
 // isMessage reports whether b parses as a sequence of well-formed fields
 // (groups excluded).
 func isMessage(b []byte) bool {
-	for len(b) > 0 {
-		_, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ == protowire.StartGroupType || typ == protowire.EndGroupType {
+	it := wire.Fields(b)
+	for it.Next() {
+		if t := it.Field().Type; t == protowire.StartGroupType || t == protowire.EndGroupType {
 			return false
 		}
-		b = b[n:]
-		m := protowire.ConsumeFieldValue(0, typ, b)
-		if m < 0 {
-			return false
-		}
-		b = b[m:]
 	}
-	return true
+	return it.Err() == nil
 }
 
 func printable(b []byte) bool {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -52,28 +53,11 @@ func DecodePacket(b []byte) (PacketInfo, error) {
 	var p PacketInfo
 	p.Size = len(b)
 	var fallback int32
-	for off := 0; off < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 {
-			return p, fmt.Errorf("packet offset %d: tag: %w: %w", off, protowire.ParseError(n), ErrBadPacket)
-		}
-		fieldStart := off
-		off += n
-		var v uint64
-		var payload []byte
-		switch typ {
-		case protowire.VarintType:
-			v, n = protowire.ConsumeVarint(b[off:])
-		case protowire.BytesType:
-			payload, n = protowire.ConsumeBytes(b[off:])
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b[off:])
-		}
-		if n < 0 {
-			return p, fmt.Errorf("packet offset %d: field %d (%s): %w: %w", fieldStart, num, PacketFieldName(int32(num)), protowire.ParseError(n), ErrBadPacket)
-		}
-		off += n
-		f := int32(num)
+	it := wire.Fields(b)
+	for it.Next() {
+		field := it.Field()
+		typ, v, payload := field.Type, field.Varint, field.Bytes
+		f := int32(field.Num)
 		if typ == protowire.VarintType {
 			switch f {
 			case FieldTimestamp:
@@ -100,7 +84,7 @@ func DecodePacket(b []byte) (PacketInfo, error) {
 				p.FirstPacketOnSequence = v != 0
 			}
 		}
-		if headerFields[f] {
+		if headerField(f) {
 			if f == FieldInternedData || f == FieldTracePacketDefaults {
 				fallback = f
 			}
@@ -108,6 +92,12 @@ func DecodePacket(b []byte) (PacketInfo, error) {
 		}
 		p.PayloadField = f
 		p.Payload = payload
+	}
+	if we := it.Malformed(); we != nil {
+		if we.Num != 0 {
+			return p, fmt.Errorf("packet offset %d: field %d (%s): %w: %w", we.Off, we.Num, PacketFieldName(int32(we.Num)), we.Err, ErrBadPacket)
+		}
+		return p, fmt.Errorf("packet %w: %w", it.Err(), ErrBadPacket)
 	}
 	if p.PayloadField == 0 {
 		p.PayloadField = fallback

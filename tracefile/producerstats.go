@@ -3,6 +3,8 @@ package tracefile
 import (
 	"strconv"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -48,13 +50,11 @@ var producerStatsFields = []counterField[ProducerStats]{
 func appendProducerStats(b []byte, ps []ProducerStats) []byte {
 	for i := range ps {
 		p := &ps[i]
-		b = appendNested(b, tpProducers, func(b []byte) []byte {
+		b = wire.AppendNested(b, tpProducers, func(b []byte) []byte {
 			b = appendCounters(b, producerStatsFields, p)
-			b = protowire.AppendTag(b, 2, protowire.BytesType)
-			b = protowire.AppendString(b, p.Source)
+			b = wire.AppendString(b, 2, p.Source)
 			if p.Error != "" {
-				b = protowire.AppendTag(b, 7, protowire.BytesType)
-				b = protowire.AppendString(b, p.Error)
+				b = wire.AppendString(b, 7, p.Error)
 			}
 			return b
 		})

@@ -1,6 +1,9 @@
 package tracefile
 
-import "google.golang.org/protobuf/encoding/protowire"
+import (
+	"github.com/tracepipe/tracepipe/internal/wire"
+	"google.golang.org/protobuf/encoding/protowire"
+)
 
 // Sequence flags (TracePacket.sequence_flags, field 13).
 const (
@@ -46,27 +49,20 @@ func restoreStripped(num protowire.Number) bool {
 // always a well-formed packet. It does not allocate when dst has room.
 func AppendRestorePacket(dst, state []byte, t Trusted) []byte {
 	flags := uint64(SeqIncrementalStateCleared)
-	for off := 0; off < len(state); {
-		num, typ, n := protowire.ConsumeTag(state[off:])
-		if n < 0 {
+	for it := wire.Fields(state); it.Next(); {
+		f := it.Field()
+		if f.Type == protowire.StartGroupType || f.Type == protowire.EndGroupType {
 			break
 		}
-		m := protowire.ConsumeFieldValue(num, typ, state[off+n:])
-		if m < 0 || typ == protowire.StartGroupType || typ == protowire.EndGroupType {
-			break
+		if f.Num == FieldSequenceFlags && f.Type == protowire.VarintType {
+			flags |= uint64(uint32(f.Varint)) // sequence_flags is a uint32
 		}
-		field := state[off : off+n+m]
-		off += n + m
-		if num == FieldSequenceFlags && typ == protowire.VarintType {
-			v, _ := protowire.ConsumeVarint(field[n:])
-			flags |= uint64(uint32(v)) // sequence_flags is a uint32
-		}
-		if restoreStripped(num) {
+		if restoreStripped(f.Num) {
 			continue
 		}
-		dst = append(dst, field...)
+		dst = append(dst, f.Raw(state)...)
 	}
-	dst = appendVarintField(dst, FieldSequenceFlags, flags&^SeqNeedsIncrementalState)
+	dst = wire.AppendVarint(dst, FieldSequenceFlags, flags&^SeqNeedsIncrementalState)
 	return AppendTrusted(dst, t)
 }
 
@@ -76,5 +72,5 @@ func AppendRestorePacket(dst, state []byte, t Trusted) []byte {
 // (interned_data, trace_packet_defaults) or a field only the service may
 // write.
 func IsPayloadField(num int32) bool {
-	return !headerFields[num] && !reservedField(protowire.Number(num))
+	return !headerField(num) && !reservedField(protowire.Number(num))
 }

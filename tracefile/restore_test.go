@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -12,18 +14,18 @@ import (
 // the fields a restore packet must not repeat.
 func restoreState() []byte {
 	var b []byte
-	b = appendVarintField(b, FieldTimestamp, 99)
-	b = appendNested(b, FieldInternedData, func(b []byte) []byte {
-		return appendNested(b, 2, func(b []byte) []byte { // event_names {iid 1, name "foo"}
-			b = appendVarintField(b, 1, 1)
+	b = wire.AppendVarint(b, FieldTimestamp, 99)
+	b = wire.AppendNested(b, FieldInternedData, func(b []byte) []byte {
+		return wire.AppendNested(b, 2, func(b []byte) []byte { // event_names {iid 1, name "foo"}
+			b = wire.AppendVarint(b, 1, 1)
 			return protowire.AppendString(protowire.AppendTag(b, 2, protowire.BytesType), "foo")
 		})
 	})
-	b = appendVarintField(b, FieldSequenceFlags, SeqNeedsIncrementalState|4)
-	b = appendNested(b, FieldTracePacketDefaults, func(b []byte) []byte { return appendVarintField(b, 58, 6) })
+	b = wire.AppendVarint(b, FieldSequenceFlags, SeqNeedsIncrementalState|4)
+	b = wire.AppendNested(b, FieldTracePacketDefaults, func(b []byte) []byte { return wire.AppendVarint(b, 58, 6) })
 	b = AppendTrusted(b, Trusted{UID: 7, SequenceID: 3, PID: 4, HasPID: true, PreviousPacketDropped: 65})
-	b = appendBoolField(b, FieldFirstPacketOnSequence, true)
-	b = appendBoolField(b, FieldIncrementalStateClear, true)
+	b = wire.AppendBool(b, FieldFirstPacketOnSequence, true)
+	b = wire.AppendBool(b, FieldIncrementalStateClear, true)
 	return b
 }
 
@@ -79,12 +81,12 @@ func TestAppendRestorePacket(t *testing.T) {
 	}
 
 	// Copying stops at a malformed field.
-	bad := append(appendVarintField(nil, 99, 1), 0x5a, 0x05, 0x01)
+	bad := append(wire.AppendVarint(nil, 99, 1), 0x5a, 0x05, 0x01)
 	out := AppendRestorePacket(nil, bad, Trusted{SequenceID: 5})
 	if _, err := DecodePacket(out); err != nil {
 		t.Fatalf("malformed state gave a malformed packet: %v", err)
 	}
-	if !bytes.HasPrefix(out, appendVarintField(nil, 99, 1)) || bytes.Contains(out, []byte{0x5a, 0x05}) {
+	if !bytes.HasPrefix(out, wire.AppendVarint(nil, 99, 1)) || bytes.Contains(out, []byte{0x5a, 0x05}) {
 		t.Fatalf("want the well-formed prefix only, got % x", out)
 	}
 }
@@ -115,7 +117,7 @@ func FuzzAppendRestorePacket(f *testing.F) {
 		}
 		// What came from the state is a valid producer body: well formed,
 		// no service-only field.
-		body := pkt[:len(pkt)-len(appendVarintField(nil, FieldSequenceFlags, uint64(info.SequenceFlags)))-len(AppendTrusted(nil, tr))]
+		body := pkt[:len(pkt)-len(wire.AppendVarint(nil, FieldSequenceFlags, uint64(info.SequenceFlags)))-len(AppendTrusted(nil, tr))]
 		if err := ValidateProducerPacket(body); err != nil {
 			t.Fatalf("state part: %v", err)
 		}

@@ -1,6 +1,9 @@
 package tracefile
 
-import "google.golang.org/protobuf/encoding/protowire"
+import (
+	"github.com/tracepipe/tracepipe/internal/wire"
+	"google.golang.org/protobuf/encoding/protowire"
+)
 
 // Clock is one ClockSnapshot.Clock (trace-format.md §5).
 type Clock struct {
@@ -24,22 +27,22 @@ const (
 // ClockSnapshot{clocks 1 (repeated), primary_trace_clock 2}. primary 0 is
 // not written.
 func AppendClockSnapshot(dst []byte, clocks []Clock, primary uint32) []byte {
-	return appendNested(dst, FieldClockSnapshot, func(b []byte) []byte {
+	return wire.AppendNested(dst, FieldClockSnapshot, func(b []byte) []byte {
 		for _, c := range clocks {
-			b = appendNested(b, 1, func(b []byte) []byte {
-				b = appendVarintField(b, 1, uint64(c.ID))
-				b = appendVarintField(b, 2, c.Timestamp)
+			b = wire.AppendNested(b, 1, func(b []byte) []byte {
+				b = wire.AppendVarint(b, 1, uint64(c.ID))
+				b = wire.AppendVarint(b, 2, c.Timestamp)
 				if c.IsIncremental {
-					b = appendBoolField(b, 3, true)
+					b = wire.AppendBool(b, 3, true)
 				}
 				if c.UnitMultiplierNs != 0 {
-					b = appendVarintField(b, 4, c.UnitMultiplierNs)
+					b = wire.AppendVarint(b, 4, c.UnitMultiplierNs)
 				}
 				return b
 			})
 		}
 		if primary != 0 {
-			b = appendVarintField(b, 2, uint64(primary))
+			b = wire.AppendVarint(b, 2, uint64(primary))
 		}
 		return b
 	})
@@ -56,13 +59,13 @@ type ProvenanceSequence struct {
 // TraceProvenance{buffers 2: one Buffer{sequences 1} per session buffer, in
 // config order}.
 func AppendTraceProvenance(dst []byte, buffers [][]ProvenanceSequence) []byte {
-	return appendNested(dst, FieldTraceProvenance, func(b []byte) []byte {
+	return wire.AppendNested(dst, FieldTraceProvenance, func(b []byte) []byte {
 		for _, seqs := range buffers {
-			b = appendNested(b, 2, func(b []byte) []byte {
+			b = wire.AppendNested(b, 2, func(b []byte) []byte {
 				for _, s := range seqs {
-					b = appendNested(b, 1, func(b []byte) []byte {
-						b = appendVarintField(b, 1, uint64(s.ID))
-						return appendInt32Field(b, 2, s.ProducerID)
+					b = wire.AppendNested(b, 1, func(b []byte) []byte {
+						b = wire.AppendVarint(b, 1, uint64(s.ID))
+						return wire.AppendInt32(b, 2, s.ProducerID)
 					})
 				}
 				return b
@@ -74,9 +77,9 @@ func AppendTraceProvenance(dst []byte, buffers [][]ProvenanceSequence) []byte {
 
 // AppendTraceUUID appends a trace_uuid (89) payload: TraceUuid{msb 1, lsb 2}.
 func AppendTraceUUID(dst []byte, msb, lsb int64) []byte {
-	return appendNested(dst, FieldTraceUUID, func(b []byte) []byte {
-		b = appendVarintField(b, 1, uint64(msb))
-		return appendVarintField(b, 2, uint64(lsb))
+	return wire.AppendNested(dst, FieldTraceUUID, func(b []byte) []byte {
+		b = wire.AppendVarint(b, 1, uint64(msb))
+		return wire.AppendVarint(b, 2, uint64(lsb))
 	})
 }
 
@@ -87,10 +90,9 @@ var SyncMarker = [16]byte{0x82, 0x47, 0x7a, 0x76, 0xb2, 0x8d, 0x42, 0xba, 0x81, 
 // service packets it carries only trusted_uid, sequence id 1 and the marker,
 // marker last.
 func AppendSyncMarkerPacket(dst []byte, serviceUID int32) []byte {
-	dst = appendInt32Field(dst, FieldTrustedUID, serviceUID)
-	dst = appendVarintField(dst, FieldTrustedSequenceID, serviceSequenceID)
-	dst = protowire.AppendTag(dst, FieldSynchronizationMarker, protowire.BytesType)
-	return protowire.AppendBytes(dst, SyncMarker[:])
+	dst = wire.AppendInt32(dst, FieldTrustedUID, serviceUID)
+	dst = wire.AppendVarint(dst, FieldTrustedSequenceID, serviceSequenceID)
+	return wire.AppendBytes(dst, FieldSynchronizationMarker, SyncMarker[:])
 }
 
 // TracingServiceEvent event_type fields (trace-format.md §7). Each is a
@@ -110,10 +112,10 @@ const (
 // AppendServiceEvent appends a service_event (69) payload with the bool
 // event field set to true (or, for EventBufferCloned, set to value).
 func AppendServiceEvent(dst []byte, event int, value uint32) []byte {
-	return appendNested(dst, FieldServiceEvent, func(b []byte) []byte {
+	return wire.AppendNested(dst, FieldServiceEvent, func(b []byte) []byte {
 		if event == EventBufferCloned {
-			return appendVarintField(b, EventBufferCloned, uint64(value))
+			return wire.AppendVarint(b, EventBufferCloned, uint64(value))
 		}
-		return appendBoolField(b, protowire.Number(event), true)
+		return wire.AppendBool(b, protowire.Number(event), true)
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -215,7 +216,7 @@ const (
 
 func appendCounters[T any](b []byte, fields []counterField[T], s *T) []byte {
 	for _, f := range fields {
-		b = appendVarintField(b, f.num, *f.ptr(s))
+		b = wire.AppendVarint(b, f.num, *f.ptr(s))
 	}
 	return b
 }
@@ -224,41 +225,41 @@ func appendCounters[T any](b []byte, fields []counterField[T], s *T) []byte {
 // scalar counter is written, zero or not (they are proto2 optionals the
 // service always sets).
 func AppendTraceStats(dst []byte, ts *TraceStats) []byte {
-	return appendNested(dst, FieldTraceStats, func(b []byte) []byte {
+	return wire.AppendNested(dst, FieldTraceStats, func(b []byte) []byte {
 		return appendTraceStatsBody(b, ts)
 	})
 }
 
 func appendTraceStatsBody(b []byte, ts *TraceStats) []byte {
 	for i := range ts.BufferStats {
-		b = appendNested(b, tsBufferStats, func(b []byte) []byte {
+		b = wire.AppendNested(b, tsBufferStats, func(b []byte) []byte {
 			return appendCounters(b, bufferStatsFields, &ts.BufferStats[i])
 		})
 	}
 	b = appendCounters(b, traceStatsFields, ts)
 	if fs := ts.FilterStats; fs != nil {
-		b = appendNested(b, tsFilterStats, func(b []byte) []byte {
+		b = wire.AppendNested(b, tsFilterStats, func(b []byte) []byte {
 			b = appendCounters(b, filterStatsFields, fs)
 			for _, v := range fs.BytesDiscardedPerBuffer {
-				b = appendVarintField(b, fsPerBuffer, v)
+				b = wire.AppendVarint(b, fsPerBuffer, v)
 			}
 			return b
 		})
 	}
 	for _, v := range ts.ChunkPayloadHistogramDef {
-		b = appendVarintField(b, tsHistogramDef, uint64(v))
+		b = wire.AppendVarint(b, tsHistogramDef, uint64(v))
 	}
 	if tp := ts.Tracepipe; tp != nil {
-		b = appendNested(b, tsTracepipe, func(b []byte) []byte {
+		b = wire.AppendNested(b, tsTracepipe, func(b []byte) []byte {
 			return appendProducerStats(appendCounters(b, tracepipeStatsFields, tp), tp.Producers)
 		})
 	}
 	for i := range ts.WriterStats {
 		w := &ts.WriterStats[i]
-		b = appendNested(b, tsWriterStats, func(b []byte) []byte {
-			b = appendVarintField(b, wsSequenceID, w.SequenceID)
+		b = wire.AppendNested(b, tsWriterStats, func(b []byte) []byte {
+			b = wire.AppendVarint(b, wsSequenceID, w.SequenceID)
 			if len(w.HistogramCounts) > 0 {
-				b = appendNested(b, wsCounts, func(b []byte) []byte {
+				b = wire.AppendNested(b, wsCounts, func(b []byte) []byte {
 					for _, v := range w.HistogramCounts {
 						b = protowire.AppendVarint(b, v)
 					}
@@ -266,14 +267,14 @@ func appendTraceStatsBody(b []byte, ts *TraceStats) []byte {
 				})
 			}
 			if len(w.HistogramSum) > 0 {
-				b = appendNested(b, wsSum, func(b []byte) []byte {
+				b = wire.AppendNested(b, wsSum, func(b []byte) []byte {
 					for _, v := range w.HistogramSum {
 						b = protowire.AppendVarint(b, uint64(v))
 					}
 					return b
 				})
 			}
-			return appendVarintField(b, wsBuffer, uint64(w.Buffer))
+			return wire.AppendVarint(b, wsBuffer, uint64(w.Buffer))
 		})
 	}
 	return b
@@ -301,33 +302,18 @@ func DecodeTraceStatsPacket(packet []byte) (ts TraceStats, ok bool, err error) {
 	return ts, true, err
 }
 
-// fieldWalker visits the fields of a message; errors name the offset
+// walkFields visits the fields of a message; errors name the offset
 // relative to the message named by what.
 func walkFields(b []byte, what string, fn func(num protowire.Number, typ protowire.Type, v uint64, payload []byte, off int) error) error {
-	for off := 0; off < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 {
-			return fmt.Errorf("%s offset %d: tag: %w: %w", what, off, protowire.ParseError(n), ErrBadTraceStats)
-		}
-		start := off
-		off += n
-		var v uint64
-		var payload []byte
-		switch typ {
-		case protowire.VarintType:
-			v, n = protowire.ConsumeVarint(b[off:])
-		case protowire.BytesType:
-			payload, n = protowire.ConsumeBytes(b[off:])
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b[off:])
-		}
-		if n < 0 {
-			return fmt.Errorf("%s offset %d: field %d: %w: %w", what, start, num, protowire.ParseError(n), ErrBadTraceStats)
-		}
-		off += n
-		if err := fn(num, typ, v, payload, start); err != nil {
+	it := wire.Fields(b)
+	for it.Next() {
+		f := it.Field()
+		if err := fn(f.Num, f.Type, f.Varint, f.Bytes, f.Off); err != nil {
 			return err
 		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("%s %w: %w", what, err, ErrBadTraceStats)
 	}
 	return nil
 }

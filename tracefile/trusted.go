@@ -1,5 +1,7 @@
 package tracefile
 
+import "github.com/tracepipe/tracepipe/internal/wire"
+
 // Trusted holds the fields the service appends to every producer packet
 // after validating it (trace-format.md §3). Producers can never set them:
 // the service rejects packets that carry them and appends its own, and
@@ -20,23 +22,23 @@ type Trusted struct {
 // machine_id (if non-zero), previous_packet_dropped (if non-zero).
 // It does not allocate when dst has room.
 func AppendTrusted(dst []byte, t Trusted) []byte {
-	dst = appendInt32Field(dst, FieldTrustedUID, t.UID)
-	dst = appendVarintField(dst, FieldTrustedSequenceID, uint64(t.SequenceID))
+	dst = wire.AppendInt32(dst, FieldTrustedUID, t.UID)
+	dst = wire.AppendVarint(dst, FieldTrustedSequenceID, uint64(t.SequenceID))
 	if t.HasPID {
-		dst = appendInt32Field(dst, FieldTrustedPID, t.PID)
+		dst = wire.AppendInt32(dst, FieldTrustedPID, t.PID)
 	}
 	if t.MachineID != 0 {
-		dst = appendVarintField(dst, FieldMachineID, uint64(t.MachineID))
+		dst = wire.AppendVarint(dst, FieldMachineID, uint64(t.MachineID))
 	}
 	if t.PreviousPacketDropped != 0 {
-		dst = appendVarintField(dst, FieldPreviousPacketDropped, uint64(t.PreviousPacketDropped))
+		dst = wire.AppendVarint(dst, FieldPreviousPacketDropped, uint64(t.PreviousPacketDropped))
 	}
 	return dst
 }
 
 // AppendFirstPacketOnSequence appends first_packet_on_sequence = true (87).
 func AppendFirstPacketOnSequence(dst []byte) []byte {
-	return appendBoolField(dst, FieldFirstPacketOnSequence, true)
+	return wire.AppendBool(dst, FieldFirstPacketOnSequence, true)
 }
 
 // AppendServiceHeader appends the header of a service-generated packet
@@ -44,12 +46,12 @@ func AppendFirstPacketOnSequence(dst []byte) []byte {
 // trusted_packet_sequence_id = 1 and timestamp_clock_id = BOOTTIME (6),
 // the latter set even when the packet has no timestamp.
 func AppendServiceHeader(dst []byte, serviceUID int32) []byte {
-	dst = appendInt32Field(dst, FieldTrustedUID, serviceUID)
-	dst = appendVarintField(dst, FieldTrustedSequenceID, serviceSequenceID)
-	return appendVarintField(dst, FieldTimestampClockID, clockBoottime)
+	dst = wire.AppendInt32(dst, FieldTrustedUID, serviceUID)
+	dst = wire.AppendVarint(dst, FieldTrustedSequenceID, serviceSequenceID)
+	return wire.AppendVarint(dst, FieldTimestampClockID, clockBoottime)
 }
 
 // AppendTimestamp appends timestamp (8).
 func AppendTimestamp(dst []byte, ts uint64) []byte {
-	return appendVarintField(dst, FieldTimestamp, ts)
+	return wire.AppendVarint(dst, FieldTimestamp, ts)
 }

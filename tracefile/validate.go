@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -42,49 +44,44 @@ func reservedField(num protowire.Number) bool {
 // It does not allocate unless it returns an error; the error names the
 // field and byte offset.
 func ValidateProducerPacket(b []byte) error {
-	for off := 0; off < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 {
-			return fmt.Errorf("%w: offset %d: tag: %v", ErrInvalidProducerPacket, off, protowire.ParseError(n))
+	it := wire.Fields(b)
+	for it.Next() {
+		f := it.Field()
+		if err := checkProducerField(f.Off, f.Num, f.Type, uint64(len(f.Bytes))); err != nil {
+			return err
 		}
-		if reservedField(num) {
-			return fmt.Errorf("%w: offset %d: field %d (%s) is set by the service only", ErrInvalidProducerPacket, off, num, PacketFieldName(int32(num)))
+	}
+	if we := it.Malformed(); we != nil {
+		if we.Num == 0 {
+			return fmt.Errorf("%w: offset %d: tag: %v", ErrInvalidProducerPacket, we.Off, we.Err)
 		}
-		start := off
-		off += n
-		switch typ {
-		case protowire.VarintType:
-			_, n = protowire.ConsumeVarint(b[off:])
-		case protowire.Fixed32Type:
-			n = 4
-			if len(b)-off < 4 {
-				n = -1
-			}
-		case protowire.Fixed64Type:
-			n = 8
-			if len(b)-off < 8 {
-				n = -1
-			}
-		case protowire.BytesType:
-			var l uint64
-			l, n = protowire.ConsumeVarint(b[off:])
-			if n >= 0 {
-				if l > maxFieldLength {
-					return fmt.Errorf("%w: offset %d: field %d is %d bytes long (limit %d)", ErrInvalidProducerPacket, start, num, l, maxFieldLength)
-				}
-				if l > uint64(len(b)-off-n) {
-					n = -1
-				} else {
-					n += int(l)
-				}
-			}
-		default:
-			return fmt.Errorf("%w: offset %d: field %d has wire type %d (groups and types 6/7 are not allowed)", ErrInvalidProducerPacket, start, num, typ)
+		// The field's tag was read: a reserved number, a bad type or an
+		// over-long length says more than "truncated".
+		_, _, n := protowire.ConsumeTag(b[we.Off:])
+		l, _ := protowire.ConsumeVarint(b[we.Off+n:])
+		if err := checkProducerField(we.Off, we.Num, we.Type, l); err != nil {
+			return err
 		}
-		if n < 0 {
-			return fmt.Errorf("%w: offset %d: field %d is truncated or malformed", ErrInvalidProducerPacket, start, num)
+		return fmt.Errorf("%w: offset %d: field %d is truncated or malformed", ErrInvalidProducerPacket, we.Off, we.Num)
+	}
+	return nil
+}
+
+// checkProducerField checks one field of a producer packet at offset off:
+// not a service-only field, not a group or unknown wire type, and, when
+// length-delimited, at most maxFieldLength bytes (l).
+func checkProducerField(off int, num protowire.Number, typ protowire.Type, l uint64) error {
+	if reservedField(num) {
+		return fmt.Errorf("%w: offset %d: field %d (%s) is set by the service only", ErrInvalidProducerPacket, off, num, PacketFieldName(int32(num)))
+	}
+	switch typ {
+	case protowire.VarintType, protowire.Fixed32Type, protowire.Fixed64Type:
+	case protowire.BytesType:
+		if l > maxFieldLength {
+			return fmt.Errorf("%w: offset %d: field %d is %d bytes long (limit %d)", ErrInvalidProducerPacket, off, num, l, maxFieldLength)
 		}
-		off += n
+	default:
+		return fmt.Errorf("%w: offset %d: field %d has wire type %d (groups and types 6/7 are not allowed)", ErrInvalidProducerPacket, off, num, typ)
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func newPluginsCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" && path != "" {
-				cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Env: os.Environ()})
+				cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Env: os.Environ(), Warn: warnTo(cmd.ErrOrStderr())})
 				if err != nil {
 					return err
 				}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
@@ -245,46 +247,26 @@ func readRecords(path string, stderr io.Writer, fn func(tracefile.Record) error)
 // previous_packet_dropped), which the replay appends anew, and returns
 // them. A malformed field ends the copy.
 func stripTrusted(dst, pkt []byte) ([]byte, tracefile.Trusted) {
-	var t tracefile.Trusted
-	run := 0 // start of the bytes not yet copied
-	off := 0
-	for off < len(pkt) {
-		num, typ, n := protowire.ConsumeTag(pkt[off:])
-		if n < 0 {
-			break
-		}
-		if typ != protowire.VarintType {
-			m := protowire.ConsumeFieldValue(num, typ, pkt[off+n:])
-			if m < 0 {
-				break
-			}
-			off += n + m
-			continue
-		}
-		v, m := protowire.ConsumeVarint(pkt[off+n:])
-		if m < 0 {
-			break
-		}
-		switch num {
-		case tracefile.FieldTrustedUID:
-			t.UID = int32(v)
-		case tracefile.FieldTrustedSequenceID:
-			t.SequenceID = uint32(v)
-		case tracefile.FieldTrustedPID:
-			t.PID, t.HasPID = int32(v), true
-		case tracefile.FieldMachineID:
-			t.MachineID = uint32(v)
-		case tracefile.FieldPreviousPacketDropped:
-			t.PreviousPacketDropped = uint32(v)
-		default:
-			off += n + m
-			continue
-		}
-		dst = append(dst, pkt[run:off]...)
-		off += n + m
-		run = off
+	// DecodePacket reads the trusted fields (the last occurrence wins, as
+	// for the replay); on a malformed packet it has those before the bad
+	// field, as the copy below does.
+	info, _ := tracefile.DecodePacket(pkt)
+	t := tracefile.Trusted{
+		UID: info.TrustedUID, SequenceID: info.SequenceID, PID: info.TrustedPID, HasPID: info.HasTrustedPID,
+		MachineID: info.MachineID, PreviousPacketDropped: info.PreviousPacketDropped,
 	}
-	return append(dst, pkt[run:off]...), t
+	for it := wire.Fields(pkt); it.Next(); {
+		f := it.Field()
+		if f.Type == protowire.VarintType {
+			switch f.Num {
+			case tracefile.FieldTrustedUID, tracefile.FieldTrustedSequenceID, tracefile.FieldTrustedPID,
+				tracefile.FieldMachineID, tracefile.FieldPreviousPacketDropped:
+				continue
+			}
+		}
+		dst = append(dst, f.Raw(pkt)...)
+	}
+	return dst, t
 }
 
 // add appends one packet to the sequence's open chunk. A packet that fits
@@ -382,25 +364,14 @@ func (v *evalVariant) countVM(vm *protovm.VM) {
 // (sequence_flags bit 0 or the deprecated incremental_state_cleared).
 func isCleared(pkt []byte) bool {
 	cleared := false
-	for len(pkt) > 0 {
-		num, typ, n := protowire.ConsumeTag(pkt)
-		if n < 0 {
-			break
+	for it := wire.Fields(pkt); it.Next(); {
+		switch f := it.Field(); {
+		case f.Type != protowire.VarintType:
+		case f.Num == tracefile.FieldSequenceFlags:
+			cleared = f.Varint&1 != 0
+		case f.Num == tracefile.FieldIncrementalStateClear:
+			cleared = f.Varint != 0
 		}
-		if typ == protowire.VarintType && (num == tracefile.FieldSequenceFlags || num == tracefile.FieldIncrementalStateClear) {
-			v, m := protowire.ConsumeVarint(pkt[n:])
-			if m < 0 {
-				break
-			}
-			cleared = num == tracefile.FieldSequenceFlags && v&1 != 0 || num == tracefile.FieldIncrementalStateClear && v != 0
-			pkt = pkt[n+m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, pkt[n:])
-		if m < 0 {
-			break
-		}
-		pkt = pkt[n+m:]
 	}
 	return cleared
 }
@@ -450,15 +421,15 @@ func (v *evalVariant) present(head [][]byte, survivors []survivor, seqIDs []uint
 	if v.res.Path == evalProtoVMs {
 		var seqsOfBuffer []byte
 		for _, id := range seqIDs {
-			seqsOfBuffer = appendMsg(seqsOfBuffer, 1, appendVarintPair(nil, uint64(id), evalProducer))
+			seqsOfBuffer = wire.AppendBytes(seqsOfBuffer, 1, appendVarintPair(nil, uint64(id), evalProducer))
 		}
-		feed(tracefile.AppendTrusted(appendMsg(nil, tracefile.FieldTraceProvenance, appendMsg(nil, 2, seqsOfBuffer)), tracefile.Trusted{SequenceID: 1}))
+		feed(tracefile.AppendTrusted(wire.AppendBytes(nil, tracefile.FieldTraceProvenance, wire.AppendBytes(nil, 2, seqsOfBuffer)), tracefile.Trusted{SequenceID: 1}))
 		var inst []byte
-		inst = appendMsg(inst, 1, v.prog)
-		inst = appendMsg(inst, 2, v.vm.SerializeIncrementalState(nil))
-		inst = protowire.AppendVarint(protowire.AppendTag(inst, 3, protowire.VarintType), uint64(v.memory/1024))
-		inst = protowire.AppendVarint(protowire.AppendTag(inst, 4, protowire.VarintType), evalProducer)
-		feed(tracefile.AppendTrusted(appendMsg(nil, tracefile.FieldProtoVMs, appendMsg(nil, 1, inst)), tracefile.Trusted{SequenceID: 1}))
+		inst = wire.AppendBytes(inst, 1, v.prog)
+		inst = wire.AppendBytes(inst, 2, v.vm.SerializeIncrementalState(nil))
+		inst = wire.AppendVarint(inst, 3, uint64(v.memory/1024))
+		inst = wire.AppendVarint(inst, 4, evalProducer)
+		feed(tracefile.AppendTrusted(wire.AppendBytes(nil, tracefile.FieldProtoVMs, wire.AppendBytes(nil, 1, inst)), tracefile.Trusted{SequenceID: 1}))
 		v.countVM(v.vm)
 		v.res.StateBytes = len(v.vm.SerializeIncrementalState(nil))
 	}
@@ -474,7 +445,7 @@ func (v *evalVariant) present(head [][]byte, survivors []survivor, seqIDs []uint
 				// The restore packet: CLEARED + folded state + the loss,
 				// ahead of the sequence's first survivor.
 				out = vm.SerializeIncrementalState(out[:0])
-				out = protowire.AppendVarint(protowire.AppendTag(out, tracefile.FieldSequenceFlags, protowire.VarintType), 1)
+				out = wire.AppendVarint(out, tracefile.FieldSequenceFlags, 1)
 				out = tracefile.AppendTrusted(out, trusted(s.seq, loss))
 				feed(out)
 				v.res.RestorePackets++
@@ -513,13 +484,8 @@ func (v *evalVariant) present(head [][]byte, survivors []survivor, seqIDs []uint
 	}
 }
 
-func appendMsg(b []byte, num protowire.Number, m []byte) []byte {
-	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), m)
-}
-
 func appendVarintPair(b []byte, a, c uint64) []byte {
-	b = protowire.AppendVarint(protowire.AppendTag(b, 1, protowire.VarintType), a)
-	return protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), c)
+	return wire.AppendVarint(wire.AppendVarint(b, 1, a), 2, c)
 }
 
 var errNoProducerPackets = errors.New("the trace holds no producer packets (trusted_packet_sequence_id > 1)")

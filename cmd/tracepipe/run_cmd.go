@@ -43,6 +43,7 @@ func newRunCmd() *cobra.Command {
 	var (
 		path, output string
 		metricsAddr  string
+		logFormat    string
 		duration     time.Duration
 		sets         []string
 		alertAddr    string // control_cmd.go: the Alertmanager webhook
@@ -65,14 +66,17 @@ func newRunCmd() *cobra.Command {
 			if perfetto {
 				sets = append(sets, "perfetto.enabled=true")
 			}
+			if _, err := newLogger(io.Discard, logFormat, ""); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("duration") {
 				sets = append(sets, "duration="+duration.String())
 			}
-			cfg, err := loadRunConfig(path, output, sets)
+			cfg, err := loadRunConfig(path, output, sets, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr)
+			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, logFormat)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
@@ -82,13 +86,19 @@ func newRunCmd() *cobra.Command {
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics while the session runs")
 	c.Flags().StringVar(&alertAddr, "alert-addr", "", "serve Prometheus Alertmanager's webhook on this address (POST /alertmanager): each firing alert activates the trigger named by its alertname (or tracepipe_trigger label)")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
+	addLogFormatFlag(c, &logFormat)
 	return c
 }
 
 // loadRunConfig loads the config; output, if set, replaces the first
 // file sink's path (or adds a file sink).
-func loadRunConfig(path, output string, sets []string) (*pipeline.Config, error) {
-	return pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Output: output})
+func loadRunConfig(path, output string, sets []string, stderr io.Writer) (*pipeline.Config, error) {
+	return pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Output: output, Warn: warnTo(stderr)})
+}
+
+// warnTo returns a config-load warning sink that prints to w.
+func warnTo(w io.Writer) func(string) {
+	return func(msg string) { fmt.Fprintln(w, "tracepipe: warning:", msg) }
 }
 
 // exitAborted is the exit code after a second stop request (128+SIGINT,
@@ -128,7 +138,7 @@ func (r *stopRequests) on(now time.Time) int {
 }
 
 // runSession runs one session with a status line on a terminal.
-func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr string) error {
+func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, logFormat string) error {
 	tty := isTerminal(stderr)
 	stderr = &syncWriter{w: stderr} // sinks log from their own goroutines
 	// Our handler stays installed for the whole session: a disposition
@@ -140,9 +150,15 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	opts := pipeline.Options{Logf: func(format string, args ...any) {
-		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: warning: "+format+"\n", args...)
-	}, Rotatable: true}
+	linePrefix := ""
+	if tty {
+		linePrefix = "\r\x1b[K" // clear the status line first
+	}
+	logger, err := newLogger(stderr, logFormat, linePrefix)
+	if err != nil {
+		return err
+	}
+	opts := pipeline.Options{Logger: logger, Rotatable: true}
 	if cfg.Perfetto.Enabled {
 		reg, host, err := startPerfetto(ctx, cfg, stderr)
 		if err != nil {

@@ -40,6 +40,7 @@ type serveFlags struct {
 	metricsAddr                  string
 	natsURL, subject, durable    string
 	perfetto                     bool // serve_perfetto.go: a drop-in traced
+	logFormat                    string
 }
 
 // newServeCmd builds `tracepipe serve`.
@@ -85,6 +86,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
 	addServeNATSFlags(fl, &f)
 	fl.BoolVar(&f.perfetto, "perfetto", false, "act as Perfetto's traced instead: serve Perfetto producers and the perfetto command on Perfetto's sockets (see README)")
+	addLogFormatFlag(c, &f.logFormat)
 	return c
 }
 
@@ -94,7 +96,11 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, ready func(addr 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	stderr = &syncWriter{w: stderr} // connections log from their own goroutines
-	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "tracepipe: "+format+"\n", args...) }
+	logger, err := newLogger(stderr, f.logFormat, "")
+	if err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }
 	store, err := remote.OpenStore(f.out, f.merge)
 	if err != nil {
 		return err
@@ -110,7 +116,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, ready func(addr 
 	}()
 	var srv *relay.Server
 	if f.listen != "" {
-		opts := relay.ServerOptions{Store: store, Logf: logf}
+		opts := relay.ServerOptions{Store: store, Logger: logger}
 		if f.tlsCert != "" {
 			if opts.TLS, err = relay.ServerTLS(f.tlsCert, f.tlsKey, f.tlsClientCA); err != nil {
 				return err
@@ -130,7 +136,7 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, ready func(addr 
 	}
 	var rd *natsink.Reader
 	if f.natsURL != "" {
-		r, cancel, err := serveNATS(ctx, f, store, logf, errc)
+		r, cancel, err := serveNATS(ctx, f, store, logger, logf, errc)
 		if err != nil {
 			return err
 		}

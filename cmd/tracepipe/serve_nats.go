@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/spf13/pflag"
 
@@ -19,8 +20,8 @@ func addServeNATSFlags(fl *pflag.FlagSet, f *serveFlags) {
 
 // serveNATS starts a NATS reader; its error (if it cannot start or fails
 // to store) goes to errc. The returned function stops it.
-func serveNATS(ctx context.Context, f serveFlags, store *remote.Store, logf func(string, ...any), errc chan<- error) (*natsink.Reader, func(), error) {
-	rd := natsink.NewReader(natsink.ReaderOptions{URL: f.natsURL, Subject: f.subject, Durable: f.durable, Store: store, Logf: logf})
+func serveNATS(ctx context.Context, f serveFlags, store *remote.Store, logger *slog.Logger, logf func(string, ...any), errc chan<- error) (*natsink.Reader, func(), error) {
+	rd := natsink.NewReader(natsink.ReaderOptions{URL: f.natsURL, Subject: f.subject, Durable: f.durable, Store: store, Logger: logger})
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -26,7 +26,11 @@ func servePerfetto(ctx context.Context, stderr io.Writer) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "tracepipe: "+format+"\n", args...) }
 	reg := pipeline.NewPerfettoProducers()
 	prod := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
-	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&pipeline.PerfettoConsumers{Producers: reg, Logf: logf}))
+	logger, err := newLogger(stderr, "text", "")
+	if err != nil {
+		return err
+	}
+	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&pipeline.PerfettoConsumers{Producers: reg, Logger: logger}))
 	prod.Logf, cons.Logf = logf, logf
 	defer prod.Close()
 	defer cons.Close()

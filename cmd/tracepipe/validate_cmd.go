@@ -42,7 +42,7 @@ func newValidateCmd() *cobra.Command {
 					return usageError{fmt.Errorf("--set %q: want key=value", s)}
 				}
 			}
-			return runValidate(path, sets, printCfg, cmd.OutOrStdout())
+			return runValidate(path, sets, printCfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
@@ -51,8 +51,8 @@ func newValidateCmd() *cobra.Command {
 	return c
 }
 
-func runValidate(path string, sets []string, printCfg bool, stdout io.Writer) error {
-	cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ()})
+func runValidate(path string, sets []string, printCfg bool, stdout, stderr io.Writer) error {
+	cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Warn: warnTo(stderr)})
 	if err == nil {
 		// Plugins check their own config sections (a validate-only call).
 		err = pipeline.ValidatePlugins(context.Background(), cfg, nil)

@@ -126,3 +126,16 @@ func TestValidateAsksThePlugin(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestValidateIgnoresUnrelatedEnv: `TRACEPIPE_FOO=1 tracepipe validate`
+// succeeds and warns, naming the variable.
+func TestValidateIgnoresUnrelatedEnv(t *testing.T) {
+	t.Setenv("TRACEPIPE_FOO", "1")
+	stdout, stderr, code := runCLI(t, "validate")
+	if code != exitOK || !strings.Contains(stdout, "config OK") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "tracepipe: warning: TRACEPIPE_FOO is not a config variable") {
+		t.Errorf("stderr does not warn about TRACEPIPE_FOO:\n%s", stderr)
+	}
+}

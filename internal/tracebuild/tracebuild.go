@@ -6,6 +6,7 @@
 package tracebuild
 
 import (
+	"github.com/tracepipe/tracepipe/internal/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -38,14 +39,14 @@ func Trace(packets ...[]byte) []byte {
 // Varint is a varint field.
 func Varint(num protowire.Number, v uint64) Field {
 	return func(b []byte) []byte {
-		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), v)
+		return wire.AppendVarint(b, num, v)
 	}
 }
 
 // Bytes is a length-delimited field.
 func Bytes(num protowire.Number, v []byte) Field {
 	return func(b []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
+		return wire.AppendBytes(b, num, v)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/plugins"
@@ -245,21 +247,21 @@ func (p *ProcessStats) addProcess(pid int64) {
 	p.args = splitCmdline(p.args[:0], cmdline)
 
 	e := p.ent[:0]
-	e = appendVarintField(e, procPID, uint64(pid))
-	e = appendVarintField(e, procPPID, uint64(st.PPID))
+	e = wire.AppendVarint(e, procPID, uint64(pid))
+	e = wire.AppendVarint(e, procPPID, uint64(st.PPID))
 	if len(p.args) > 0 {
 		for _, a := range p.args {
-			e = appendBytesField(e, procCmdline, a)
+			e = wire.AppendBytes(e, procCmdline, a)
 		}
 	} else {
-		e = appendBytesField(e, procCmdline, st.Comm)
+		e = wire.AppendBytes(e, procCmdline, st.Comm)
 	}
-	e = appendVarintField(e, procUID, uint64(uid))
+	e = wire.AppendVarint(e, procUID, uint64(uid))
 	if st.Flags&pfKthread != 0 {
-		e = appendVarintField(e, procIsKthread, 1)
+		e = wire.AppendVarint(e, procIsKthread, 1)
 	}
 	if len(p.args) == 0 {
-		e = appendVarintField(e, procCmdlineIsComm, 1)
+		e = wire.AppendVarint(e, procCmdlineIsComm, 1)
 	}
 	p.ent = e
 	p.addEntry(ptProcesses)
@@ -279,16 +281,16 @@ func (p *ProcessStats) addProcess(pid int64) {
 			continue
 		}
 		e := p.ent[:0]
-		e = appendVarintField(e, thrTID, uint64(tid))
+		e = wire.AppendVarint(e, thrTID, uint64(tid))
 		if p.cfg.RecordThreadNames {
 			comm, ok := p.read(2, "comm", pid, tid)
 			if !ok {
 				continue
 			}
 			comm = bytes.TrimSuffix(comm, []byte{'\n'})
-			e = appendBytesField(e, thrName, comm)
+			e = wire.AppendBytes(e, thrName, comm)
 		}
-		e = appendVarintField(e, thrTGID, uint64(pid))
+		e = wire.AppendVarint(e, thrTGID, uint64(pid))
 		p.ent = e
 		p.addEntry(ptThreads)
 	}
@@ -301,7 +303,7 @@ func (p *ProcessStats) addEntry(num protowire.Number) {
 		p.emitTree()
 		p.treeStart = bootNanos()
 	}
-	p.tree = appendBytesField(p.tree, num, p.ent)
+	p.tree = wire.AppendBytes(p.tree, num, p.ent)
 }
 
 // emitTree writes the ProcessTree built so far (if any) as one packet.
@@ -309,17 +311,17 @@ func (p *ProcessStats) emitTree() {
 	if len(p.tree) == 0 {
 		return
 	}
-	p.tree = appendVarintField(p.tree, ptCollectionEndTimestamp, bootNanos())
+	p.tree = wire.AppendVarint(p.tree, ptCollectionEndTimestamp, bootNanos())
 	b := p.pkt[:0]
-	b = appendVarintField(b, pktTimestamp, p.treeStart)
+	b = wire.AppendVarint(b, pktTimestamp, p.treeStart)
 	if p.first {
 		p.first = false
 		// The general rule for a writer's first packet; these packets
 		// need no incremental state, so later ones carry no flags.
-		b = appendVarintField(b, pktSequenceFlags, seqIncrementalStateCleared)
-		b = appendVarintField(b, pktFirstPacketOnSequence, 1)
+		b = wire.AppendVarint(b, pktSequenceFlags, seqIncrementalStateCleared)
+		b = wire.AppendVarint(b, pktFirstPacketOnSequence, 1)
 	}
-	b = appendBytesField(b, pktProcessTree, p.tree)
+	b = wire.AppendBytes(b, pktProcessTree, p.tree)
 	p.pkt = b
 	p.k.c.write(p.k.w, b)
 	p.tree = p.tree[:0]

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -214,26 +216,24 @@ func (g *SyntheticGenerator) Next(dst []byte) []byte {
 	switch g.header {
 	case 2:
 		g.header = 1
-		dst = appendVarintField(dst, pktTimestamp, ts)
-		dst = appendVarintField(dst, pktSequenceFlags, seqIncrementalStateCleared)
+		dst = wire.AppendVarint(dst, pktTimestamp, ts)
+		dst = wire.AppendVarint(dst, pktSequenceFlags, seqIncrementalStateCleared)
 		if g.first {
 			g.first = false
-			dst = appendVarintField(dst, pktFirstPacketOnSequence, 1)
+			dst = wire.AppendVarint(dst, pktFirstPacketOnSequence, 1)
 		}
 		n := 1 + protowire.SizeVarint(g.threadUUID) + lenFieldSize(len(g.threadName))
-		dst = protowire.AppendTag(dst, pktTrackDescriptor, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(n))
-		dst = appendVarintField(dst, tdUUID, g.threadUUID)
-		return appendStringField(dst, tdName, g.threadName)
+		dst = wire.AppendLen(dst, pktTrackDescriptor, n)
+		dst = wire.AppendVarint(dst, tdUUID, g.threadUUID)
+		return wire.AppendString(dst, tdName, g.threadName)
 	case 1:
 		g.header = 0
-		dst = appendVarintField(dst, pktTimestamp, ts)
-		dst = appendVarintField(dst, pktSequenceFlags, seqNeedsIncrementalState)
+		dst = wire.AppendVarint(dst, pktTimestamp, ts)
+		dst = wire.AppendVarint(dst, pktSequenceFlags, seqNeedsIncrementalState)
 		n := 1 + protowire.SizeVarint(g.counterUUID) + lenFieldSize(len(g.counterName)) + lenFieldSize(0)
-		dst = protowire.AppendTag(dst, pktTrackDescriptor, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(n))
-		dst = appendVarintField(dst, tdUUID, g.counterUUID)
-		dst = appendStringField(dst, tdName, g.counterName)
+		dst = wire.AppendLen(dst, pktTrackDescriptor, n)
+		dst = wire.AppendVarint(dst, tdUUID, g.counterUUID)
+		dst = wire.AppendString(dst, tdName, g.counterName)
 		return append(dst, tagTDCounter, 0)
 	}
 	return g.event(dst, ts)
@@ -250,15 +250,15 @@ func (g *SyntheticGenerator) event(dst []byte, ts uint64) []byte {
 	start := len(dst)
 	seq := g.seq
 	g.seq++
-	dst = appendVarintField(dst, pktTimestamp, ts)
-	dst = appendVarintField(dst, pktSequenceFlags, seqNeedsIncrementalState)
+	dst = wire.AppendVarint(dst, pktTimestamp, ts)
+	dst = wire.AppendVarint(dst, pktSequenceFlags, seqNeedsIncrementalState)
 
 	ev := g.ev[:0]
 	switch {
 	case g.cfg.CounterEvery > 0 && seq%uint64(g.cfg.CounterEvery) == uint64(g.cfg.CounterEvery-1):
-		ev = appendVarintField(ev, teType, teTypeCounter)
-		ev = appendVarintField(ev, teTrackUUID, g.counterUUID)
-		ev = appendVarintField(ev, teCounterValue, seq)
+		ev = wire.AppendVarint(ev, teType, teTypeCounter)
+		ev = wire.AppendVarint(ev, teTrackUUID, g.counterUUID)
+		ev = wire.AppendVarint(ev, teCounterValue, seq)
 	case !g.open:
 		g.open = true
 		iid := g.begins%uint64(g.cfg.Names) + 1
@@ -267,13 +267,13 @@ func (g *SyntheticGenerator) event(dst []byte, ts uint64) []byte {
 			g.interned++
 			dst = g.appendInterned(dst, iid)
 		}
-		ev = appendVarintField(ev, teType, teTypeSliceBegin)
-		ev = appendVarintField(ev, teTrackUUID, g.threadUUID)
-		ev = appendVarintField(ev, teNameIID, iid)
+		ev = wire.AppendVarint(ev, teType, teTypeSliceBegin)
+		ev = wire.AppendVarint(ev, teTrackUUID, g.threadUUID)
+		ev = wire.AppendVarint(ev, teNameIID, iid)
 	default:
 		g.open = false
-		ev = appendVarintField(ev, teType, teTypeSliceEnd)
-		ev = appendVarintField(ev, teTrackUUID, g.threadUUID)
+		ev = wire.AppendVarint(ev, teType, teTypeSliceEnd)
+		ev = wire.AppendVarint(ev, teTrackUUID, g.threadUUID)
 	}
 	// debug_annotations {name: "seq", int_value: seq}
 	ev = append(ev, tagTEDebugAnnotation, byte(6+protowire.SizeVarint(seq)),
@@ -283,13 +283,11 @@ func (g *SyntheticGenerator) event(dst []byte, ts uint64) []byte {
 
 	p := padLen(g.cfg.PacketSize, len(dst)-start, len(ev))
 	if p < 0 {
-		dst = protowire.AppendTag(dst, pktTrackEvent, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(len(ev)))
+		dst = wire.AppendLen(dst, pktTrackEvent, len(ev))
 		return append(dst, ev...)
 	}
 	d := padAnnotationSize(p)
-	dst = protowire.AppendTag(dst, pktTrackEvent, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(len(ev)+lenFieldSize(d)))
+	dst = wire.AppendLen(dst, pktTrackEvent, len(ev)+lenFieldSize(d))
 	dst = append(dst, ev...)
 	dst = append(dst, tagTEDebugAnnotation)
 	dst = protowire.AppendVarint(dst, uint64(d))
@@ -305,13 +303,10 @@ func (g *SyntheticGenerator) appendInterned(dst []byte, iid uint64) []byte {
 	nameLen := len(syntheticNamePrefix) + len(digits)
 	en := 1 + protowire.SizeVarint(iid) + lenFieldSize(nameLen)
 	id := lenFieldSize(en)
-	dst = protowire.AppendTag(dst, pktInternedData, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(id))
-	dst = protowire.AppendTag(dst, idEventNames, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(en))
-	dst = appendVarintField(dst, enIID, iid)
-	dst = protowire.AppendTag(dst, enName, protowire.BytesType)
-	dst = protowire.AppendVarint(dst, uint64(nameLen))
+	dst = wire.AppendLen(dst, pktInternedData, id)
+	dst = wire.AppendLen(dst, idEventNames, en)
+	dst = wire.AppendVarint(dst, enIID, iid)
+	dst = wire.AppendLen(dst, enName, nameLen)
 	dst = append(dst, syntheticNamePrefix...)
 	return append(dst, digits...)
 }
@@ -375,71 +370,28 @@ func SyntheticSeq(packet []byte) (uint64, bool) {
 	if !ok {
 		return 0, false
 	}
-	for len(te) > 0 {
-		num, typ, n := protowire.ConsumeTag(te)
-		if n < 0 {
-			return 0, false
-		}
-		te = te[n:]
-		m := protowire.ConsumeFieldValue(num, typ, te)
-		if m < 0 {
-			return 0, false
-		}
-		if num == teDebugAnnotations && typ == protowire.BytesType {
-			da, _ := protowire.ConsumeBytes(te[:m])
-			if name, ok := findBytesField(da, daName); ok && string(name) == SyntheticSeqName {
-				if v, ok := findVarintField(da, daIntValue); ok {
+	it := wire.Fields(te)
+	for it.Next() {
+		f := it.Field()
+		if f.Num == teDebugAnnotations && f.Type == protowire.BytesType {
+			if name, ok := findBytesField(f.Bytes, daName); ok && string(name) == SyntheticSeqName {
+				if v, ok := findVarintField(f.Bytes, daIntValue); ok {
 					return v, true
 				}
 			}
 		}
-		te = te[m:]
 	}
 	return 0, false
 }
 
 // findBytesField returns the last length-delimited field num of msg.
 func findBytesField(msg []byte, num protowire.Number) ([]byte, bool) {
-	var out []byte
-	found := false
-	for len(msg) > 0 {
-		n, typ, l := protowire.ConsumeTag(msg)
-		if l < 0 {
-			return nil, false
-		}
-		msg = msg[l:]
-		m := protowire.ConsumeFieldValue(n, typ, msg)
-		if m < 0 {
-			return nil, false
-		}
-		if n == num && typ == protowire.BytesType {
-			out, _ = protowire.ConsumeBytes(msg[:m])
-			found = true
-		}
-		msg = msg[m:]
-	}
-	return out, found
+	f, ok := wire.Last(msg, num, protowire.BytesType)
+	return f.Bytes, ok
 }
 
 // findVarintField returns the last varint field num of msg.
 func findVarintField(msg []byte, num protowire.Number) (uint64, bool) {
-	var out uint64
-	found := false
-	for len(msg) > 0 {
-		n, typ, l := protowire.ConsumeTag(msg)
-		if l < 0 {
-			return 0, false
-		}
-		msg = msg[l:]
-		m := protowire.ConsumeFieldValue(n, typ, msg)
-		if m < 0 {
-			return 0, false
-		}
-		if n == num && typ == protowire.VarintType {
-			out, _ = protowire.ConsumeVarint(msg[:m])
-			found = true
-		}
-		msg = msg[m:]
-	}
-	return out, found
+	f, ok := wire.Last(msg, num, protowire.VarintType)
+	return f.Varint, ok
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/plugins"
@@ -161,17 +163,17 @@ func (s *SysStats) tick() {
 	if !some {
 		return
 	}
-	s.msg = appendVarintField(s.msg, ssCollectionEndTimestamp, bootNanos())
+	s.msg = wire.AppendVarint(s.msg, ssCollectionEndTimestamp, bootNanos())
 	b := s.pkt[:0]
-	b = appendVarintField(b, pktTimestamp, start)
+	b = wire.AppendVarint(b, pktTimestamp, start)
 	if s.first {
 		s.first = false
 		// The general rule for a writer's first packet; these packets
 		// need no incremental state, so later ones carry no flags.
-		b = appendVarintField(b, pktSequenceFlags, seqIncrementalStateCleared)
-		b = appendVarintField(b, pktFirstPacketOnSequence, 1)
+		b = wire.AppendVarint(b, pktSequenceFlags, seqIncrementalStateCleared)
+		b = wire.AppendVarint(b, pktFirstPacketOnSequence, 1)
 	}
-	b = appendBytesField(b, pktSysStats, s.msg)
+	b = wire.AppendBytes(b, pktSysStats, s.msg)
 	s.pkt = b
 	s.k.c.write(s.k.w, b)
 }
@@ -196,10 +198,10 @@ func (s *SysStats) sampleCounters(name string, num protowire.Number, parse func(
 	s.kv = kv
 	s.k.c.readErrors.Add(uint64(bad))
 	for _, e := range kv {
-		ent := appendVarintField(s.ent[:0], kvKey, uint64(e.Key))
-		ent = appendVarintField(ent, kvValue, e.Value)
+		ent := wire.AppendVarint(s.ent[:0], kvKey, uint64(e.Key))
+		ent = wire.AppendVarint(ent, kvValue, e.Value)
 		s.ent = ent
-		s.msg = appendBytesField(s.msg, num, ent)
+		s.msg = wire.AppendBytes(s.msg, num, ent)
 	}
 	return true
 }
@@ -213,26 +215,26 @@ func (s *SysStats) sampleStat() bool {
 	s.cpus = st.CPUs
 	s.k.c.readErrors.Add(uint64(bad))
 	for _, c := range st.CPUs {
-		e := appendVarintField(s.ent[:0], cpuID, uint64(c.CPU))
-		e = appendVarintField(e, cpuUser, c.User*nsPerTick)
-		e = appendVarintField(e, cpuUserNice, c.Nice*nsPerTick)
-		e = appendVarintField(e, cpuSystem, c.System*nsPerTick)
-		e = appendVarintField(e, cpuIdle, c.Idle*nsPerTick)
-		e = appendVarintField(e, cpuIoWait, c.IOWait*nsPerTick)
-		e = appendVarintField(e, cpuIrq, c.IRQ*nsPerTick)
-		e = appendVarintField(e, cpuSoftirq, c.SoftIRQ*nsPerTick)
-		e = appendVarintField(e, cpuStealTime, c.Steal*nsPerTick)
+		e := wire.AppendVarint(s.ent[:0], cpuID, uint64(c.CPU))
+		e = wire.AppendVarint(e, cpuUser, c.User*nsPerTick)
+		e = wire.AppendVarint(e, cpuUserNice, c.Nice*nsPerTick)
+		e = wire.AppendVarint(e, cpuSystem, c.System*nsPerTick)
+		e = wire.AppendVarint(e, cpuIdle, c.Idle*nsPerTick)
+		e = wire.AppendVarint(e, cpuIoWait, c.IOWait*nsPerTick)
+		e = wire.AppendVarint(e, cpuIrq, c.IRQ*nsPerTick)
+		e = wire.AppendVarint(e, cpuSoftirq, c.SoftIRQ*nsPerTick)
+		e = wire.AppendVarint(e, cpuStealTime, c.Steal*nsPerTick)
 		s.ent = e
-		s.msg = appendBytesField(s.msg, ssCPUStat, e)
+		s.msg = wire.AppendBytes(s.msg, ssCPUStat, e)
 	}
 	if st.HasForks {
-		s.msg = appendVarintField(s.msg, ssNumForks, st.Forks)
+		s.msg = wire.AppendVarint(s.msg, ssNumForks, st.Forks)
 	}
 	if st.HasIRQTotal {
-		s.msg = appendVarintField(s.msg, ssNumIrqTotal, st.IRQTotal)
+		s.msg = wire.AppendVarint(s.msg, ssNumIrqTotal, st.IRQTotal)
 	}
 	if st.HasSoftIRQTotal {
-		s.msg = appendVarintField(s.msg, ssNumSoftirqTotal, st.SoftIRQTotal)
+		s.msg = wire.AppendVarint(s.msg, ssNumSoftirqTotal, st.SoftIRQTotal)
 	}
 	return true
 }

@@ -89,21 +89,6 @@ const (
 	cpuStealTime = 9
 )
 
-func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, v)
-}
-
-func appendBytesField(b []byte, num protowire.Number, v []byte) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendBytes(b, v)
-}
-
-func appendStringField(b []byte, num protowire.Number, v string) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, v)
-}
-
 // lenFieldSize is the encoded size of a length-delimited field with a
 // one-byte tag (field numbers 1..15) and n bytes of content.
 func lenFieldSize(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -59,7 +61,7 @@ func newTestSink(t testing.TB, url, subject string) *Sink {
 		URL: url, Subject: subject, CreateStream: true, Stream: "T",
 		Identity:   remote.Identity{Machine: 77, Session: [16]byte{9, 9}, Hostname: "natshost"},
 		BatchBytes: 16 << 10, MaxBatches: 1024, AckTimeout: time.Second,
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, CloseTimeout: 30 * time.Second, Logf: t.Logf,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond, CloseTimeout: 30 * time.Second, Logger: testsupport.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +100,7 @@ func readBack(t *testing.T, url, subject string, id remote.Identity, want uint64
 		t.Fatal(err)
 	}
 	defer store.Close()
-	r := NewReader(ReaderOptions{URL: url, Subject: subject, Durable: "test", Store: store, Logf: t.Logf})
+	r := NewReader(ReaderOptions{URL: url, Subject: subject, Durable: "test", Store: store, Logger: testsupport.Logger(t)})
 	ctx, cancel := context.WithCancel(bg)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -230,7 +232,7 @@ func TestNATSBeyondBound(t *testing.T) {
 		URL: srv.URL(), Subject: "traces.c", CreateStream: true, Stream: "T",
 		Identity:   remote.Identity{Machine: 78, Session: [16]byte{7}, Hostname: "lossy"},
 		BatchBytes: 4 << 10, MaxBatches: 4, AckTimeout: time.Second, CloseTimeout: 30 * time.Second,
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logf: t.Logf,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, Logger: testsupport.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)

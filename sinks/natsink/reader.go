@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 )
 
@@ -24,7 +26,7 @@ type ReaderOptions struct {
 	// "tracepipe-serve".
 	Durable string
 	Store   *remote.Store
-	Logf    func(format string, args ...any)
+	Logger  *slog.Logger
 }
 
 // Reader writes the batches of a subject into a Store.
@@ -43,9 +45,7 @@ func NewReader(opts ReaderOptions) *Reader {
 }
 
 func (r *Reader) logf(format string, args ...any) {
-	if r.opts.Logf != nil {
-		r.opts.Logf(format, args...)
-	}
+	sinks.Logf(r.opts.Logger, slog.LevelWarn, format, args...)
 }
 
 // Run consumes until ctx is done, reconnecting as needed. It returns an

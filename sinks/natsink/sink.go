@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -44,7 +45,7 @@ type Options struct {
 	// CloseTimeout bounds how long Close waits for acknowledgements
 	// (default 5 s).
 	CloseTimeout time.Duration
-	Logf         func(format string, args ...any)
+	Logger       *slog.Logger
 }
 
 // DefaultStream is the stream name a sink creates when none is given.
@@ -147,24 +148,14 @@ func (s *Sink) Flush(context.Context) error {
 // counted as dropped (a loss in the stats, not an error).
 func (s *Sink) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(ctx, s.opts.CloseTimeout)
-		defer cancel()
-		s.out.Close()
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for s.out.Pending() > 0 && ctx.Err() == nil {
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
+		stop := func() {
+			s.cancel()
+			<-s.done
+			s.nc.Close()
 		}
-		s.cancel()
-		<-s.done
-		s.nc.Close()
-		if n := s.out.Pending(); n > 0 {
-			// A loss, counted (PacketsDroppedQueue), not an error: the
-			// session reports it in TraceStats.
-			s.out.Abandon()
+		// A loss, counted (PacketsDroppedQueue), not an error: the session
+		// reports it in TraceStats.
+		if n := s.out.Shutdown(ctx, s.opts.CloseTimeout, stop); n > 0 {
 			s.logf("natsink: %s: gave up at close with %d batches unacknowledged; their packets are counted as dropped", s.opts.Subject, n)
 		}
 	})
@@ -175,9 +166,7 @@ func (s *Sink) Close(ctx context.Context) error {
 func (s *Sink) Stats() sinks.SinkStats { return s.out.Stats() }
 
 func (s *Sink) logf(format string, args ...any) {
-	if s.opts.Logf != nil {
-		s.opts.Logf(format, args...)
-	}
+	sinks.Logf(s.opts.Logger, slog.LevelWarn, format, args...)
 }
 
 // ensureStream creates the stream if asked and none listens on the subject.
@@ -196,7 +185,7 @@ func (s *Sink) ensureStream() error {
 		Duplicates: 2 * time.Minute,
 	})
 	if err == nil {
-		s.logf("natsink: created stream %s for %s", s.opts.Stream, s.opts.Subject)
+		sinks.Logf(s.opts.Logger, slog.LevelInfo, "natsink: created stream %s for %s", s.opts.Stream, s.opts.Subject)
 	}
 	return err
 }

@@ -104,6 +104,6 @@ func (b *builder) Open(env sinks.Env) (sinks.Sink, error) {
 		id.Session = env.SessionUUID
 	}
 	o.Identity = id
-	o.Logf = env.Logf
+	o.Logger = env.Logger
 	return New(o)
 }

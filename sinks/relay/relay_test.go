@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+
 	"github.com/tracepipe/tracepipe/sinks/remote"
 )
 
@@ -41,7 +43,7 @@ func newSink(t testing.TB, addr, host string, batchBytes, maxBatches int) *Sink 
 		Identity:   remote.Identity{Machine: remote.HashMachineID(host), Session: [16]byte{byte(len(host)), 1}, Hostname: host},
 		BatchBytes: batchBytes, MaxBatches: maxBatches,
 		BackoffMin: 5 * time.Millisecond, BackoffMax: 100 * time.Millisecond, CloseTimeout: 20 * time.Second,
-		Logf: t.Logf,
+		Logger: testsupport.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +78,7 @@ func TestTwoSendersExactlyOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer store.Close()
-			addr := startServer(t, store, ServerOptions{Logf: t.Logf})
+			addr := startServer(t, store, ServerOptions{Logger: testsupport.Logger(t)})
 			a := newSink(t, addr, "alpha", 8<<10, 0)
 			b := newSink(t, addr, "beta", 8<<10, 0)
 			var wg sync.WaitGroup

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 )
 
@@ -26,8 +28,8 @@ type ServerOptions struct {
 	// MaxConns bounds the connections served at once (0: 1024); more are
 	// refused with an error frame. With MaxFrame it bounds the memory.
 	MaxConns int
-	// Logf receives one line per connection event. Nil discards.
-	Logf func(format string, args ...any)
+	// Logger receives one line per connection event. Nil discards.
+	Logger *slog.Logger
 }
 
 // Server accepts relay senders and stores their batches.
@@ -54,9 +56,7 @@ func NewServer(opts ServerOptions) *Server {
 }
 
 func (s *Server) logf(format string, args ...any) {
-	if s.opts.Logf != nil {
-		s.opts.Logf(format, args...)
-	}
+	sinks.Logf(s.opts.Logger, slog.LevelInfo, format, args...)
 }
 
 // Serve accepts connections on ln until Close; it returns nil after Close.
@@ -115,7 +115,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			defer s.Connections.Add(-1)
 			if err := s.handle(c); err != nil {
 				s.Rejected.Add(1)
-				s.logf("relay: %s: %v", c.RemoteAddr(), err)
+				sinks.Logf(s.opts.Logger, slog.LevelWarn, "relay: %s: %v", c.RemoteAddr(), err)
 			}
 			c.Close()
 			s.mu.Lock()

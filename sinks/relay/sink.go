@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -31,7 +32,7 @@ type Options struct {
 	// (default 5 s), so that an unreachable receiver delays the end of a
 	// session by at most this much.
 	CloseTimeout time.Duration
-	Logf         func(format string, args ...any)
+	Logger       *slog.Logger
 }
 
 // Defaults of Options.
@@ -108,9 +109,7 @@ func (s *Sink) Identity() remote.Identity { return s.opts.Identity }
 func (s *Sink) QueueDepth() int { return s.out.Depth() }
 
 func (s *Sink) logf(format string, args ...any) {
-	if s.opts.Logf != nil {
-		s.opts.Logf(format, args...)
-	}
+	sinks.Logf(s.opts.Logger, slog.LevelWarn, format, args...)
 }
 
 // WriteLast queues the final TraceStats even when the queue is at its
@@ -134,23 +133,9 @@ func (s *Sink) Flush(context.Context) error {
 // in the stats, not an error).
 func (s *Sink) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(ctx, s.opts.CloseTimeout)
-		defer cancel()
-		s.out.Close()
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for s.out.Pending() > 0 && ctx.Err() == nil {
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
-		s.cancel()
-		<-s.done
-		if n := s.out.Pending(); n > 0 {
-			// A loss, counted (PacketsDroppedQueue), not an error: the
-			// session reports it in TraceStats.
-			s.out.Abandon()
+		// A loss, counted (PacketsDroppedQueue), not an error: the session
+		// reports it in TraceStats.
+		if n := s.out.Shutdown(ctx, s.opts.CloseTimeout, func() { s.cancel(); <-s.done }); n > 0 {
 			s.logf("relay: %s: gave up at close with %d batches unacknowledged; their packets are counted as dropped", s.opts.Address, n)
 		}
 	})

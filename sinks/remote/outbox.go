@@ -1,8 +1,10 @@
 package remote
 
 import (
+	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -309,6 +311,31 @@ func (o *Outbox) Close() {
 	o.mu.Lock()
 	o.closed = true
 	o.mu.Unlock()
+}
+
+// Shutdown is a sink's Close: it closes the outbox, waits (bounded by ctx
+// and timeout) until the destination acknowledged every batch, the
+// transport running meanwhile, then calls stop, which must end the
+// transport, and counts what is still unacknowledged as dropped. It
+// returns how many batches were dropped, 0 when nothing was lost.
+func (o *Outbox) Shutdown(ctx context.Context, timeout time.Duration, stop func()) int {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	o.Close()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for o.Pending() > 0 && ctx.Err() == nil {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	stop()
+	n := o.Pending()
+	if n > 0 {
+		o.Abandon()
+	}
+	return n
 }
 
 // Abandon counts every batch still unacknowledged as dropped (a sink

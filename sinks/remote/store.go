@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -181,10 +183,8 @@ func (st *Stream) Append(seq uint64, data []byte, packets int, nbytes uint64) (b
 			t.scratch = tracefile.AppendRecordHeader(t.scratch, len(p)+extra)
 			t.scratch = append(t.scratch, p...)
 			// The last occurrence of a field wins: appending is enough.
-			t.scratch = protowire.AppendTag(t.scratch, tracefile.FieldTrustedSequenceID, protowire.VarintType)
-			t.scratch = protowire.AppendVarint(t.scratch, uint64(id))
-			t.scratch = protowire.AppendTag(t.scratch, tracefile.FieldMachineID, protowire.VarintType)
-			t.scratch = protowire.AppendVarint(t.scratch, uint64(st.st.machineIdx))
+			t.scratch = wire.AppendVarint(t.scratch, tracefile.FieldTrustedSequenceID, uint64(id))
+			t.scratch = wire.AppendVarint(t.scratch, tracefile.FieldMachineID, uint64(st.st.machineIdx))
 			return nil
 		})
 		if err != nil {

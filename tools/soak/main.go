@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -101,7 +102,7 @@ sinks:
 	if err != nil {
 		return err
 	}
-	svc, err := pipeline.New(cfg, pipeline.Options{Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "soak: warning: "+f+"\n", a...) }})
+	svc, err := pipeline.New(cfg, pipeline.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("program", "soak")})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Text lines keep the CLI's look; JSON lines are slog records.
+func TestNewLogger(t *testing.T) {
+	var text bytes.Buffer
+	l, err := newLogger(&text, logFormatText, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Warn("sink disk: EIO")
+	l.Info("serve: accepting relay senders on :7010", "sessions", 2)
+	want := "tracepipe: warning: sink disk: EIO\ntracepipe: serve: accepting relay senders on :7010 sessions=2\n"
+	if text.String() != want {
+		t.Errorf("text:\n%q\nwant\n%q", text.String(), want)
+	}
+
+	var js bytes.Buffer
+	if l, err = newLogger(&js, logFormatJSON, "\r"); err != nil {
+		t.Fatal(err)
+	}
+	l.Warn("sink disk: EIO")
+	var rec struct{ Level, Msg string }
+	if err := json.Unmarshal(js.Bytes(), &rec); err != nil || rec.Level != "WARN" || rec.Msg != "sink disk: EIO" {
+		t.Errorf("json %q: %+v, %v", js.String(), rec, err)
+	}
+
+	if _, err := newLogger(&js, "xml", ""); err == nil || !strings.Contains(err.Error(), `--log-format "xml": want text or json`) {
+		t.Errorf("bad format: %v", err)
+	}
+	if _, stderr, code := runCLI(t, "run", "--log-format", "xml"); code != exitUsage || !strings.Contains(stderr, "--log-format") {
+		t.Errorf("run --log-format xml: exit %d, %s", code, stderr)
+	}
+}
+
+// `serve --log-format json` writes its lines as JSON records.
+func TestServeLogFormatJSON(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	f := serveFlags{listen: "127.0.0.1:0", out: t.TempDir(), logFormat: logFormatJSON}
+	go func() { done <- serve(ctx, f, &stderr, func(a string) { ready <- a }) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not start listening")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	found := false
+	for _, line := range lines {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("not a JSON record: %q", line)
+			continue
+		}
+		found = found || rec.Level == "INFO" && strings.HasPrefix(rec.Msg, "serve: accepting relay senders on 127.0.0.1:")
+	}
+	if !found {
+		t.Errorf("no accepting record in:\n%s", stderr.String())
+	}
+}

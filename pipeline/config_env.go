@@ -1,0 +1,92 @@
+package pipeline
+
+import (
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// envOverrides turns the TRACEPIPE_* entries of environ into overrides,
+// ordered so that list elements are appended in index order. A variable is
+// config only when the first part of its name is a top-level key
+// (TRACEPIPE_DURATION, TRACEPIPE_BUFFERS__0__SIZE_KB); any other
+// TRACEPIPE_* variable belongs to something else (a test harness, a
+// wrapper script) and is ignored, with a warning naming it, so that it
+// cannot break a command.
+func envOverrides(environ []string, warn func(string)) []override {
+	top := fieldsOf(reflect.TypeFor[Config]())
+	var out []override
+	for _, kv := range environ {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix) {
+			continue
+		}
+		o := override{source: name, value: parseScalar(val)}
+		for part := range strings.SplitSeq(strings.ToLower(strings.TrimPrefix(name, EnvPrefix)), "__") {
+			if n, err := strconv.Atoi(part); err == nil && n >= 0 && part[0] != '+' {
+				o.path = append(o.path, pathSeg{index: n, isIndex: true})
+			} else {
+				o.path = append(o.path, pathSeg{key: part})
+			}
+		}
+		if !isTopLevelKey(o.path[0], top) {
+			if warn != nil {
+				hint := ""
+				if !o.path[0].isIndex && o.path[0].key != "" {
+					if s := suggest(o.path[0].key, top); s != "" {
+						hint = s
+					}
+				}
+				warn(name + " is not a config variable (its name after " + EnvPrefix +
+					" starts with no top-level config key" + hint + "); ignored")
+			}
+			continue
+		}
+		out = append(out, o)
+	}
+	sort.Slice(out, func(i, j int) bool { return lessPath(out[i].path, out[j].path, out[i].source, out[j].source) })
+	return out
+}
+
+func isTopLevelKey(s pathSeg, top []field) bool {
+	if s.isIndex {
+		return false
+	}
+	for _, f := range top {
+		if f.key == s.key {
+			return true
+		}
+	}
+	return false
+}
+
+// attributeEnv appends "(set by TRACEPIPE_X)" to the problems found at or
+// below a path an environment variable set, so that a user who never wrote
+// that key in the file learns where it came from.
+func attributeEnv(problems []Problem, envs []override) []Problem {
+	for i := range problems {
+		for _, o := range envs {
+			p := overridePath(o.path)
+			if problems[i].Path == p || strings.HasPrefix(problems[i].Path, p+".") || strings.HasPrefix(problems[i].Path, p+"[") {
+				problems[i].Message += " (set by " + o.source + ")"
+				break
+			}
+		}
+	}
+	return problems
+}
+
+// overridePath renders an override path the way problems name fields:
+// "buffers[0].size_kb".
+func overridePath(path []pathSeg) string {
+	var p string
+	for _, s := range path {
+		if s.isIndex {
+			p += "[" + strconv.Itoa(s.index) + "]"
+		} else {
+			p = joinPath(p, s.key)
+		}
+	}
+	return p
+}

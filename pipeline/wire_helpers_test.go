@@ -1,0 +1,17 @@
+package pipeline
+
+import (
+	"github.com/tracepipe/tracepipe/internal/wire"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Short names for the tests' hand-built packets.
+func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
+	return wire.AppendVarint(b, num, v)
+}
+func appendString(b []byte, num protowire.Number, s string) []byte {
+	return wire.AppendString(b, num, s)
+}
+func appendMessage(b []byte, num protowire.Number, m []byte) []byte {
+	return wire.AppendBytes(b, num, m)
+}
