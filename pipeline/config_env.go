@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"github.com/knadh/koanf/providers/env/v2"
 	"reflect"
 	"sort"
 	"strconv"
@@ -16,12 +17,15 @@ import (
 // cannot break a command.
 func envOverrides(environ []string, warn func(string)) []override {
 	top := fieldsOf(reflect.TypeFor[Config]())
+	// koanf's env provider picks the TRACEPIPE_* variables (names kept as
+	// they are: the paths are split below, "__" per level).
+	vars, err := env.Provider("", env.Opt{Prefix: EnvPrefix, EnvironFunc: func() []string { return environ }}).Read()
+	if err != nil { // it reads a slice; it has no error of its own to give
+		return nil
+	}
 	var out []override
-	for _, kv := range environ {
-		name, val, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(name, EnvPrefix) {
-			continue
-		}
+	for name, v := range vars {
+		val, _ := v.(string)
 		o := override{source: name, value: parseScalar(val)}
 		for part := range strings.SplitSeq(strings.ToLower(strings.TrimPrefix(name, EnvPrefix)), "__") {
 			if n, err := strconv.Atoi(part); err == nil && n >= 0 && part[0] != '+' {

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +11,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/pelletier/go-toml/v2"
+	kjson "github.com/knadh/koanf/parsers/json"
+	ktoml "github.com/knadh/koanf/parsers/toml/v2"
+	kyaml "github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/rawbytes"
+	"github.com/knadh/koanf/v2"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tracepipe/tracepipe/configs"
@@ -134,28 +137,44 @@ func configFormat(name string) (string, error) {
 	}
 }
 
-// parseConfig parses a config file into its raw map by its format. The
-// hand-written decoder (config_decode.go) turns the map into a Config; no
-// library sits between the parser and it. Errors name the file.
+// parseConfig parses a config file into its raw map with koanf's parser
+// for its format (rawbytes provider); the hand-written decoder
+// (config_decode.go) turns the map into a Config with field-path messages.
+// Values nested deeper than maxConfigDepth are refused before koanf copies
+// the map (copystructure's cost grows with the square of the depth).
+// Errors name the file.
 func parseConfig(name string, data []byte) (map[string]any, error) {
 	format, err := configFormat(strings.TrimSuffix(name, " (embedded)"))
 	if err != nil {
 		return nil, err
 	}
-	var m map[string]any
+	var p koanf.Parser
 	switch format {
 	case "yaml":
-		err = yaml.Unmarshal(data, &m)
+		p = kyaml.Parser()
 	case "toml":
-		err = toml.Unmarshal(data, &m)
+		p = ktoml.Parser()
 	case "json":
-		err = json.Unmarshal(data, &m)
+		p = kjson.Parser()
 	}
-	if err != nil {
+	k := koanf.New(".")
+	if err := k.Load(rawbytes.Provider(data), depthLimited{p}); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	return k.Raw(), nil
+}
+
+// depthLimited wraps a koanf parser to refuse values nested deeper than
+// maxConfigDepth before koanf copies them.
+type depthLimited struct{ koanf.Parser }
+
+func (p depthLimited) Unmarshal(b []byte) (map[string]any, error) {
+	m, err := p.Parser.Unmarshal(b)
+	if err != nil {
+		return nil, err
+	}
 	if tooDeep(m, 1) {
-		return nil, fmt.Errorf("%s: values nest deeper than %d levels", name, maxConfigDepth)
+		return nil, fmt.Errorf("values nest deeper than %d levels", maxConfigDepth)
 	}
 	return m, nil
 }
