@@ -1,6 +1,7 @@
-// Package pipeline owns a tracing session: its configuration (YAML,
-// TOML, JSON parsed to maps and decoded by config_decode.go, TRACEPIPE_ environment overrides and --set flags, validated
-// with messages that name the field), the Service that accepts CommitData
+// Package pipeline owns a tracing session: its configuration (YAML, TOML
+// or JSON files and TRACEPIPE_ environment variables read through koanf,
+// --set flags, decoded by config_decode.go and validated with messages
+// that name the field), the Service that accepts CommitData
 // from producers, copies chunks into the trace buffers, runs the readback
 // loop, stamps trusted fields and feeds sinks, and the timers for flush,
 // incremental-state clearing and duration. With ProtoVM programs on the
