@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tracepipe/tracepipe/internal/wire"
 	"log/slog"
 	"os"
 	"sort"
@@ -432,40 +433,10 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// walkProto calls fn for each field of a message: v for varints (and
-// fixed values), payload for length-delimited fields.
+// walkProto calls fn for each field of b (internal/wire's walk; fn gets
+// the varint or fixed value, or the payload of a length-delimited field).
 func walkProto(b []byte, fn func(num protowire.Number, v uint64, payload []byte) error) error {
-	for off := 0; off < len(b); {
-		num, typ, n := protowire.ConsumeTag(b[off:])
-		if n < 0 {
-			return fmt.Errorf("bad tag at byte %d", off)
-		}
-		off += n
-		var v uint64
-		var payload []byte
-		switch typ {
-		case protowire.VarintType:
-			v, n = protowire.ConsumeVarint(b[off:])
-		case protowire.BytesType:
-			payload, n = protowire.ConsumeBytes(b[off:])
-		case protowire.Fixed32Type:
-			var x uint32
-			x, n = protowire.ConsumeFixed32(b[off:])
-			v = uint64(x)
-		case protowire.Fixed64Type:
-			v, n = protowire.ConsumeFixed64(b[off:])
-		default:
-			return fmt.Errorf("field %d at byte %d: unsupported wire type %d", num, off, typ)
-		}
-		if n < 0 {
-			return fmt.Errorf("field %d at byte %d: truncated", num, off)
-		}
-		off += n
-		if err := fn(num, v, payload); err != nil {
-			return err
-		}
-	}
-	return nil
+	return wire.Walk(b, func(f wire.Field) error { return fn(f.Num, f.Varint, f.Bytes) })
 }
 
 func stringField(b []byte, num protowire.Number) string {
