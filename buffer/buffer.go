@@ -115,7 +115,6 @@ func New(size int, policy Policy) (*TraceBuffer, error) {
 		writerHist: make(map[uint32]*histogram),
 		pktSlices:  make([][]byte, 0, 4),
 	}
-	adviseHugePages(b.mem)
 	b.stats.BufferSize = rounded
 	return b, nil
 }

@@ -8,7 +8,6 @@ package buffer
 // and patches fail.
 func (b *TraceBuffer) CloneReadOnly() *TraceBuffer {
 	c := b.cloneState(make([]byte, len(b.mem)))
-	adviseHugePages(c.mem)
 	copy(c.mem, b.mem[:b.usedSize])
 	return c
 }
