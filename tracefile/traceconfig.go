@@ -54,9 +54,9 @@ const (
 	tcFlushTimeoutMs         = 14
 	tcIncrementalStateConfig = 21
 
-	bufSizeKB     = 1
-	bufFillPolicy = 4
-	bufName       = 7
+	bufSizeKB           = 1
+	bufFillPolicy       = 4
+	bufName             = 7
 	bufTransferOnClone  = 5
 	bufClearBeforeClone = 6
 
