@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -17,38 +15,19 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-var (
-	faultOnce sync.Once
-	faultPath string
-	faultErr  error
-)
+var faultRawOnce sync.Once
 
-// faultPlugin builds plugins/internal/faultplugin once per test binary.
+// faultPlugin builds plugins/internal/faultplugin once per test binary,
+// with a second name (faultplugin-raw) beside it.
 func faultPlugin(t *testing.T) string {
 	t.Helper()
-	faultOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		dir, err := os.MkdirTemp("", "tracepipe-faultplugin-")
-		if err != nil {
-			faultErr = err
-			return
-		}
-		faultPath = filepath.Join(dir, "faultplugin")
-		cmd := exec.Command(goBin, "build", "-o", faultPath, "./plugins/internal/faultplugin")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			faultErr = fmt.Errorf("building the fault plugin: %v\n%s", err, out)
-			return
-		}
-		faultErr = os.Symlink(faultPath, filepath.Join(dir, "faultplugin-raw"))
-	})
-	if faultErr != nil {
-		t.Fatal(faultErr)
+	p := buildPlugin(t, "plugins/internal/faultplugin")
+	var err error
+	faultRawOnce.Do(func() { err = os.Symlink(p, filepath.Join(filepath.Dir(p), "faultplugin-raw")) })
+	if err != nil {
+		t.Fatal(err)
 	}
-	return faultPath
+	return p
 }
 
 // faultIndex reads the fault plugin's packet index (TestEvent.seq_value).

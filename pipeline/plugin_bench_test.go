@@ -3,47 +3,14 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"sync"
 	"testing"
 	"time"
 )
 
-var (
-	synthPluginOnce sync.Once
-	synthPluginPath string
-	synthPluginErr  error
-)
-
 // syntheticPlugin builds plugins/internal/syntheticplugin (the built-in
 // synthetic source served as a plugin) once per test binary.
-func syntheticPlugin(b testing.TB) string {
-	b.Helper()
-	synthPluginOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		dir, err := os.MkdirTemp("", "tracepipe-synthplugin-")
-		if err != nil {
-			synthPluginErr = err
-			return
-		}
-		synthPluginPath = filepath.Join(dir, "syntheticplugin")
-		cmd := exec.Command(goBin, "build", "-o", synthPluginPath, "./plugins/internal/syntheticplugin")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			synthPluginErr = fmt.Errorf("building the synthetic plugin: %v\n%s", err, out)
-		}
-	})
-	if synthPluginErr != nil {
-		b.Fatal(synthPluginErr)
-	}
-	return synthPluginPath
-}
+func syntheticPlugin(b testing.TB) string { return buildPlugin(b, "plugins/internal/syntheticplugin") }
 
 // BenchmarkPluginVsInProcess runs the same data source (tracepipe.synthetic,
 // one writer, 1 KiB packets, unthrottled, stall policy) in process and as a

@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,37 +16,8 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-var (
-	pluginOnce sync.Once
-	pluginPath string
-	pluginErr  error
-)
-
 // counterPlugin builds plugins/example/counterplugin once per test binary.
-func counterPlugin(t *testing.T) string {
-	t.Helper()
-	pluginOnce.Do(func() {
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		dir, err := os.MkdirTemp("", "tracepipe-plugin-")
-		if err != nil {
-			pluginErr = err
-			return
-		}
-		pluginPath = filepath.Join(dir, "counterplugin")
-		cmd := exec.Command(goBin, "build", "-o", pluginPath, "./plugins/example/counterplugin")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			pluginErr = fmt.Errorf("building the example plugin: %v\n%s", err, out)
-		}
-	})
-	if pluginErr != nil {
-		t.Fatal(pluginErr)
-	}
-	return pluginPath
-}
+func counterPlugin(t *testing.T) string { return buildPlugin(t, "plugins/example/counterplugin") }
 
 // A data source served by a plugin process goes through the same SMB,
 // commit and readback path as an in-process one: its packets arrive whole
