@@ -23,8 +23,16 @@ func envOverrides(environ []string, warn func(string)) []override {
 	if err != nil { // it reads a slice; it has no error of its own to give
 		return nil
 	}
+	// Walk the variables in the environment's order, so that warnings
+	// come out the same way every run.
 	var out []override
-	for name, v := range vars {
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		v, ok := vars[name]
+		if !ok {
+			continue
+		}
+		delete(vars, name) // a name set twice counts once, as koanf kept it
 		val, _ := v.(string)
 		o := override{source: name, value: parseScalar(val)}
 		for part := range strings.SplitSeq(strings.ToLower(strings.TrimPrefix(name, EnvPrefix)), "__") {
