@@ -103,6 +103,10 @@ type ReaderStats struct {
 	// ScrapeSkipped counts BeingWritten chunks Scrape left alone because
 	// they held no finished fragment (count < 2).
 	ScrapeSkipped uint64
+	// CommitsAlreadyScraped counts committed chunks not handed out
+	// again because a scrape had already handed them out Complete (their
+	// bytes cannot have changed since).
+	CommitsAlreadyScraped uint64
 	// PayloadBytes counts payload bytes handed out.
 	PayloadBytes uint64
 	// WriterAborts counts chunks ended by the drop sentinel.
@@ -121,6 +125,7 @@ func (s *ReaderStats) Each(fn func(name string, v uint64)) {
 	fn("chunks_read", s.ChunksRead)
 	fn("chunks_scraped", s.ChunksScraped)
 	fn("scrape_skipped", s.ScrapeSkipped)
+	fn("commits_already_scraped", s.CommitsAlreadyScraped)
 	fn("payload_bytes", s.PayloadBytes)
 	fn("writer_aborts", s.WriterAborts)
 	fn("patch_groups", s.PatchGroups)
@@ -152,6 +157,13 @@ type Reader struct {
 	smb   *SMB
 	stats ReaderStats
 	view  ChunkView
+	// scraped holds, per SMB chunk slot (see slotKey), the writer and
+	// chunk id of a Complete chunk that Scrape handed out and whose
+	// commit has not been read yet. Its commit is then released without
+	// being handed out a second time: a copy the trace buffer had already
+	// read would otherwise come back as a stale recommit and be counted
+	// as chunks_discarded (data loss) although nothing was lost.
+	scraped map[uint32]uint64
 }
 
 // NewReader returns a reader of s.
@@ -213,7 +225,9 @@ func (r *Reader) readMove(m *ChunkToMove, onChunk func(*ChunkView)) {
 	}
 	chunk := s.chunkBytes(p, l, m.Chunk)
 	h := DecodeHeaderWords(load32(chunk, 0), load32(chunk, 4))
-	if r.fill(h, chunk[ChunkHeaderSize:], int(h.Count), true) {
+	if r.takeScraped(m.Page, m.Chunk, h) {
+		r.stats.CommitsAlreadyScraped++
+	} else if r.fill(h, chunk[ChunkHeaderSize:], int(h.Count), true) {
 		v := &r.view
 		v.Page, v.Index, v.TargetBuffer = m.Page, m.Chunk, m.TargetBuffer
 		r.stats.ChunksRead++
@@ -226,6 +240,44 @@ func (r *Reader) readMove(m *ChunkToMove, onChunk func(*ChunkView)) {
 	if !s.release(p, l, m.Chunk) {
 		r.reject(RejectReleaseFailed)
 	}
+}
+
+// slotKey names chunk index i of page p (a page holds at most 14 chunks).
+func slotKey(p, i uint32) uint32 { return p<<4 | i }
+
+// scrapedID packs the identity of a chunk's content: its writer and chunk
+// id. A slot reused for another chunk has another identity.
+func scrapedID(h ChunkHeader) uint64 { return uint64(h.WriterID)<<32 | uint64(h.ChunkID) }
+
+// markScraped records that the Complete chunk with header h at slot
+// (p, i) was handed out by Scrape.
+func (r *Reader) markScraped(p, i uint32, h ChunkHeader) {
+	if r.scraped == nil {
+		r.scraped = make(map[uint32]uint64)
+	}
+	r.scraped[slotKey(p, i)] = scrapedID(h)
+}
+
+// wasScraped reports whether Scrape already handed out the Complete chunk
+// with header h at slot (p, i).
+func (r *Reader) wasScraped(p, i uint32, h ChunkHeader) bool {
+	id, ok := r.scraped[slotKey(p, i)]
+	return ok && id == scrapedID(h)
+}
+
+// takeScraped reports whether the chunk with header h being committed at
+// slot (p, i) was already handed out Complete by a scrape, and forgets the
+// slot either way: it is freed after this commit.
+func (r *Reader) takeScraped(p, i uint32, h ChunkHeader) bool {
+	if len(r.scraped) == 0 {
+		return false
+	}
+	k := slotKey(p, i)
+	id, ok := r.scraped[k]
+	if ok {
+		delete(r.scraped, k)
+	}
+	return ok && id == scrapedID(h)
 }
 
 func (r *Reader) readEmulated(m *ChunkToMove, onChunk func(*ChunkView)) {

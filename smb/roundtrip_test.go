@@ -124,7 +124,9 @@ func randomSize(rng *rand.Rand) int {
 }
 
 // serviceLoop decodes marshalled commits and reads them like a service,
-// scraping now and then.
+// scraping now and then. A Complete chunk is handed out once, by a scrape
+// or by its commit, so scraped Complete chunks go to ra with the
+// committed ones; incomplete scrapes go to a reassembler of their own.
 func serviceLoop(t *testing.T, s *SMB, commits <-chan []byte, ra *reassembler) *ReaderStats {
 	r := NewReader(s)
 	var cd CommitData
@@ -140,7 +142,13 @@ func serviceLoop(t *testing.T, s *SMB, commits <-chan []byte, ra *reassembler) *
 		}
 		r.ReadCommit(&cd, ra.addChunk, ra.applyPatch)
 		if i%17 == 0 {
-			r.Scrape(scraped.addChunk)
+			r.Scrape(func(v *ChunkView) {
+				if v.Complete {
+					ra.addChunk(v)
+				} else {
+					scraped.addChunk(v)
+				}
+			})
 		}
 	}
 }
@@ -221,8 +229,8 @@ func runRoundTrip(t *testing.T, seed uint64, writers, packets int, layout PageLa
 	arb.FlushPendingCommits()
 	close(commits)
 	<-done
-	if stats.TotalRejected() != 0 || stats.PatchesDiscarded != 0 || ra.badPatches != 0 {
-		t.Errorf("reader rejections %+v, bad patches %d", stats, ra.badPatches)
+	if stats.TotalRejected() != 0 || stats.PatchesDiscarded != 0 || ra.badPatches != 0 || ra.duplicates != 0 {
+		t.Errorf("reader rejections %+v, bad patches %d, chunks handed out twice %d", stats, ra.badPatches, ra.duplicates)
 	}
 	for wi, id := range ids {
 		got, err := ra.packets(id)
