@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,7 +37,10 @@ func faultIndex(p []byte) (uint32, bool) { return counterIndex(p) }
 // Fault containment with real plugin processes: whatever the plugin does,
 // the session ends within duration + flush_timeout + the stop bound, the
 // other data source's packets are all there, and the fault is counted in
-// the trace and attributed to data_sources[0].
+// the trace and attributed to data_sources[0]: in its TraceStats entry,
+// in the rows `tracepipe stats` prints, and in one warning naming it. A
+// plugin that dies is noticed at once: the session (whose other source is
+// Finite) ends long before its duration instead of waiting for it.
 func TestPluginFaultContainment(t *testing.T) {
 	const (
 		duration     = 1500 * time.Millisecond
@@ -49,6 +53,11 @@ func TestPluginFaultContainment(t *testing.T) {
 	bound := duration + flushTimeout + stopTimeout + teardown
 	plugin := faultPlugin(t)
 	raw := filepath.Join(filepath.Dir(plugin), "faultplugin-raw")
+	// died: modes whose plugin process ends on its own. counted: the
+	// attributed counter each untrusted-input mode must raise (and warn
+	// about once).
+	died := map[string]bool{"kill": true, "panic": true, "exit_start": true}
+	counted := map[string]string{"kill": "died", "panic": "died", "spoof": "invalid_packets", "garbage_smb": "smb_chunks_rejected", "bad_commits": "smb_chunks_rejected"}
 	for _, tc := range []struct {
 		mode   string
 		plugin string
@@ -139,7 +148,8 @@ data_sources:
     config: {writers: 2, packets: 300}
 sinks: [{type: file, path: %q}]
 `, duration, flushTimeout, tc.plugin, tc.mode, goodPackets, out))
-			s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
+			logged := &testsupport.Messages{}
+			s, err := New(cfg, Options{Logger: slog.New(logged)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,6 +164,30 @@ sinks: [{type: file, path: %q}]
 			t.Logf("%s: session took %v (bound %v)", tc.mode, elapsed.Round(time.Millisecond), bound)
 			if elapsed > bound {
 				t.Errorf("the session took %v, more than duration + flush_timeout + stop bound = %v", elapsed, bound)
+			}
+			if died[tc.mode] && elapsed >= duration {
+				t.Errorf("the session took %v: the plugin's death was not noticed before the duration (%v) ended", elapsed, duration)
+			}
+			label := fmt.Sprintf("data_sources[0] (%s)", tc.plugin)
+			warnings := 0 // the service's own lines about the source, not its stderr
+			for _, m := range logged.All() {
+				if strings.HasPrefix(m, label+" sent ") || strings.HasPrefix(m, label+": ") {
+					warnings++
+				}
+			}
+			if counted[tc.mode] != "" && warnings != 1 {
+				t.Errorf("%d warnings naming %s, want one (log: %q)", warnings, label, logged.All())
+			}
+			if name := counted[tc.mode]; name != "" {
+				found := false
+				for _, r := range tracefile.LossReport(res.Stats) {
+					if r.Name == label+"."+name && r.Value > 0 && r.Severity == tracefile.SeverityDataLoss {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("tracepipe stats has no data-loss row %s.%s", label, name)
+				}
 			}
 			got := map[uint32]int{}
 			scripted := map[[2]int]bool{}

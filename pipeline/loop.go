@@ -192,7 +192,9 @@ func (s *Service) handleNote(n note) {
 		p.reader.Scrape(p.onChunk)
 		p.requestStop()
 	case noteStopped:
-		if n.err != nil {
+		// A producer that died was reported then; its Stop could only
+		// fail on the dead connection.
+		if n.err != nil && p.state != stateDead {
 			s.logf("%s: stop: %v", p.label(), n.err)
 		}
 		if p.state == stateStopping || p.state == stateRunning {

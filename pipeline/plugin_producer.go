@@ -131,11 +131,22 @@ func (ps *pluginSide) flush(flushID uint64) error { return ps.plugin.Flush(flush
 
 func (ps *pluginSide) clearIncrementalState() { _ = ps.plugin.ClearIncrementalState() }
 
+// stop asks the plugin to stop. If the plugin process exited meanwhile,
+// the error says how it exited (and what it wrote last), not what the
+// dead connection made of the Stop call.
 func (ps *pluginSide) stop() error {
 	if ps.plugin == nil {
 		return nil
 	}
-	return ps.plugin.Stop()
+	err := ps.plugin.Stop()
+	if err != nil {
+		// A process that broke the connection by dying is reaped within
+		// moments; a hung one is not waited for.
+		if _, exited := ps.plugin.WaitExit(stopExitWait); exited {
+			return ps.exitErr()
+		}
+	}
+	return err
 }
 
 // packetsDropped is 0: a plugin's own writer counters are not trusted; its
@@ -179,6 +190,10 @@ const stderrLines = 3
 
 // exitWait bounds the wait for a failing plugin's exit status.
 const exitWait = 500 * time.Millisecond
+
+// stopExitWait bounds the same wait after a failed Stop, which is on the
+// session's stop path.
+const stopExitWait = 100 * time.Millisecond
 
 // lineLogger turns a plugin's stderr into log lines and keeps the last
 // few for error messages.
