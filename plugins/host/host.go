@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -129,7 +130,7 @@ func dial(ctx context.Context, path string, smbFd int, stderr io.Writer, timeout
 		stderr = io.Discard
 	}
 	stderr = &lockedWriter{w: stderr}
-	cmd := exec.Command(path)
+	cmd := exec.Command(execPath(path))
 	var smbFile *os.File
 	if smbFd >= 0 {
 		// A close-on-exec duplicate of the memfd: exec dup2s it to fd 3 of
@@ -518,4 +519,15 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// execPath is the path to exec for a plugin path: a plugin is always a
+// file, never a command looked up in $PATH, so a bare name ("my-plugin",
+// as filepath.Join(".", "my-plugin") makes of a plugin in the current
+// directory) is run as "./my-plugin".
+func execPath(path string) string {
+	if strings.ContainsRune(path, filepath.Separator) {
+		return path
+	}
+	return "." + string(filepath.Separator) + path
 }

@@ -495,3 +495,19 @@ func waitStopped(t *testing.T, pid int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A plugin named without a directory ("my-plugin", which is what
+// filepath.Join(".", "my-plugin") gives for `tracepipe plugins --dir .`)
+// is the file in the current directory, not a command looked up in $PATH.
+func TestBareNameIsTheFileHere(t *testing.T) {
+	path := counterPlugin(t)
+	t.Chdir(filepath.Dir(path))
+	t.Setenv("PATH", t.TempDir()) // nothing to find there
+	ds, err := Describe(context.Background(), filepath.Base(path), nil)
+	if err != nil {
+		t.Fatalf("Describe(%q) in its directory: %v", filepath.Base(path), err)
+	}
+	if len(ds) != 1 || ds[0].Name != "example.counter" {
+		t.Fatalf("Describe: %+v", ds)
+	}
+}
