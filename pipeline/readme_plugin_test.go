@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,8 +44,8 @@ func readmeBlocks(t *testing.T, title, lang string) []string {
 func TestREADMEPluginBuildsAndRuns(t *testing.T) {
 	goSrc := readmeBlocks(t, "Writing a data-source plugin", "go")
 	yamls := readmeBlocks(t, "Writing a data-source plugin", "yaml")
-	if len(goSrc) != 1 || len(yamls) != 1 {
-		t.Fatalf("the section has %d go and %d yaml blocks, want the plugin and its config", len(goSrc), len(yamls))
+	if len(goSrc) < 1 || len(yamls) != 1 {
+		t.Fatalf("the section has %d go and %d yaml blocks, want the plugin (then snippets) and its config", len(goSrc), len(yamls))
 	}
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -61,6 +62,12 @@ func TestREADMEPluginBuildsAndRuns(t *testing.T) {
 		"go.sum":      string(sum),
 		"go.mod": "module example.com/my-plugin\n\ngo 1.26\n\nrequire github.com/tracepipe/tracepipe v0.0.0\n\n" +
 			"replace github.com/tracepipe/tracepipe => " + root + "\n",
+	}
+	// Later go blocks are snippets: each must compile as the body of a
+	// function given the writer w and the value freeBytes.
+	for i, snip := range goSrc[1:] {
+		files[fmt.Sprintf("snippet%d.go", i)] = fmt.Sprintf("package main\n\nimport (\n\t\"github.com/tracepipe/tracepipe/plugins\"\n\t\"github.com/tracepipe/tracepipe/plugins/trackevent\"\n)\n\n"+
+			"var _ = trackevent.Now\n\nfunc readmeSnippet%d(w plugins.PacketWriter, freeBytes uint64) error {\n%s\treturn err\n}\n", i, snip)
 	}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
