@@ -226,11 +226,17 @@ func (l *lineLogger) Write(b []byte) (int, error) {
 }
 
 func (l *lineLogger) line(s string) {
+	if strings.Contains(s, " plugin-host") {
+		// go-plugin's own log lines: copies of the stderr lines logged
+		// already ("[ERROR] plugin-host.name: panic: ...") or its view of
+		// an exit the service reports itself.
+		return
+	}
 	if l.logf != nil {
 		l.logf("%s%s", l.prefix, s)
 	}
-	if strings.TrimSpace(s) == "" || strings.Contains(s, " plugin-host") {
-		return // go-plugin's own log lines say nothing about the plugin
+	if strings.TrimSpace(s) == "" {
+		return
 	}
 	if l.panic == "" && (strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ")) {
 		l.panic = s
