@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tracepipe/tracepipe/tracefile"
 )
 
 // `tracepipe plugins` lists what each plugin serves; with plugin_dir a
@@ -48,5 +50,55 @@ sinks: [{type: file, path: out.pftrace}]
 	_, stderr, code = runCLI(t, "validate", "-c", cfg)
 	if code == exitOK || !strings.Contains(stderr, "data_sources[0].config.packets: must be >= 0, got -3") {
 		t.Fatalf("validate: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// A run whose data source names no plugin finds it in plugin_dir, here
+// "." beside the config (and `tracepipe plugins --dir .` lists it too):
+// the counter plugin's packets are in the trace.
+func TestRunFindsPluginInPluginDir(t *testing.T) {
+	dir := t.TempDir()
+	plugin, err := os.ReadFile(examplePlugin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "counter"), plugin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "found.pftrace")
+	cfg := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`plugin_dir: .
+duration: 0s
+buffers: [{size_kb: 1024}]
+data_sources: [{name: example.counter, config: {packets: 50}}]
+sinks: [{type: file, path: %q}]
+`, out)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := runCLI(t, "run", "-c", cfg); code != exitOK {
+		t.Fatalf("run: exit %d, stderr %s", code, stderr)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pkts, err := tracefile.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := 0 // packets stamped with a pid other than ours: the plugin's
+	for _, p := range pkts {
+		if info, err := tracefile.DecodePacket(p); err == nil && info.HasTrustedPID && int(info.TrustedPID) != os.Getpid() {
+			pid++
+		}
+	}
+	if pid < 50 {
+		t.Fatalf("%d packets from the plugin process, want its 50", pid)
+	}
+	t.Chdir(dir)
+	stdout, stderr, code := runCLI(t, "plugins", "--dir", ".")
+	if code != exitOK || !strings.Contains(stdout, "example.counter") {
+		t.Fatalf("plugins --dir .: exit %d, stderr %q, stdout %q", code, stderr, stdout)
 	}
 }
