@@ -147,15 +147,34 @@ func FuzzScrape(f *testing.F) {
 		s := fuzzSMB(t, raw)
 		before := bytes.Clone(s.Bytes())
 		r := NewReader(s)
+		whole := map[[2]uint32]bool{} // chunks handed out Complete
 		r.Scrape(func(v *ChunkView) {
 			checkView(t, v, 4096-16)
 			if !v.Complete && v.Flags&FlagLastPacketContinuesOnNextChunk != 0 {
 				t.Fatal("incomplete chunk handed out with LastPacketContinuesOnNextChunk")
 			}
+			if v.Complete {
+				whole[[2]uint32{v.Page, v.Index}] = true
+			}
 		})
 		if !bytes.Equal(before, s.Bytes()) {
 			t.Fatal("Scrape changed the SMB")
 		}
+		// A Complete chunk is handed out once: not by a second scrape,
+		// not by its commit.
+		again := func(v *ChunkView) {
+			if v.Complete && whole[[2]uint32{v.Page, v.Index}] {
+				t.Fatalf("page %d chunk %d handed out Complete twice", v.Page, v.Index)
+			}
+		}
+		r.Scrape(again)
+		var cd CommitData
+		for p := range s.NumPages() {
+			for i := range LayoutOf(s.PageBitmap(p)).NumChunks() {
+				cd.ChunksToMove = append(cd.ChunksToMove, ChunkToMove{Page: uint32(p), Chunk: i, TargetBuffer: 1})
+			}
+		}
+		r.ReadCommit(&cd, again, nil)
 	})
 }
 
