@@ -54,8 +54,8 @@ func TestPluginFaultContainment(t *testing.T) {
 	plugin := faultPlugin(t)
 	raw := filepath.Join(filepath.Dir(plugin), "faultplugin-raw")
 	// died: modes whose plugin process ends on its own. counted: the
-	// attributed counter each untrusted-input mode must raise (and warn
-	// about once).
+	// attributed counter each mode must raise; these and the start
+	// failures are warned about once.
 	died := map[string]bool{"kill": true, "panic": true, "exit_start": true}
 	counted := map[string]string{"kill": "died", "panic": "died", "spoof": "invalid_packets", "garbage_smb": "smb_chunks_rejected", "bad_commits": "smb_chunks_rejected"}
 	for _, tc := range []struct {
@@ -90,8 +90,16 @@ func TestPluginFaultContainment(t *testing.T) {
 			if len(got) != 0 {
 				t.Errorf("%d packets from a plugin that never started", len(got))
 			}
-			if ps == nil || ps.Error == "" {
-				t.Errorf("attributed stats %+v, want an error", ps)
+			// A Start still hung when the session stops (and through the
+			// stop bound) is a start failure, reported as one, not as a
+			// data source that did not stop.
+			const why = "its Start had not returned 5s after the session stopped"
+			want := fmt.Sprintf("data_sources[0] (%s): %s", plugin, why)
+			if len(res.StartErrors) != 1 || res.StartErrors[0].Error() != want {
+				t.Errorf("start errors %v, want %q", res.StartErrors, want)
+			}
+			if ps == nil || ps.Error != "start: "+why {
+				t.Errorf("attributed stats %+v, want the start failure", ps)
 			}
 		}},
 		{"exit_start", plugin, func(t *testing.T, got map[uint32]int, ps *tracefile.ProducerStats, res *Result) {
@@ -180,7 +188,7 @@ sinks: [{type: file, path: %q}]
 					warnings++
 				}
 			}
-			if counted[tc.mode] != "" && warnings != 1 {
+			if (counted[tc.mode] != "" || tc.mode == "hang_start" || tc.mode == "exit_start") && warnings != 1 {
 				t.Errorf("%d warnings naming %s, want one (log: %q)", warnings, label, logged.All())
 			}
 			if name := counted[tc.mode]; name != "" {

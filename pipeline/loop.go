@@ -209,14 +209,18 @@ func (s *Service) startFailed(p *producer, err error) {
 	if p.state != stateStarting && p.state != stateStopping {
 		return
 	}
+	ending := p.state == stateStopping // the session is stopping anyway
 	p.state = stateStartFailed
 	p.faults.err = "start: " + err.Error()
 	err = fmt.Errorf("%s: %w", p.label(), err)
 	s.startErrs = append(s.startErrs, err)
 	s.counters.startFailures++
-	if p.abortOnStartError {
+	switch {
+	case p.abortOnStartError:
 		s.abort = err
-	} else {
+	case ending:
+		s.logf("%v", err)
+	default:
 		s.logf("%v; the session goes on without it", err)
 	}
 	s.checkAllStarted()

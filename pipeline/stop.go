@@ -11,9 +11,11 @@ import (
 // stopTimeout passed. A producer that did not stop by then is counted and
 // its plugin process, if any, is killed: its SMB is scraped as it is.
 func (s *Service) stopProducers() {
+	starting := map[*producer]bool{} // Start had not returned at stop
 	for _, p := range s.producers {
 		switch p.state {
 		case stateRunning, stateStarting:
+			starting[p] = p.state == stateStarting
 			p.state = stateStopping
 			p.requestStop()
 		}
@@ -33,6 +35,13 @@ func (s *Service) stopProducers() {
 	}
 	for _, p := range s.producers {
 		if p.state != stateStopping {
+			continue
+		}
+		if starting[p] {
+			// Its Stop waits behind a Start that never returned: that is
+			// a start failure, and is reported as one.
+			p.side.close()
+			s.startFailed(p, fmt.Errorf("its Start had not returned %v after the session stopped", stopTimeout))
 			continue
 		}
 		s.logf("%s: %v (after %v); its SMB is scraped as it is", p.label(), errStopTimeout, stopTimeout)

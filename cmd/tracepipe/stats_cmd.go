@@ -284,6 +284,7 @@ func writeStatsText(w io.Writer, path string, s *statsScan) error {
 			return err
 		}
 	}
+	writeProducerErrors(w, last.ts)
 	fmt.Fprintln(w)
 	if s.droppedPackets == 0 {
 		_, err := fmt.Fprintln(w, "previous_packet_dropped: no packet flagged")
@@ -370,4 +371,18 @@ func writeStatsJSON(w io.Writer, path string, s *statsScan) error {
 		}
 	}
 	return nil
+}
+
+// writeProducerErrors prints what went wrong with each data source that
+// failed (to start, or died, or did not stop): the counters say how often,
+// this says why.
+func writeProducerErrors(w io.Writer, ts tracefile.TraceStats) {
+	if ts.Tracepipe == nil {
+		return
+	}
+	for _, p := range ts.Tracepipe.Producers {
+		if p.Error != "" {
+			fmt.Fprintf(w, "data_sources[%d] (%s): %s\n", p.Index, p.Source, p.Error)
+		}
+	}
 }

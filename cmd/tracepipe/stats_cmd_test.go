@@ -420,3 +420,18 @@ func TestStatsJSON(t *testing.T) {
 		t.Errorf("dropped rows %+v", dropped)
 	}
 }
+
+// A data source that failed says why, not only how often: its error
+// (recorded in the trace's stats) is printed under the table.
+func TestStatsPrintsDataSourceErrors(t *testing.T) {
+	ts := cleanStats()
+	ts.Tracepipe = &tracefile.TracepipeStats{Producers: []tracefile.ProducerStats{
+		{Index: 2, Source: "./my-plugin", Error: "start: exited with status 2 during Start: opening /dev/x: no such device"},
+	}}
+	path := writeFile(t, "failed.pftrace", traceOf(producerPacket(2, 0, 100, "a"), statsPacket(ts, 150)))
+	stdout, stderr, code := runCLI(t, "stats", path)
+	want := "data_sources[2] (./my-plugin): start: exited with status 2 during Start: opening /dev/x: no such device\n"
+	if code != exitOK || !strings.Contains(stdout, want) {
+		t.Fatalf("exit %d, stderr %q, stdout lacks %q:\n%s", code, stderr, want, stdout)
+	}
+}
