@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -220,7 +221,8 @@ func (s *Service) snapAdvance() {
 						s.replaceBuffer(bs) // dropped: the snapshot holds what the flush writes
 					}
 				}
-				s.startFlush(false) // Perfetto flushes with reason TRACE_CLONE
+				s.startFlushFlags(false, plugins.NewFlushFlags(plugins.FlushReasonTraceClone,
+					plugins.FlushInitiatorTraced, plugins.FlushCloneTargetUnknown))
 				sn.flushID = s.flushID
 				sn.phase = snapFlushing
 			}
