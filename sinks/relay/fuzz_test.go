@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 )
 
@@ -27,6 +28,8 @@ func seedBatch() []byte {
 func FuzzDecodeHello(f *testing.F) {
 	f.Add(seedHello())
 	f.Add([]byte("TPRL"))
+	snap := remote.Identity{Machine: 42, Session: [16]byte{4}, Hostname: "host-a", Snapshot: sinks.Snapshot{Of: [16]byte{1, 2, 3}, N: 2, Trigger: "slow_frame"}}
+	f.Add(appendHello(nil, Hello{Version: 2, ID: snap})[frameHeaderSize:])
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := DecodeHello(p)
 		if err != nil {

@@ -166,8 +166,8 @@ func (s *Server) handle(c net.Conn) error {
 	if err != nil {
 		return s.refuse(c, err)
 	}
-	if h.Version != ProtocolVersion {
-		return s.refuse(c, fmt.Errorf("%w: protocol version %d, this receiver speaks %d", ErrProtocol, h.Version, ProtocolVersion))
+	if h.Version < MinProtocolVersion || h.Version > ProtocolVersion {
+		return s.refuse(c, fmt.Errorf("%w: protocol version %d, this receiver speaks %d to %d", ErrProtocol, h.Version, MinProtocolVersion, ProtocolVersion))
 	}
 	st, err := s.opts.Store.Stream(h.ID)
 	if err != nil {
