@@ -112,6 +112,7 @@ type snapshot struct {
 	seqIDs   map[uint32]uint32
 	nextSeq  uint32
 	uid      int32
+	readDone bool // the writer read the whole clone (its restores hold the moved states)
 	pause    time.Duration
 	result   SnapshotResult // set by the writer
 }
@@ -213,7 +214,7 @@ func (s *Service) snapAdvance() {
 		case snapWantFlush:
 			// A buffer has one clone copying at a time: the next
 			// snapshot flushes once the previous one is copied.
-			if s.flush == nil && s.snapCopying() == nil {
+			if s.flush == nil && s.snapCopying() == nil && !s.transferPending() {
 				for i, bs := range s.buffers {
 					if s.cfg.Buffers[i].ClearBeforeClone {
 						s.replaceBuffer(bs) // dropped: the snapshot holds what the flush writes
@@ -272,6 +273,7 @@ func (s *Service) snapCapture(sn *snapshot) {
 	for i, bs := range s.buffers {
 		if s.cfg.Buffers[i].TransferOnClone {
 			sn.moved[i] = s.replaceBuffer(bs)
+			bs.restore.beginTransfer() // snapshot_transfer.go
 			sn.pending = append(sn.pending, nil)
 			if bs.vms != nil && bs.vms.Len() > 0 {
 				add(bs.vms.CloneReadOnly().AppendProtoVMsField(s.servicePacket()))
@@ -366,6 +368,7 @@ func (s *Service) snapFinished(sn *snapshot, res SnapshotResult) {
 		rel()
 	}
 	sn.release = nil
+	s.endTransfers(sn)
 	s.snap.inFlight--
 	res.N, res.Trigger, res.Pause = sn.n, sn.req.Trigger, sn.pause
 	if sn.err != nil && res.Err == nil {
@@ -558,17 +561,18 @@ func (s *Service) writeSnapshot(sn *snapshot) {
 	}
 	lanes, files, oerr := s.snapshotLanes(sn)
 	sn.result.Files, sn.result.Err = files, oerr
-	if len(lanes) == 0 {
-		if sn.result.Err == nil {
-			sn.result.Err = errors.New("pipeline: no destination for the snapshot (no sink, no -o path)")
-		}
-		return
+	if len(lanes) == 0 && sn.result.Err == nil {
+		sn.result.Err = errors.New("pipeline: no destination for the snapshot (no sink, no -o path)")
 	}
 	ctx := context.Background()
 	// Every lane shares each batch; the reader reuses it once all of
-	// them released it.
+	// them released it. Without lanes the clone is still read: a
+	// transferred buffer's states go back to the live fold.
 	released := make(chan struct{}, 1)
 	offer := func(it *sinks.Item) {
+		if len(lanes) == 0 {
+			return
+		}
 		it.SetRelease(func() { released <- struct{}{} })
 		it.Hold(len(lanes))
 		for _, l := range lanes {
@@ -584,6 +588,7 @@ func (s *Service) writeSnapshot(sn *snapshot) {
 		}
 		offer(it)
 	})
+	sn.readDone = true
 	// The TraceStats ends each destination, with that lane's counters.
 	st := sn.stats
 	tp := tracefile.TracepipeStats{}
