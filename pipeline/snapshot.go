@@ -269,6 +269,12 @@ func (s *Service) snapCapture(sn *snapshot) {
 	add(tracefile.AppendTraceProvenance(s.servicePacket(), seqs))
 	add(appendSystemInfo(s.servicePacket()))
 	add(appendTriggerPacket(s.servicePacket(), fieldCloneSnapshotTrigger, sn.when, sn.req.Trigger, sn.req.Producer))
+	// As Perfetto's clone carries the session's received triggers: every
+	// trigger that acted so far, whether or not the live trace has its
+	// packet yet.
+	for _, a := range s.trig.history {
+		add(appendTriggerPacket(s.servicePacket(), fieldTrigger, a.ts, a.name, a.producer))
+	}
 	sn.moved = make([]*buffer.TraceBuffer, len(s.buffers))
 	for i, bs := range s.buffers {
 		if s.cfg.Buffers[i].TransferOnClone {
@@ -724,4 +730,16 @@ func (s *Service) replaceBuffer(bs *bufferState) *buffer.TraceBuffer {
 	bs.buf, bs.unread = nb, 0
 	bs.observeOverwrites()
 	return old
+}
+
+// maxTriggerHistory bounds the acted triggers a snapshot repeats; the
+// oldest go first (max_per_24h bounds most configs far below it).
+const maxTriggerHistory = 1024
+
+// remember keeps a for the snapshots to come.
+func (t *triggerState) remember(a triggerAct) {
+	if len(t.history) == maxTriggerHistory {
+		t.history = append(t.history[:0], t.history[1:]...)
+	}
+	t.history = append(t.history, a)
 }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -44,5 +45,48 @@ func TestTransferOnCloneKeepsLiveTraceImportable(t *testing.T) {
 	waitFor(t, "data after the transfer", 20*time.Second, func() bool { return s.Status().BytesIn > in+256<<10 })
 	res := stop()
 	checkImports(t, "snapshot", r.Files[0])
+	checkImports(t, "live trace", res.Files[0])
+}
+
+// A snapshot holds a trigger packet for every trigger that acted in the
+// session before it (as a Perfetto clone carries the session's received
+// triggers), besides the clone_snapshot_trigger naming its own; both the
+// snapshots and the live trace import cleanly with them.
+func TestSnapshotCarriesEarlierTriggers(t *testing.T) {
+	tc := `
+trigger_config:
+  trigger_mode: clone_snapshot
+  triggers: [{name: first}, {name: second}]`
+	var manual SnapshotResult
+	res, pkts, dir := triggerSession(t, tc, func(s *Service) {
+		waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
+		s.ActivateTriggers("", "first")
+		waitFor(t, "the first snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 1 })
+		s.ActivateTriggers("", "second")
+		waitFor(t, "the second snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 2 })
+		manual = <-s.Snapshot(SnapshotRequest{})
+	}, "duration=3s")
+	if manual.Err != nil {
+		t.Fatal(manual.Err)
+	}
+	for _, c := range []struct {
+		file, clone, triggers string
+	}{
+		{filepath.Join(dir, "live.snap-1-first.pftrace"), "first", "first"},
+		{filepath.Join(dir, "live.snap-2-second.pftrace"), "second", "first,second"},
+		{manual.Files[0], "manual", "first,second"},
+	} {
+		sp := readTrace(t, c.file)
+		if got := triggerPackets(sp, fieldCloneSnapshotTrigger); strings.Join(got, ",") != c.clone {
+			t.Errorf("%s: clone_snapshot_trigger %v, want %s", c.file, got, c.clone)
+		}
+		if got := triggerPackets(sp, fieldTrigger); strings.Join(got, ",") != c.triggers {
+			t.Errorf("%s: trigger packets %v, want %s", c.file, got, c.triggers)
+		}
+		checkImports(t, "snapshot", c.file)
+	}
+	if got := triggerPackets(pkts, fieldTrigger); strings.Join(got, ",") != "first,second" {
+		t.Errorf("live trigger packets %v", got)
+	}
 	checkImports(t, "live trace", res.Files[0])
 }
