@@ -1,11 +1,14 @@
 package pipeline
 
 import (
+	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/tpimport"
 )
 
@@ -89,4 +92,51 @@ trigger_config:
 		t.Errorf("live trigger packets %v", got)
 	}
 	checkImports(t, "live trace", res.Files[0])
+}
+
+// The load acceptance in small (tools/snapload runs it at 200 MB/s for
+// 60 s): configs/flight_recorder.yaml with the drop policy, so a full SMB
+// would be counted, takes snapshots back to back while its source writes;
+// no producer packet is lost and no chunk discarded.
+func TestSnapshotsCauseNoProducerLoss(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "flight_recorder.yaml"), Sets: []string{
+		"duration=60s", "buffers[0].size_kb=4096", "data_sources[0].config.rate=2000",
+		"data_sources[0].buffer_exhausted_policy=drop", "sinks[0].path=" + filepath.Join(dir, "live.pftrace"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan *Result, 1)
+	go func() {
+		res, err := s.Run(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	waitFor(t, "4 MiB written (the ring wrapped)", 30*time.Second, func() bool { return s.Status().BytesIn >= 4<<20 })
+	for i := range 6 {
+		r := <-s.Snapshot(SnapshotRequest{Trigger: "load", Path: filepath.Join(dir, fmt.Sprintf("s%d.pftrace", i))})
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	cancel()
+	res := <-done
+	if res == nil {
+		t.Fatal("no result")
+	}
+	if res.Snapshots.Taken != 6 {
+		t.Fatalf("snapshots %+v", res.Snapshots)
+	}
+	if lost := res.Stats.Tracepipe.ProducerPacketsDropped; lost != 0 || res.Stats.ChunksDiscarded != 0 {
+		t.Fatalf("producers lost %d packets, %d chunks discarded", lost, res.Stats.ChunksDiscarded)
+	}
 }
