@@ -60,6 +60,9 @@ type SnapshotRequest struct {
 	Trigger string
 	// Producer is the name of the producer that fired the trigger, if any.
 	Producer string
+	// CloneTarget is told to the data sources in the snapshot's
+	// TRACE_CLONE flush (Perfetto's CloneSession for_bugreport: BUGREPORT).
+	CloneTarget plugins.FlushCloneTarget
 	// Path, when set, is the one file the snapshot is written to (the
 	// CLI's snapshot -o); otherwise every sink gets the snapshot as a
 	// trace of its own (a file sink in a file named by
@@ -221,7 +224,7 @@ func (s *Service) snapAdvance() {
 					}
 				}
 				s.startFlushFlags(false, plugins.NewFlushFlags(plugins.FlushReasonTraceClone,
-					plugins.FlushInitiatorTraced, plugins.FlushCloneTargetUnknown))
+					plugins.FlushInitiatorTraced, sn.req.CloneTarget))
 				sn.flushID = s.flushID
 				sn.phase = snapFlushing
 			}
