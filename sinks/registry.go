@@ -111,7 +111,9 @@ type Env struct {
 	Rotatable bool
 	// Snapshot, when not zero, opens the sink for one clone snapshot of
 	// the session Snapshot.Of (SessionUUID is then the snapshot's own);
-	// network sinks tell their receiver (see [Snapshot]).
+	// network sinks tell their receiver (see [Snapshot]). A sink type
+	// whose destination cannot keep a second trace apart from the live
+	// one must fail Open when it is set (that snapshot then fails for it).
 	Snapshot Snapshot
 }
 
