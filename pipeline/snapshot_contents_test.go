@@ -140,3 +140,35 @@ func TestSnapshotsCauseNoProducerLoss(t *testing.T) {
 		t.Fatalf("producers lost %d packets, %d chunks discarded", lost, res.Stats.ChunksDiscarded)
 	}
 }
+
+// A file sink's filter applies to its snapshots as to its live file; the
+// service packets (clock snapshot, trigger, TraceStats) pass it.
+func TestSnapshotFileFiltered(t *testing.T) {
+	s, dir, stop := snapshotSession(t, `sinks[0].filter=packet.kind != "track_event"`)
+	r := <-s.Snapshot(SnapshotRequest{Trigger: "filtered"})
+	stop()
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if want := filepath.Join(dir, "live.snap-1-filtered.pftrace"); len(r.Files) != 1 || r.Files[0] != want {
+		t.Fatalf("files %v", r.Files)
+	}
+	var events, trig, stats int
+	for _, p := range readTrace(t, r.Files[0]) {
+		switch {
+		case p.info.Kind() == "track_event":
+			events++
+		case p.info.Kind() == "trace_stats":
+			stats++
+		}
+		if _, ok := triggerName(p.raw, fieldCloneSnapshotTrigger); ok {
+			trig++
+		}
+	}
+	if events != 0 || trig != 1 || stats != 1 {
+		t.Fatalf("snapshot: %d track events (want 0), %d trigger packets, %d TraceStats", events, trig, stats)
+	}
+	if r.Packets == 0 {
+		t.Fatal("the snapshot read nothing")
+	}
+}
