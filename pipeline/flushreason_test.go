@@ -105,30 +105,13 @@ data_sources:
     config: {mode: flush_marks, packets: 10}
 sinks: [{type: file, path: %q}]
 `, faultPlugin(t), live))
-	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan *Result, 1)
-	go func() {
-		res, err := s.Run(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	s, stop := startSession(t, cfg, Options{Logger: testsupport.Logger(t)})
 	waitFor(t, "periodic flushes", 30*time.Second, func() bool { return s.Status().Stats.FlushesSucceeded >= 2 })
 	r := <-s.Snapshot(SnapshotRequest{Trigger: "reason"})
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	cancel()
-	res := <-done
-	if res == nil {
-		t.Fatal("no result")
-	}
+	stop()
 	snap := flushMarksIn(t, r.Files[0])
 	all := flushMarksIn(t, live)
 	if len(all) != 2 {

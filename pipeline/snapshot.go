@@ -75,7 +75,7 @@ type SnapshotResult struct {
 	N       int      // number in the session, from 1
 	Trigger string   // the trigger name written into the snapshot
 	Files   []string // files written
-	Packets uint64   // packets written per destination
+	Packets uint64   // packets read back from the clone (each destination gets them through its filter)
 	Bytes   uint64
 	// Pause is the service goroutine's longest uninterrupted time spent
 	// on this snapshot (capture or one copy step).

@@ -5,12 +5,45 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/tpimport"
 )
+
+// startSession runs a session until stop, which ends it and returns its
+// result (the test fails if Run fails).
+func startSession(t *testing.T, cfg *Config, opts Options) (*Service, func() *Result) {
+	t.Helper()
+	s, err := New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan *Result, 1)
+	go func() {
+		res, err := s.Run(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	var res *Result
+	var once sync.Once
+	return s, func() *Result {
+		once.Do(func() {
+			cancel()
+			res = <-done
+			if res == nil {
+				t.Fatal("the session returned no result")
+			}
+		})
+		return res
+	}
+}
 
 // checkImports asserts tracepipe check finds a trace clean: no packet
 // skipped for missing incremental state, no problem but SMB loss.
@@ -107,20 +140,7 @@ func TestSnapshotsCauseNoProducerLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan *Result, 1)
-	go func() {
-		res, err := s.Run(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	s, stop := startSession(t, cfg, Options{Logger: testsupport.Logger(t)})
 	waitFor(t, "4 MiB written (the ring wrapped)", 30*time.Second, func() bool { return s.Status().BytesIn >= 4<<20 })
 	for i := range 6 {
 		r := <-s.Snapshot(SnapshotRequest{Trigger: "load", Path: filepath.Join(dir, fmt.Sprintf("s%d.pftrace", i))})
@@ -128,11 +148,7 @@ func TestSnapshotsCauseNoProducerLoss(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 	}
-	cancel()
-	res := <-done
-	if res == nil {
-		t.Fatal("no result")
-	}
+	res := stop()
 	if res.Snapshots.Taken != 6 {
 		t.Fatalf("snapshots %+v", res.Snapshots)
 	}
