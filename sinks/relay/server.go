@@ -179,7 +179,11 @@ func (s *Server) handle(c net.Conn) error {
 	if _, err := c.Write(out); err != nil {
 		return fmt.Errorf("writing hello ack: %w", err)
 	}
-	s.logf("relay: %s: session %s of %s (machine %016x)", c.RemoteAddr(), h.ID.SessionString(), h.ID.Hostname, h.ID.Machine)
+	if sn := h.ID.Snapshot; !sn.IsZero() {
+		s.logf("relay: %s: snapshot %d (%s) of session %x of %s (machine %016x)", c.RemoteAddr(), sn.N, sn.Trigger, sn.Of, h.ID.Hostname, h.ID.Machine)
+	} else {
+		s.logf("relay: %s: session %s of %s (machine %016x)", c.RemoteAddr(), h.ID.SessionString(), h.ID.Hostname, h.ID.Machine)
+	}
 	for {
 		typ, p, err := fr.next()
 		if err != nil {
