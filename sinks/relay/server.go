@@ -180,7 +180,7 @@ func (s *Server) handle(c net.Conn) error {
 		return fmt.Errorf("writing hello ack: %w", err)
 	}
 	if sn := h.ID.Snapshot; !sn.IsZero() {
-		s.logf("relay: %s: snapshot %d (%s) of session %x of %s (machine %016x)", c.RemoteAddr(), sn.N, sn.Trigger, sn.Of, h.ID.Hostname, h.ID.Machine)
+		s.logf("relay: %s: snapshot %d (trigger %q) of session %x of %q (machine %016x)", c.RemoteAddr(), sn.N, sn.Trigger, sn.Of, h.ID.Hostname, h.ID.Machine)
 	} else {
 		s.logf("relay: %s: session %s of %s (machine %016x)", c.RemoteAddr(), h.ID.SessionString(), h.ID.Hostname, h.ID.Machine)
 	}
