@@ -68,19 +68,26 @@ func checkImports(t *testing.T, what, path string) {
 // sequences go on in an empty buffer, and their next packets still
 // import: the live trace gets a restore with each sequence's state as of
 // the transfer (the moved packets folded), even though no sequence clears
-// its incremental state again (clear_period 0).
+// its incremental state again (clear_period 0). A second transfer's
+// snapshot, which holds only what came after the first, imports too.
 func TestTransferOnCloneKeepsLiveTraceImportable(t *testing.T) {
 	s, _, stop := snapshotSession(t, "buffers[0].size_kb=16384", "buffers[0].transfer_on_clone=true",
 		"incremental_state.clear_period=0s", "data_sources[0].config.writers=2")
 	waitFor(t, "half a second of recording", 20*time.Second, func() bool { return s.Status().Elapsed >= 500*time.Millisecond })
-	r := <-s.Snapshot(SnapshotRequest{Trigger: "moved"})
-	if r.Err != nil {
-		t.Fatal(r.Err)
+	var snaps []string
+	for range 2 {
+		r := <-s.Snapshot(SnapshotRequest{Trigger: "moved"})
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		snaps = append(snaps, r.Files[0])
+		in := s.Status().BytesIn
+		waitFor(t, "data after the transfer", 20*time.Second, func() bool { return s.Status().BytesIn > in+256<<10 })
 	}
-	in := s.Status().BytesIn
-	waitFor(t, "data after the transfer", 20*time.Second, func() bool { return s.Status().BytesIn > in+256<<10 })
 	res := stop()
-	checkImports(t, "snapshot", r.Files[0])
+	for _, f := range snaps {
+		checkImports(t, "snapshot", f)
+	}
 	checkImports(t, "live trace", res.Files[0])
 }
 
