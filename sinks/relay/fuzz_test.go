@@ -13,7 +13,7 @@ import (
 )
 
 func seedHello() []byte {
-	h := appendHello(nil, Hello{Version: ProtocolVersion, ID: remote.Identity{Machine: 42, Session: [16]byte{1, 2, 3}, Hostname: "host-a"}})
+	h := appendHello(nil, Hello{Version: MinProtocolVersion, ID: remote.Identity{Machine: 42, Session: [16]byte{1, 2, 3}, Hostname: "host-a"}})
 	return h[frameHeaderSize:]
 }
 
@@ -61,12 +61,15 @@ func FuzzDecodeBatch(f *testing.F) {
 // sender would send them: the server must end the connection (error or
 // EOF) without panicking, hanging or storing a malformed batch.
 func FuzzServerConn(f *testing.F) {
-	hello := appendHello(nil, Hello{Version: ProtocolVersion, ID: remote.Identity{Machine: 42, Hostname: "h"}})
+	hello := appendHello(nil, Hello{Version: MinProtocolVersion, ID: remote.Identity{Machine: 42, Hostname: "h"}})
 	f.Add(append(append([]byte{}, hello...), appendSeqFrame(nil, frameBatch, 1)...))
 	good := append([]byte{}, hello...)
 	good = appendFrameHeader(good, frameBatch, len(seedBatch()))
 	good = append(good, seedBatch()...)
 	f.Add(good)
+	snap := appendHello(nil, Hello{Version: 2, ID: remote.Identity{Machine: 42, Hostname: "h",
+		Snapshot: sinks.Snapshot{Of: [16]byte{7}, N: 1, Trigger: "t"}}})
+	f.Add(append(snap, good[len(hello):]...))
 	f.Add([]byte{frameBatch, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		store, err := remote.OpenStore(t.TempDir(), false)
