@@ -104,7 +104,7 @@ func (s *Service) readPass(final, early bool) {
 		if s.trig.timedOut {
 			break // trigger_timeout: the session returns no data
 		}
-		if !final && bs.restore.transferring() {
+		if !final && bs.restore.holdsReadback() {
 			continue // its states come back with a snapshot (snapshot_transfer.go)
 		}
 		complete := true

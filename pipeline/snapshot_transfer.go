@@ -1,6 +1,10 @@
 package pipeline
 
-import "github.com/tracepipe/tracepipe/protovm"
+import (
+	"time"
+
+	"github.com/tracepipe/tracepipe/protovm"
+)
 
 // transfer_on_clone and sequence state restore.
 //
@@ -14,18 +18,25 @@ import "github.com/tracepipe/tracepipe/protovm"
 // the live fold saw since the transfer (logged, bounded) applied again,
 // and the sequence's next live packet gets a restore.
 //
-// Until then the live session does not read that buffer back (a non-final
-// read pass skips it), so no live packet goes out without the state it
-// needs; and a second transfer of the buffer waits for the first's
-// adoption (snapAdvance), so its own copy of the fold holds the first's
-// state.
+// Until then, for at most transferHold, the live session does not read
+// that buffer back (a non-final read pass skips it), so no live packet
+// goes out without the state it needs; a snapshot whose sinks are stuck
+// longer costs the live trace those sequences' state until their next
+// CLEARED (still adopted when the snapshot ends, for what comes after).
+// A second transfer of the buffer waits for the first's adoption
+// (snapAdvance), so its own copy of the fold holds the first's state.
 
 // maxTransferLog bounds the packets kept per buffer while a transfer is
 // pending (overwrites in the live buffer during the snapshot's readback).
 const maxTransferLog = 8 << 20
 
+// transferHold bounds how long the live readback of a transferred buffer
+// waits for the snapshot's states.
+const transferHold = 10 * time.Second
+
 // restoreTransfer is a pending transfer of a buffer with restore.
 type restoreTransfer struct {
+	began    time.Time
 	bytes    int
 	overflow bool // the log outgrew maxTransferLog: the states are not adopted
 }
@@ -33,13 +44,19 @@ type restoreTransfer struct {
 // beginTransfer starts logging folds; it runs when the buffer is moved.
 func (r *restoreSet) beginTransfer() {
 	if r != nil {
-		r.transfer = &restoreTransfer{}
+		r.transfer = &restoreTransfer{began: time.Now()}
 	}
 }
 
 // transferring reports whether the live fold waits for a snapshot's
 // states.
 func (r *restoreSet) transferring() bool { return r != nil && r.transfer != nil }
+
+// holdsReadback reports whether a live read pass skips the buffer: a
+// transfer is pending, for less than transferHold.
+func (r *restoreSet) holdsReadback() bool {
+	return r.transferring() && time.Since(r.transfer.began) < transferHold
+}
 
 // logFold keeps a copy of packet, folded into q while a transfer is
 // pending, to apply again on top of the moved state.
