@@ -3,6 +3,7 @@ package pipeline
 import (
 	"time"
 
+	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -17,13 +18,24 @@ type pendingFlush struct {
 
 func (f *pendingFlush) done() bool { return len(f.waiting) == 0 }
 
-// startFlush asks every live producer to commit what it holds. Only one
+// startFlush asks every live producer to commit what it holds, with the
+// reason Perfetto gives: TRACE_STOP for the final flush, else PERIODIC
+// (startFlushFlags names another). Only one
 // flush runs at a time: a periodic flush due while one is pending is
 // skipped. A producer still busy with an earlier flush request (hung in
 // its data source's Flush) is not asked again and not waited for: the
 // flush then fails, so a hung data source costs at most flush_timeout once
 // instead of once per flush.
 func (s *Service) startFlush(final bool) bool {
+	reason := plugins.FlushReasonPeriodic
+	if final {
+		reason = plugins.FlushReasonTraceStop
+	}
+	return s.startFlushFlags(final, plugins.NewFlushFlags(reason, plugins.FlushInitiatorTraced, plugins.FlushCloneTargetUnknown))
+}
+
+// startFlushFlags is startFlush with the flags the producers are told.
+func (s *Service) startFlushFlags(final bool, flags plugins.FlushFlags) bool {
 	if s.flush != nil {
 		return false
 	}
@@ -35,7 +47,7 @@ func (s *Service) startFlush(final bool) bool {
 		if !p.state.live() {
 			continue
 		}
-		if p.flushOut == 0 && p.request(ctrlMsg{kind: ctrlFlush, flushID: f.id}) {
+		if p.flushOut == 0 && p.request(ctrlMsg{kind: ctrlFlush, flushID: f.id, flags: flags}) {
 			p.flushOut = f.id
 			f.waiting[p] = true
 		} else {

@@ -45,6 +45,7 @@ type perfettoDouble struct {
 	instance uint64
 	// lastConfig is the DataSourceConfig of the last setup_data_source.
 	lastConfig []byte
+	flushFlags []uint64 // each flush command's flags, in order
 }
 
 func dialDouble(t *testing.T, path string, packets int) *perfettoDouble {
@@ -214,6 +215,9 @@ func (pd *perfettoDouble) handle(cmd *ipc.GetAsyncCommandResponse, fds []int) er
 		pd.invoke("NotifyDataSourceStarted", &ipc.NotifyDataSourceStartedRequest{DataSourceId: proto.Uint64(pd.instance)}, true)
 	case *ipc.GetAsyncCommandResponse_Flush_:
 		pd.note("flush")
+		pd.mu.Lock()
+		pd.flushFlags = append(pd.flushFlags, c.Flush.GetFlags())
+		pd.mu.Unlock()
 		if err := pd.writer.Flush(); err != nil {
 			return err
 		}

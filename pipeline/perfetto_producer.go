@@ -403,7 +403,7 @@ func (ps *perfettoSide) await(ch <-chan struct{}, what string) error {
 	}
 }
 
-func (ps *perfettoSide) flush(id uint64) error {
+func (ps *perfettoSide) flush(id uint64, flags plugins.FlushFlags) error {
 	if ps.desc.GetNoFlush() {
 		// traced sends no flush to such data sources; the service scrapes
 		// their SMB after the flush. Acknowledge for the producer.
@@ -412,7 +412,7 @@ func (ps *perfettoSide) flush(id uint64) error {
 		ps.p.deliver(cd.AppendMarshal(ps.p.commitBuffer()))
 		return nil
 	}
-	ps.conn.pp.Flush([]uint64{ps.instance}, id, 0)
+	ps.conn.pp.Flush([]uint64{ps.instance}, id, uint64(flags))
 	t := time.NewTimer(perfettoWait)
 	defer t.Stop()
 	for {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/plugins/host"
 	"github.com/tracepipe/tracepipe/smb"
 )
@@ -127,7 +128,9 @@ func (ps *pluginSide) configError(e *host.ConfigError) error {
 	return errors.New(strings.Join(lines, "\n"))
 }
 
-func (ps *pluginSide) flush(flushID uint64) error { return ps.plugin.Flush(flushID) }
+func (ps *pluginSide) flush(flushID uint64, flags plugins.FlushFlags) error {
+	return ps.plugin.FlushWithFlags(flushID, uint64(flags))
+}
 
 func (ps *pluginSide) clearIncrementalState() { _ = ps.plugin.ClearIncrementalState() }
 

@@ -95,8 +95,8 @@ type side interface {
 	// start starts the data source; it may set p.pid (a plugin's pid).
 	start(p *producer) error
 	// flush makes the data source commit everything it wrote, then
-	// delivers a CommitData acknowledging flushID.
-	flush(flushID uint64) error
+	// delivers a CommitData acknowledging flushID; flags say why.
+	flush(flushID uint64, flags plugins.FlushFlags) error
 	clearIncrementalState()
 	// stop stops the data source and delivers its last commits.
 	stop() error
@@ -153,6 +153,7 @@ const (
 type ctrlMsg struct {
 	kind    ctrlKind
 	flushID uint64
+	flags   plugins.FlushFlags // ctrlFlush: why
 }
 
 // bufferID is the target_buffer value writers put in their commits: the
@@ -245,7 +246,7 @@ func (p *producer) run() {
 		case m := <-p.ctrl:
 			switch m.kind {
 			case ctrlFlush:
-				if err := p.side.flush(m.flushID); err != nil {
+				if err := p.side.flush(m.flushID, m.flags); err != nil {
 					p.dataSourceErrs.Add(1)
 				}
 				p.post(note{kind: noteFlushReturned, flushID: m.flushID})
@@ -320,12 +321,14 @@ func newInProcess(spec producerSpec, ds plugins.DataSource, smbSize, pageSize in
 	return p, nil
 }
 
-func (ip *inProcess) start(*producer) error      { return ip.rt.Start() }
-func (ip *inProcess) flush(flushID uint64) error { return ip.rt.Flush(flushID) }
-func (ip *inProcess) clearIncrementalState()     { ip.rt.ClearIncrementalState() }
-func (ip *inProcess) stop() error                { return ip.rt.Stop() }
-func (ip *inProcess) packetsDropped() uint64     { return ip.rt.PacketsDropped() }
-func (ip *inProcess) done() <-chan struct{}      { return ip.rt.Done() }
-func (ip *inProcess) exited() <-chan struct{}    { return nil }
-func (ip *inProcess) exitErr() error             { return nil }
-func (ip *inProcess) close()                     {}
+func (ip *inProcess) start(*producer) error { return ip.rt.Start() }
+func (ip *inProcess) flush(flushID uint64, flags plugins.FlushFlags) error {
+	return ip.rt.FlushWithFlags(flushID, flags)
+}
+func (ip *inProcess) clearIncrementalState()  { ip.rt.ClearIncrementalState() }
+func (ip *inProcess) stop() error             { return ip.rt.Stop() }
+func (ip *inProcess) packetsDropped() uint64  { return ip.rt.PacketsDropped() }
+func (ip *inProcess) done() <-chan struct{}   { return ip.rt.Done() }
+func (ip *inProcess) exited() <-chan struct{} { return nil }
+func (ip *inProcess) exitErr() error          { return nil }
+func (ip *inProcess) close()                  {}

@@ -104,6 +104,9 @@ func (s *Service) readPass(final, early bool) {
 		if s.trig.timedOut {
 			break // trigger_timeout: the session returns no data
 		}
+		if !final && bs.restore.holdsReadback() {
+			continue // its states come back with a snapshot (snapshot_transfer.go)
+		}
 		complete := true
 		bs.buf.BeginRead()
 		for {

@@ -60,6 +60,12 @@ type restoreSeq struct {
 	// pending: packets of the sequence were overwritten since its last
 	// read packet, so the next one read needs a restore.
 	pending bool
+	// read: a packet of the sequence was read back through this set (a
+	// snapshot's copy: the sequence had moved packets).
+	read bool
+	// sinceTransfer: packets folded while a transfer_on_clone is pending
+	// (snapshot_transfer.go).
+	sinceTransfer [][]byte
 }
 
 // restoreSet is the sequence state restore of one buffer. It is used only
@@ -77,6 +83,8 @@ type restoreSet struct {
 	foldAborted   uint64 // patches (overwritten or read) the program aborted
 	foldNewFailed uint64 // VMs that could not be created (never for a validated program)
 	unrouted      uint64 // overwritten packets of producers without any program
+
+	transfer *restoreTransfer // a transfer_on_clone pending (snapshot_transfer.go)
 }
 
 func newRestoreSet() *restoreSet {
@@ -103,6 +111,9 @@ func (r *restoreSet) seq(producer, writer uint16) *restoreSeq {
 // trusted suffix) to its state; a CLEARED packet first starts a new state.
 func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
 	sc := scanPacket(packet, q.prog)
+	if r.transfer != nil && (sc.relevant || sc.cleared) {
+		r.logFold(q, packet) // snapshot_transfer.go
+	}
 	if q.vm == nil || sc.cleared {
 		vm, err := protovm.New(q.prog.program, q.prog.limit)
 		if err != nil {
@@ -238,7 +249,7 @@ func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefi
 			r.survivor = nil
 		}
 	}
-	q.pending = false
+	q.pending, q.read = false, true
 	r.fold(q, pkt)
 	return tr
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -50,10 +49,9 @@ const (
 	DefaultSnapshotsInFlight = 2
 	// snapshotStepBytes is what one turn of the service loop copies.
 	snapshotStepBytes = 2 * buffer.CloneSliceSize
-	// DefaultSnapshotPattern names a file sink's snapshot files: {stem}
-	// is the sink's path without its extension, {n} the snapshot's
-	// number in the session, {trigger} the trigger's name.
-	DefaultSnapshotPattern = "{stem}.snap-{n}-{trigger}.pftrace"
+	// DefaultSnapshotPattern names a file sink's snapshot files
+	// (sinks.DefaultSnapshotPattern).
+	DefaultSnapshotPattern = sinks.DefaultSnapshotPattern
 )
 
 // SnapshotRequest asks for one clone snapshot.
@@ -62,9 +60,13 @@ type SnapshotRequest struct {
 	Trigger string
 	// Producer is the name of the producer that fired the trigger, if any.
 	Producer string
+	// CloneTarget is told to the data sources in the snapshot's
+	// TRACE_CLONE flush (Perfetto's CloneSession for_bugreport: BUGREPORT).
+	CloneTarget plugins.FlushCloneTarget
 	// Path, when set, is the one file the snapshot is written to (the
-	// CLI's snapshot -o); otherwise every file sink gets one, named by
-	// DefaultSnapshotPattern.
+	// CLI's snapshot -o); otherwise every sink gets the snapshot as a
+	// trace of its own (a file sink in a file named by
+	// DefaultSnapshotPattern; see snapshotLanes).
 	Path string
 }
 
@@ -73,7 +75,7 @@ type SnapshotResult struct {
 	N       int      // number in the session, from 1
 	Trigger string   // the trigger name written into the snapshot
 	Files   []string // files written
-	Packets uint64   // packets written per destination
+	Packets uint64   // packets read back from the clone (each destination gets them through its filter)
 	Bytes   uint64
 	// Pause is the service goroutine's longest uninterrupted time spent
 	// on this snapshot (capture or one copy step).
@@ -113,6 +115,7 @@ type snapshot struct {
 	seqIDs   map[uint32]uint32
 	nextSeq  uint32
 	uid      int32
+	readDone bool // the writer read the whole clone (its restores hold the moved states)
 	pause    time.Duration
 	result   SnapshotResult // set by the writer
 }
@@ -214,13 +217,14 @@ func (s *Service) snapAdvance() {
 		case snapWantFlush:
 			// A buffer has one clone copying at a time: the next
 			// snapshot flushes once the previous one is copied.
-			if s.flush == nil && s.snapCopying() == nil {
+			if s.flush == nil && s.snapCopying() == nil && !s.transferPending() {
 				for i, bs := range s.buffers {
 					if s.cfg.Buffers[i].ClearBeforeClone {
 						s.replaceBuffer(bs) // dropped: the snapshot holds what the flush writes
 					}
 				}
-				s.startFlush(false) // Perfetto flushes with reason TRACE_CLONE
+				s.startFlushFlags(false, plugins.NewFlushFlags(plugins.FlushReasonTraceClone,
+					plugins.FlushInitiatorTraced, sn.req.CloneTarget))
 				sn.flushID = s.flushID
 				sn.phase = snapFlushing
 			}
@@ -268,10 +272,17 @@ func (s *Service) snapCapture(sn *snapshot) {
 	add(tracefile.AppendTraceProvenance(s.servicePacket(), seqs))
 	add(appendSystemInfo(s.servicePacket()))
 	add(appendTriggerPacket(s.servicePacket(), fieldCloneSnapshotTrigger, sn.when, sn.req.Trigger, sn.req.Producer))
+	// As Perfetto's clone carries the session's received triggers: every
+	// trigger that acted so far, whether or not the live trace has its
+	// packet yet.
+	for _, a := range s.trig.history {
+		add(appendTriggerPacket(s.servicePacket(), fieldTrigger, a.ts, a.name, a.producer))
+	}
 	sn.moved = make([]*buffer.TraceBuffer, len(s.buffers))
 	for i, bs := range s.buffers {
 		if s.cfg.Buffers[i].TransferOnClone {
 			sn.moved[i] = s.replaceBuffer(bs)
+			bs.restore.beginTransfer() // snapshot_transfer.go
 			sn.pending = append(sn.pending, nil)
 			if bs.vms != nil && bs.vms.Len() > 0 {
 				add(bs.vms.CloneReadOnly().AppendProtoVMsField(s.servicePacket()))
@@ -366,6 +377,7 @@ func (s *Service) snapFinished(sn *snapshot, res SnapshotResult) {
 		rel()
 	}
 	sn.release = nil
+	s.endTransfers(sn)
 	s.snap.inFlight--
 	res.N, res.Trigger, res.Pause = sn.n, sn.req.Trigger, sn.pause
 	if sn.err != nil && res.Err == nil {
@@ -465,34 +477,83 @@ func (r *restoreSet) cloneForSnapshot() *restoreSet {
 	return c
 }
 
-// snapshotName expands pattern for snapshot n of trigger, beside path.
-func snapshotName(pattern, path string, n int, trigger string) string {
-	dir, base := filepath.Split(path)
-	stem := base
-	for _, ext := range []string{".gz", ".zst"} {
-		stem = strings.TrimSuffix(stem, ext)
+// snapshotLanes opens where a snapshot goes, each sink in a lane of its
+// own that blocks when full (the snapshot's goroutine may wait; a
+// snapshot drops nothing) and applies the session sink's filter:
+//   - the request's Path alone, when set (the CLI's snapshot -o);
+//   - else one per configured sink: a file sink's file beside its own,
+//     named by sinks.DefaultSnapshotPattern; any other sink type opened
+//     once more for the snapshot, as a trace of its own (Env.Snapshot,
+//     the snapshot's uuid), which its receiver stores separately;
+//   - and Options.SnapshotSink's, if set.
+//
+// It returns the lanes opened and the files among them; a destination
+// that cannot be opened is an error, the others are still used.
+func (s *Service) snapshotLanes(sn *snapshot) (lanes []*sinks.Lane, files []string, err error) {
+	addLane := func(sk sinks.Sink, name, dest string, sc *sinks.Config) {
+		lc := sinks.LaneConfig{Name: name, Destination: dest, Block: true, LaneOptions: sinks.LaneOptions{Logger: s.opts.Logger}}
+		if sc != nil && sc.Filter != "" {
+			f, ferr := sinks.NewFilter(sc.Filter) // checked when the config was loaded
+			if ferr != nil {
+				err = errors.Join(err, fmt.Errorf("snapshot to %s: filter: %w", name, ferr))
+				_ = sk.Close(context.Background())
+				return
+			}
+			lc.Filter, lc.FilterDrop = f, sc.FilterError != sinks.FilterErrorKeep
+		}
+		lanes = append(lanes, sinks.NewLane(sk, lc))
 	}
-	stem = strings.TrimSuffix(stem, filepath.Ext(stem))
-	r := strings.NewReplacer("{stem}", stem, "{n}", fmt.Sprint(n), "{trigger}", safeName.ReplaceAllString(trigger, "_"))
-	return filepath.Join(dir, r.Replace(pattern))
-}
-
-// safeName keeps a trigger name usable in a file name.
-var safeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
-
-// snapshotDestinations lists where a snapshot goes: the request's path,
-// else one file beside each file sink's.
-func (s *Service) snapshotDestinations(sn *snapshot) []string {
-	if sn.req.Path != "" {
-		return []string{sn.req.Path}
+	openFile := func(path string, sc *sinks.Config) {
+		f, ferr := sinks.NewFile(sinks.FileOptions{Path: path, Compression: compressionOfName(path), FsyncPeriod: -1})
+		if ferr != nil {
+			err = errors.Join(err, fmt.Errorf("snapshot %s: %w", path, ferr))
+			return
+		}
+		files = append(files, path)
+		addLane(f, "file "+path, path, sc)
 	}
-	var out []string
-	for _, l := range s.lanes {
-		if _, ok := l.Sink().(*sinks.FileSink); ok && l.Destination() != sinks.StdoutPath {
-			out = append(out, snapshotName(DefaultSnapshotPattern, l.Destination(), sn.n, sn.req.Trigger))
+	if s.opts.SnapshotSink != nil {
+		sk, serr := s.opts.SnapshotSink(sn.n, sn.req.Trigger)
+		if serr != nil {
+			err = errors.Join(err, serr)
+		} else {
+			addLane(sk, "Options.SnapshotSink", fmt.Sprintf("%T", sk), nil)
 		}
 	}
-	return out
+	if sn.req.Path != "" {
+		openFile(sn.req.Path, nil)
+		return lanes, files, err
+	}
+	if s.opts.Sinks != nil { // sinks given as values: no config to open again
+		return lanes, files, err
+	}
+	var uuid [16]byte
+	s.snapUUID(&uuid, sn.n)
+	env := sinks.Env{SessionUUID: uuid, Now: time.Now(), Logger: s.opts.Logger,
+		Snapshot: sinks.Snapshot{Of: s.uuidBytes(), N: uint32(sn.n), Trigger: sn.req.Trigger}}
+	for i, sc := range s.cfg.Sinks {
+		if i >= len(s.lanes) {
+			break
+		}
+		live := s.lanes[i]
+		if _, ok := live.Sink().(*sinks.FileSink); ok {
+			if live.Destination() != sinks.StdoutPath {
+				openFile(sinks.SnapshotName(sinks.DefaultSnapshotPattern, live.Destination(), uint32(sn.n), sn.req.Trigger), &sc)
+			}
+			continue
+		}
+		b, berr := sc.Build()
+		var sk sinks.Sink
+		if berr == nil {
+			sk, berr = b.Open(env)
+		}
+		if berr != nil {
+			err = errors.Join(err, fmt.Errorf("snapshot to %s: %w", live.Name(), berr))
+			continue
+		}
+		addLane(sk, live.Name()+fmt.Sprintf(" (snapshot %d)", sn.n), live.Destination(), &sc)
+	}
+	return lanes, files, err
 }
 
 // writeSnapshot reads the finished clone back (its own goroutine) and
@@ -507,64 +568,57 @@ func (s *Service) writeSnapshot(sn *snapshot) {
 			clones[i] = pc.Clone()
 		}
 	}
-	dests := s.snapshotDestinations(sn)
-	var opened []sinks.Sink
-	if s.opts.SnapshotSink != nil {
-		sk, err := s.opts.SnapshotSink(sn.n, sn.req.Trigger)
-		if err != nil {
-			sn.result.Err = err
+	lanes, files, oerr := s.snapshotLanes(sn)
+	sn.result.Files, sn.result.Err = files, oerr
+	if len(lanes) == 0 && sn.result.Err == nil {
+		sn.result.Err = errors.New("pipeline: no destination for the snapshot (no sink, no -o path)")
+	}
+	ctx := context.Background()
+	// Every lane shares each batch; the reader reuses it once all of
+	// them released it. Without lanes the clone is still read: a
+	// transferred buffer's states go back to the live fold.
+	released := make(chan struct{}, 1)
+	offer := func(it *sinks.Item) {
+		if len(lanes) == 0 {
 			return
 		}
-		opened = append(opened, sk)
-	}
-	for _, d := range dests {
-		f, err := sinks.NewFile(sinks.FileOptions{Path: d, Compression: compressionOfName(d), FsyncPeriod: -1})
-		if err != nil {
-			sn.result.Err = errors.Join(sn.result.Err, fmt.Errorf("snapshot %s: %w", d, err))
-			continue
+		it.SetRelease(func() { released <- struct{}{} })
+		it.Hold(len(lanes))
+		for _, l := range lanes {
+			l.Offer(ctx, it)
 		}
-		opened = append(opened, f)
-		sn.result.Files = append(sn.result.Files, d)
-	}
-	if len(opened) == 0 {
-		if sn.result.Err == nil {
-			sn.result.Err = errors.New("pipeline: no destination for the snapshot (no file sink, no -o path)")
-		}
-		return
+		<-released
 	}
 	r := snapReader{sn: sn, clones: clones}
-	ctx := context.Background()
-	var werr error
-	r.read(func(pkts [][]byte) {
-		for _, sk := range opened {
-			if err := sk.Write(ctx, pkts); err != nil && werr == nil {
-				werr = err
-			}
-		}
-		for _, p := range pkts {
+	r.read(func(it *sinks.Item) {
+		for _, p := range it.Packets {
 			sn.result.Packets++
 			sn.result.Bytes += uint64(len(p))
 		}
+		offer(it)
 	})
-	for _, sk := range opened {
-		st := sn.stats
-		tp := tracefile.TracepipeStats{}
-		if st.Tracepipe != nil {
-			tp = *st.Tracepipe
+	sn.readDone = true
+	// The TraceStats ends each destination, with that lane's counters.
+	st := sn.stats
+	tp := tracefile.TracepipeStats{}
+	if st.Tracepipe != nil {
+		tp = *st.Tracepipe
+	}
+	tp.SequenceRestores = r.restores
+	st.Tracepipe = &tp
+	offer(&sinks.Item{Stats: &st, StatsUID: sn.uid, StatsTime: bootNanos(), Flush: true, Final: true})
+	cctx, cancel := context.WithTimeout(ctx, sinkCloseTime)
+	defer cancel()
+	var werr error
+	for _, l := range lanes { // each sink bounds its own close (relay, nats: CloseTimeout)
+		if err := l.Close(cctx); err != nil {
+			werr = errors.Join(werr, err)
 		}
-		withSinkTotals(&tp, sk.Stats())
-		tp.SinkPacketsWritten++ // the stats packet itself, as a lane counts it
-		tp.SequenceRestores = r.restores
-		st.Tracepipe = &tp
-		pkt := tracefile.AppendTraceStatsPacket(nil, &st, sn.uid, bootNanos())
-		if err := sk.Write(ctx, [][]byte{pkt}); err != nil && werr == nil {
-			werr = err
+		if err := l.Err(); err != nil {
+			werr = errors.Join(werr, fmt.Errorf("%s: %w", l.Name(), err))
 		}
-		if err := sk.Close(ctx); err != nil && werr == nil {
-			werr = err
-		}
-		if err := sk.Stats(); err.PacketsDroppedError > 0 && werr == nil {
-			werr = fmt.Errorf("%d packets lost to write errors", err.PacketsDroppedError)
+		if st := l.Stats(); st.PacketsDroppedError+st.PacketsDroppedQueue > 0 {
+			werr = errors.Join(werr, fmt.Errorf("%s: %d packets not delivered", l.Name(), st.PacketsDroppedError+st.PacketsDroppedQueue))
 		}
 	}
 	if werr != nil {
@@ -595,23 +649,23 @@ type snapReader struct {
 	clones   []*buffer.TraceBuffer
 	b        batch
 	pkt      buffer.Packet
-	pkts     [][]byte
 	restores uint64
 	invalid  uint64
 }
 
-func (r *snapReader) read(emit func([][]byte)) {
+func (r *snapReader) read(emit func(*sinks.Item)) {
 	flush := func() {
-		r.pkts = r.pkts[:0]
+		b := &r.b
+		b.Packets = b.Packets[:0]
 		start := 0
-		for _, e := range r.b.ends {
-			r.pkts = append(r.pkts, r.b.data[start:e])
+		for _, e := range b.ends {
+			b.Packets = append(b.Packets, b.data[start:e])
 			start = e
 		}
-		if len(r.pkts) > 0 {
-			emit(r.pkts)
+		if len(b.Packets) > 0 {
+			emit(&b.Item)
 		}
-		r.b.reset()
+		b.reset()
 	}
 	for _, p := range r.sn.preamble {
 		r.b.appendPacket(p)
@@ -679,4 +733,16 @@ func (s *Service) replaceBuffer(bs *bufferState) *buffer.TraceBuffer {
 	bs.buf, bs.unread = nb, 0
 	bs.observeOverwrites()
 	return old
+}
+
+// maxTriggerHistory bounds the acted triggers a snapshot repeats; the
+// oldest go first (max_per_24h bounds most configs far below it).
+const maxTriggerHistory = 1024
+
+// remember keeps a for the snapshots to come.
+func (t *triggerState) remember(a triggerAct) {
+	if len(t.history) == maxTriggerHistory {
+		t.history = append(t.history[:0], t.history[1:]...)
+	}
+	t.history = append(t.history, a)
 }

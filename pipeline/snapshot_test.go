@@ -6,7 +6,6 @@ import (
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,19 +185,7 @@ func checkSnapshotFile(t *testing.T, path, trigger string, requested uint64) {
 	if len(lossAfterFirst) != 0 {
 		t.Fatalf("%s: sequences %v have a gap inside the snapshot's window", path, lossAfterFirst)
 	}
-	rep, err := tpimport.CheckFile(path, tpimport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var skipped int64
-	for _, q := range rep.Sequences {
-		skipped += q.NeedsSkipped
-	}
-	if skipped != 0 || len(rep.Codes()) != 0 && !onlySMBLoss(rep) {
-		var sb strings.Builder
-		_ = rep.WriteText(&sb)
-		t.Fatalf("%s: tracepipe check: %d skipped\n%s", path, skipped, sb.String())
-	}
+	checkImports(t, "snapshot", path)
 }
 
 // snapshotSession starts a small ring session with the synthetic source
@@ -213,22 +200,9 @@ func snapshotSession(t *testing.T, sets ...string) (s *Service, dir string, stop
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err = New(cfg, Options{Logger: testsupport.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan *Result, 1)
-	go func() {
-		res, err := s.Run(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
-	t.Cleanup(cancel)
+	s, stop = startSession(t, cfg, Options{Logger: testsupport.Logger(t)})
 	waitFor(t, "data in the buffer", 30*time.Second, func() bool { return s.Status().BytesIn > 64<<10 })
-	return s, dir, func() *Result { cancel(); return <-done }
+	return s, dir, stop
 }
 
 // A snapshot that cannot be written is reported and counted; the live

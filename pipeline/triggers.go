@@ -133,6 +133,7 @@ type triggerState struct {
 
 	acts     chan triggerAct
 	pkts     []triggerAct // acted, not yet written (service goroutine)
+	history  []triggerAct // every trigger that acted, the last maxTriggerHistory (snapshots carry them)
 	started  bool         // start_tracing: a trigger started the sources
 	stopping bool         // stop_tracing / start_tracing: the stop is armed
 	stopC    <-chan time.Time
@@ -250,6 +251,7 @@ func (s *Service) triggerStart() (deferStart bool) {
 func (s *Service) triggerActed(a triggerAct) {
 	t := &s.trig
 	t.pkts = append(t.pkts, a)
+	t.remember(a)
 	switch t.mode() {
 	case TriggerModeStart:
 		if t.started || s.phase != phaseRecording {

@@ -29,7 +29,9 @@
 // The Builder names its destination (for the run summary) and opens the
 // Sink when the session starts (Builder.Open, given an Env with the
 // session uuid and a logger). The Sink interface (Write, Flush, Close,
-// Stats) is the whole contract with the pipeline; see [Sink].
+// Stats) is the whole contract with the pipeline; see [Sink]. A running
+// session opens each sink once more per clone snapshot, with
+// Env.Snapshot set: the snapshot is a trace of its own (see [Snapshot]).
 //
 // Configuration problems are FieldErrors (path relative to the section +
 // message); the pipeline prefixes them ("sinks[2].nats.url: required").

@@ -109,6 +109,12 @@ type Env struct {
 	// Rotatable asks file sinks to be able to rotate on demand
 	// (FileSink.Rotate: rotate_period, `tracepipe rotate`).
 	Rotatable bool
+	// Snapshot, when not zero, opens the sink for one clone snapshot of
+	// the session Snapshot.Of (SessionUUID is then the snapshot's own);
+	// network sinks tell their receiver (see [Snapshot]). A sink type
+	// whose destination cannot keep a second trace apart from the live
+	// one must fail Open when it is set (that snapshot then fails for it).
+	Snapshot Snapshot
 }
 
 func (e Env) expand(s string) string { return e.expandN(s, 0) }

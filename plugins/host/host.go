@@ -408,9 +408,14 @@ func (p *Plugin) Start() error {
 // a commit carrying FlushRequestID = id on the commit stream (sent even if
 // nothing else is pending). Flush returns once the child queued that commit,
 // not once OnCommit saw it.
-func (p *Plugin) Flush(id uint64) error {
+func (p *Plugin) Flush(id uint64) error { return p.FlushWithFlags(id, 0) }
+
+// FlushWithFlags is Flush telling the plugin why (flags: Perfetto's
+// FlushFlags encoding, plugins.FlushFlags); a plugin built before the
+// field existed ignores them.
+func (p *Plugin) FlushWithFlags(id, flags uint64) error {
 	return p.call("flush", func(ctx context.Context) error {
-		_, err := p.rpc.Flush(ctx, &wire.FlushRequest{FlushRequestId: id})
+		_, err := p.rpc.Flush(ctx, &wire.FlushRequest{FlushRequestId: id, Flags: flags})
 		return err
 	})
 }

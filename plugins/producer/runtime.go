@@ -130,15 +130,23 @@ func (r *Runtime) tick(stop <-chan struct{}, done chan<- struct{}) {
 	}
 }
 
-// Flush flushes the data source (if it runs), then acknowledges flushID
-// with a CommitData sent after every chunk returned so far, even an empty
-// one, so the service sees the acknowledgement whatever Flush returned.
-func (r *Runtime) Flush(flushID uint64) error {
+// Flush is FlushWithFlags without a reason (FlushReasonUnknown).
+func (r *Runtime) Flush(flushID uint64) error { return r.FlushWithFlags(flushID, 0) }
+
+// FlushWithFlags flushes the data source (if it runs; one implementing
+// plugins.FlagsFlusher is told flags), then acknowledges flushID with a
+// CommitData sent after every chunk returned so far, even an empty one,
+// so the service sees the acknowledgement whatever the flush returned.
+func (r *Runtime) FlushWithFlags(flushID uint64, flags plugins.FlushFlags) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var err error
 	if r.started && !r.stopped {
-		err = r.ds.Flush()
+		if ff, ok := r.ds.(plugins.FlagsFlusher); ok {
+			err = ff.FlushWithFlags(flags)
+		} else {
+			err = r.ds.Flush()
+		}
 	}
 	r.arb.SendFlushAck(flushID)
 	return err

@@ -193,7 +193,7 @@ func (s *server) Flush(_ context.Context, in *wire.FlushRequest) (*wire.FlushRes
 		// Set up but not started: nothing written yet, still acknowledged.
 		return nil, status.Errorf(codes.FailedPrecondition, "flush: %s", s.stateProblem())
 	}
-	if err := s.rt.Flush(in.GetFlushRequestId()); err != nil {
+	if err := s.rt.FlushWithFlags(in.GetFlushRequestId(), plugins.FlushFlags(in.GetFlags())); err != nil {
 		return nil, status.Errorf(codes.Unknown, "flush: %v", err)
 	}
 	return &wire.FlushResponse{}, nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -335,5 +336,52 @@ func ParseHeaders(h nats.Header) (remote.Identity, uint64, error) {
 	if err != nil || seq == 0 {
 		return id, 0, fmt.Errorf("%w: header %s: %q is not a batch number", errBadMessage, HeaderSeq, s)
 	}
+	if id.Snapshot, err = parseSnapshotHeaders(h, get); err != nil {
+		return id, 0, err
+	}
 	return id, seq, nil
+}
+
+// parseSnapshotHeaders reads a snapshot's headers: all three or none.
+func parseSnapshotHeaders(h nats.Header, get func(string) (string, error)) (sinks.Snapshot, error) {
+	var snap sinks.Snapshot
+	present := 0
+	for _, k := range []string{HeaderSnapshotOf, HeaderSnapshot, HeaderTrigger} {
+		if len(h.Values(k)) > 0 {
+			present++
+		}
+	}
+	switch present {
+	case 0:
+		return snap, nil
+	case 3:
+	default:
+		return snap, fmt.Errorf("%w: headers %s, %s and %s come together; %d of them present", errBadMessage, HeaderSnapshotOf, HeaderSnapshot, HeaderTrigger, present)
+	}
+	of, err := get(HeaderSnapshotOf)
+	if err != nil {
+		return snap, err
+	}
+	if len(of) != 32 {
+		return snap, fmt.Errorf("%w: header %s: %q is not 32 hex digits", errBadMessage, HeaderSnapshotOf, of)
+	}
+	if _, err := hex.Decode(snap.Of[:], []byte(of)); err != nil {
+		return snap, fmt.Errorf("%w: header %s: %q is not 32 hex digits", errBadMessage, HeaderSnapshotOf, of)
+	}
+	n, err := get(HeaderSnapshot)
+	if err != nil {
+		return snap, err
+	}
+	v, err := strconv.ParseUint(n, 10, 32)
+	if err != nil || v == 0 {
+		return snap, fmt.Errorf("%w: header %s: %q is not a snapshot number", errBadMessage, HeaderSnapshot, n)
+	}
+	snap.N = uint32(v)
+	if snap.Trigger, err = get(HeaderTrigger); err != nil {
+		return snap, err
+	}
+	if len(snap.Trigger) > sinks.MaxSnapshotTrigger || !utf8.ValidString(snap.Trigger) {
+		return snap, fmt.Errorf("%w: header %s: not UTF-8 of at most %d bytes", errBadMessage, HeaderTrigger, sinks.MaxSnapshotTrigger)
+	}
+	return snap, nil
 }

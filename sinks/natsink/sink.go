@@ -2,14 +2,17 @@ package natsink
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,6 +27,11 @@ const (
 	HeaderHost    = "Tracepipe-Host"
 	HeaderSession = "Tracepipe-Session" // 32 hex digits
 	HeaderSeq     = "Tracepipe-Seq"     // decimal, from 1
+	// A clone snapshot, a trace of its own (sinks.Snapshot), carries all
+	// three; an ordinary session none.
+	HeaderSnapshotOf = "Tracepipe-Snapshot-Of" // the live session: 32 hex digits
+	HeaderSnapshot   = "Tracepipe-Snapshot"    // the snapshot's number, decimal, from 1
+	HeaderTrigger    = "Tracepipe-Trigger"     // the trigger's name, at most 255 bytes
 )
 
 // Options configure a nats Sink. Zero values take defaults.
@@ -258,6 +266,7 @@ func (s *Sink) run() {
 				HeaderSession: {sess},
 				HeaderSeq:     {seq},
 			}}
+			setSnapshotHeaders(msg.Header, s.opts.Identity.Snapshot)
 			f, err := s.js.PublishMsgAsync(msg, jetstream.WithMsgID(sess+"-"+seq))
 			if err != nil {
 				s.out.Release(b)
@@ -304,4 +313,26 @@ func (s *Sink) run() {
 			return
 		}
 	}
+}
+
+// setSnapshotHeaders marks a snapshot's messages (HeaderSnapshotOf,
+// HeaderSnapshot, HeaderTrigger); the trigger name loses control
+// characters, which a header value cannot hold.
+func setSnapshotHeaders(h nats.Header, snap sinks.Snapshot) {
+	if snap.IsZero() {
+		return
+	}
+	trig := strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '_'
+		}
+		return r
+	}, strings.ToValidUTF8(snap.Trigger, "_"))
+	for len(trig) > sinks.MaxSnapshotTrigger {
+		_, n := utf8.DecodeLastRuneInString(trig)
+		trig = trig[:len(trig)-n]
+	}
+	h[HeaderSnapshotOf] = []string{hex.EncodeToString(snap.Of[:])}
+	h[HeaderSnapshot] = []string{strconv.FormatUint(uint64(snap.N), 10)}
+	h[HeaderTrigger] = []string{trig}
 }

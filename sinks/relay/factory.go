@@ -103,6 +103,7 @@ func (b *builder) Open(env sinks.Env) (sinks.Sink, error) {
 	if env.SessionUUID != ([16]byte{}) {
 		id.Session = env.SessionUUID
 	}
+	id.Snapshot = env.Snapshot
 	o.Identity = id
 	o.Logger = env.Logger
 	return New(o)

@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 )
 
 func seedHello() []byte {
-	h := appendHello(nil, Hello{Version: ProtocolVersion, ID: remote.Identity{Machine: 42, Session: [16]byte{1, 2, 3}, Hostname: "host-a"}})
+	h := appendHello(nil, Hello{Version: MinProtocolVersion, ID: remote.Identity{Machine: 42, Session: [16]byte{1, 2, 3}, Hostname: "host-a"}})
 	return h[frameHeaderSize:]
 }
 
@@ -27,6 +28,8 @@ func seedBatch() []byte {
 func FuzzDecodeHello(f *testing.F) {
 	f.Add(seedHello())
 	f.Add([]byte("TPRL"))
+	snap := remote.Identity{Machine: 42, Session: [16]byte{4}, Hostname: "host-a", Snapshot: sinks.Snapshot{Of: [16]byte{1, 2, 3}, N: 2, Trigger: "slow_frame"}}
+	f.Add(appendHello(nil, Hello{Version: 2, ID: snap})[frameHeaderSize:])
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, err := DecodeHello(p)
 		if err != nil {
@@ -58,12 +61,15 @@ func FuzzDecodeBatch(f *testing.F) {
 // sender would send them: the server must end the connection (error or
 // EOF) without panicking, hanging or storing a malformed batch.
 func FuzzServerConn(f *testing.F) {
-	hello := appendHello(nil, Hello{Version: ProtocolVersion, ID: remote.Identity{Machine: 42, Hostname: "h"}})
+	hello := appendHello(nil, Hello{Version: MinProtocolVersion, ID: remote.Identity{Machine: 42, Hostname: "h"}})
 	f.Add(append(append([]byte{}, hello...), appendSeqFrame(nil, frameBatch, 1)...))
 	good := append([]byte{}, hello...)
 	good = appendFrameHeader(good, frameBatch, len(seedBatch()))
 	good = append(good, seedBatch()...)
 	f.Add(good)
+	snap := appendHello(nil, Hello{Version: 2, ID: remote.Identity{Machine: 42, Hostname: "h",
+		Snapshot: sinks.Snapshot{Of: [16]byte{7}, N: 1, Trigger: "t"}}})
+	f.Add(append(snap, good[len(hello):]...))
 	f.Add([]byte{frameBatch, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		store, err := remote.OpenStore(t.TempDir(), false)

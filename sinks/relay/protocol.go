@@ -8,12 +8,27 @@ import (
 	"io"
 	"unicode/utf8"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 )
 
-// ProtocolVersion is the version a hello carries; a receiver refuses
-// others with an error frame.
-const ProtocolVersion = 1
+// ProtocolVersion is the newest version a hello may carry; a receiver
+// refuses versions outside MinProtocolVersion..ProtocolVersion with an
+// error frame. Version 2 adds the snapshot tail to the hello (a clone
+// snapshot sent as a trace of its own); a sender uses it only for
+// snapshots, so an ordinary session still reaches a version-1 receiver.
+const (
+	ProtocolVersion    = 2
+	MinProtocolVersion = 1
+)
+
+// helloVersion is the version a sender announces for id.
+func helloVersion(id remote.Identity) uint16 {
+	if id.Snapshot.IsZero() {
+		return 1
+	}
+	return 2
+}
 
 // Frame types. Part of the wire format: never renumber.
 const (
@@ -49,19 +64,37 @@ func appendFrameHeader(dst []byte, typ byte, n int) []byte {
 	return binary.BigEndian.AppendUint32(dst, uint32(n))
 }
 
-// appendHello appends a complete hello frame.
+// appendHello appends a complete hello frame: magic, version:u16,
+// machine:u64, session:16, hostname (u8 length + bytes), and from version
+// 2 on the snapshot tail: live session:16, snapshot number:u32, trigger
+// (u8 length + UTF-8 bytes).
 func appendHello(dst []byte, h Hello) []byte {
 	host := h.ID.Hostname
 	if len(host) > maxHostname {
 		host = host[:maxHostname]
 	}
-	dst = appendFrameHeader(dst, frameHello, 4+2+8+16+1+len(host))
+	trig := h.ID.Snapshot.Trigger
+	if len(trig) > sinks.MaxSnapshotTrigger {
+		trig = trig[:sinks.MaxSnapshotTrigger]
+	}
+	n := 4 + 2 + 8 + 16 + 1 + len(host)
+	if h.Version >= 2 {
+		n += 16 + 4 + 1 + len(trig)
+	}
+	dst = appendFrameHeader(dst, frameHello, n)
 	dst = append(dst, helloMagic...)
 	dst = binary.BigEndian.AppendUint16(dst, h.Version)
 	dst = binary.BigEndian.AppendUint64(dst, h.ID.Machine)
 	dst = append(dst, h.ID.Session[:]...)
 	dst = append(dst, byte(len(host)))
-	return append(dst, host...)
+	dst = append(dst, host...)
+	if h.Version >= 2 {
+		dst = append(dst, h.ID.Snapshot.Of[:]...)
+		dst = binary.BigEndian.AppendUint32(dst, h.ID.Snapshot.N)
+		dst = append(dst, byte(len(trig)))
+		dst = append(dst, trig...)
+	}
+	return dst
 }
 
 // DecodeHello parses a hello frame's payload.
@@ -77,10 +110,10 @@ func DecodeHello(p []byte) (Hello, error) {
 	h.ID.Machine = binary.BigEndian.Uint64(p[6:])
 	copy(h.ID.Session[:], p[14:30])
 	n := int(p[30])
-	if len(p) != 31+n {
+	if len(p) < 31+n || h.Version < 2 && len(p) != 31+n {
 		return h, fmt.Errorf("%w: hello offset 30: hostname of %d bytes, %d remain", ErrProtocol, n, len(p)-31)
 	}
-	host := p[31:]
+	host := p[31 : 31+n]
 	if !utf8.Valid(host) {
 		return h, fmt.Errorf("%w: hello offset 31: hostname is not UTF-8", ErrProtocol)
 	}
@@ -88,6 +121,27 @@ func DecodeHello(p []byte) (Hello, error) {
 	if h.ID.Machine == 0 {
 		return h, fmt.Errorf("%w: hello offset 6: machine id 0", ErrProtocol)
 	}
+	if h.Version < 2 {
+		return h, nil
+	}
+	off := 31 + n
+	tail := p[off:]
+	if len(tail) < 16+4+1 {
+		return h, fmt.Errorf("%w: hello offset %d: snapshot tail of %d bytes is too short", ErrProtocol, off, len(tail))
+	}
+	copy(h.ID.Snapshot.Of[:], tail)
+	h.ID.Snapshot.N = binary.BigEndian.Uint32(tail[16:])
+	if h.ID.Snapshot.N == 0 {
+		return h, fmt.Errorf("%w: hello offset %d: snapshot number 0", ErrProtocol, off+16)
+	}
+	m := int(tail[20])
+	if len(tail) != 21+m {
+		return h, fmt.Errorf("%w: hello offset %d: trigger of %d bytes, %d remain", ErrProtocol, off+20, m, len(tail)-21)
+	}
+	if !utf8.Valid(tail[21:]) {
+		return h, fmt.Errorf("%w: hello offset %d: trigger is not UTF-8", ErrProtocol, off+21)
+	}
+	h.ID.Snapshot.Trigger = string(tail[21:])
 	return h, nil
 }
 

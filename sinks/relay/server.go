@@ -166,8 +166,8 @@ func (s *Server) handle(c net.Conn) error {
 	if err != nil {
 		return s.refuse(c, err)
 	}
-	if h.Version != ProtocolVersion {
-		return s.refuse(c, fmt.Errorf("%w: protocol version %d, this receiver speaks %d", ErrProtocol, h.Version, ProtocolVersion))
+	if h.Version < MinProtocolVersion || h.Version > ProtocolVersion {
+		return s.refuse(c, fmt.Errorf("%w: protocol version %d, this receiver speaks %d to %d", ErrProtocol, h.Version, MinProtocolVersion, ProtocolVersion))
 	}
 	st, err := s.opts.Store.Stream(h.ID)
 	if err != nil {
@@ -179,7 +179,11 @@ func (s *Server) handle(c net.Conn) error {
 	if _, err := c.Write(out); err != nil {
 		return fmt.Errorf("writing hello ack: %w", err)
 	}
-	s.logf("relay: %s: session %s of %s (machine %016x)", c.RemoteAddr(), h.ID.SessionString(), h.ID.Hostname, h.ID.Machine)
+	if sn := h.ID.Snapshot; !sn.IsZero() {
+		s.logf("relay: %s: snapshot %d (trigger %q) of session %x of %q (machine %016x)", c.RemoteAddr(), sn.N, sn.Trigger, sn.Of, h.ID.Hostname, h.ID.Machine)
+	} else {
+		s.logf("relay: %s: session %s of %s (machine %016x)", c.RemoteAddr(), h.ID.SessionString(), h.ID.Hostname, h.ID.Machine)
+	}
 	for {
 		typ, p, err := fr.next()
 		if err != nil {

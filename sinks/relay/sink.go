@@ -194,7 +194,7 @@ func (s *Sink) session() (bool, error) {
 		c.Close()
 	}()
 	_ = c.SetDeadline(time.Now().Add(s.opts.DialTimeout))
-	if _, err := c.Write(appendHello(nil, Hello{Version: ProtocolVersion, ID: s.opts.Identity})); err != nil {
+	if _, err := c.Write(appendHello(nil, Hello{Version: helloVersion(s.opts.Identity), ID: s.opts.Identity})); err != nil {
 		return false, fmt.Errorf("hello: %w", err)
 	}
 	fr := newFrameReader(c)

@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -25,6 +26,10 @@ type Identity struct {
 	Machine  uint64   // stable per host (see MachineID)
 	Session  [16]byte // random per session
 	Hostname string   // informational; part of the file name
+	// Snapshot, when not zero, says the stream is a clone snapshot of
+	// the session Snapshot.Of (Session is the snapshot's own uuid): it
+	// goes to a file of its own, even when merging.
+	Snapshot sinks.Snapshot
 }
 
 // SessionString is the session id as 32 hex digits.
@@ -68,11 +73,26 @@ func OpenStore(dir string, merge bool) (*Store, error) {
 	return &Store{dir: dir, merge: merge, traces: map[string]*traceOut{}}, nil
 }
 
-// FileName is the trace file of id (merged.pftrace when merging).
+// FileName is the trace file of id (merged.pftrace when merging). A
+// snapshot's is named by sinks.DefaultSnapshotPattern beside its live
+// session's per-session file
+// (<host>-<machine>-<session>.snap-<n>-<trigger>.pftrace), merging or not:
+// a snapshot repeats what the live trace holds, so it is never merged
+// into it.
 func (s *Store) FileName(id Identity) string {
+	if !id.Snapshot.IsZero() {
+		live := id
+		live.Session, live.Snapshot = id.Snapshot.Of, sinks.Snapshot{}
+		return sinks.SnapshotName(sinks.DefaultSnapshotPattern, s.sessionFile(live), id.Snapshot.N, id.Snapshot.Trigger)
+	}
 	if s.merge {
 		return filepath.Join(s.dir, MergedName)
 	}
+	return s.sessionFile(id)
+}
+
+// sessionFile is id's per-session file.
+func (s *Store) sessionFile(id Identity) string {
 	return filepath.Join(s.dir, fmt.Sprintf("%s-%016x-%s.pftrace", safeName(id.Hostname), id.Machine, id.SessionString()))
 }
 
@@ -109,7 +129,7 @@ func (s *Store) Stream(id Identity) (*Stream, error) {
 	t := s.traces[name]
 	if t == nil {
 		var err error
-		if t, err = openTrace(name, s.merge); err != nil {
+		if t, err = openTrace(name, s.merge && id.Snapshot.IsZero()); err != nil {
 			return nil, err
 		}
 		s.traces[name] = t

@@ -11,6 +11,9 @@
 //	spoof       write packets; every odd one also sets trusted_uid and
 //	            trusted_packet_sequence_id (the service must drop those)
 //	garbage_smb write packets, then overwrite the whole SMB with garbage
+//	flush_marks write packets, then run until stopped; every flush first
+//	            writes a mark packet, TestEvent{str: "flush:" + reason},
+//	            the FlushFlags reason the service sent (TRACE_CLONE ...)
 //
 // Run under the name "faultplugin-raw" (a symlink), it is instead a
 // hand-made protocol server that commits out-of-range chunk indices, a
@@ -75,10 +78,12 @@ func newFault(cfg map[string]any) (plugins.DataSource, error) {
 }
 
 // packet encodes packet i; spoofed ones set two trusted fields.
-func packet(i int, spoof bool) []byte {
+func packet(i int, spoof bool) []byte { return packetStr(i, spoof, "fault") }
+
+func packetStr(i int, spoof bool, str string) []byte {
 	var ev []byte
 	ev = protowire.AppendTag(ev, 1, protowire.BytesType)
-	ev = protowire.AppendString(ev, "fault")
+	ev = protowire.AppendString(ev, str)
 	ev = protowire.AppendTag(ev, 2, protowire.VarintType)
 	ev = protowire.AppendVarint(ev, uint64(i))
 	var b []byte
@@ -137,7 +142,7 @@ func (f *fault) run() {
 	case "garbage_smb":
 		garbage()
 	}
-	if f.mode == "hang_flush" || f.mode == "garbage_smb" {
+	if f.mode == "hang_flush" || f.mode == "garbage_smb" || f.mode == "flush_marks" {
 		<-f.stop
 	}
 }
@@ -156,7 +161,19 @@ func garbage() {
 	}
 }
 
-func (f *fault) Flush() error {
+func (f *fault) Flush() error { return f.FlushWithFlags(0) }
+
+// FlushWithFlags is plugins.FlagsFlusher: mode flush_marks writes the
+// reason into the trace before flushing.
+func (f *fault) FlushWithFlags(flags plugins.FlushFlags) error {
+	if f.mode == "flush_marks" {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if err := f.w.WritePacket(packetStr(f.packets, false, "flush:"+flags.Reason().String())); err != nil {
+			return err
+		}
+		return f.w.Flush()
+	}
 	if f.mode == "hang_flush" {
 		select {}
 	}

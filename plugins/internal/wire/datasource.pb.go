@@ -888,8 +888,13 @@ func (*StartResponse) Descriptor() ([]byte, []int) {
 type FlushRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	FlushRequestId uint64                 `protobuf:"varint,1,opt,name=flush_request_id,json=flushRequestId,proto3" json:"flush_request_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// flags: why the service flushes, Perfetto's FlushFlags encoding
+	// (plugins.FlushFlags: reason bits 0..3, initiator 4..7, clone target
+	// 8..11). Added within version 2: a plugin that predates it ignores
+	// it, a service that predates it sends 0 (UNKNOWN).
+	Flags         uint64 `protobuf:"varint,2,opt,name=flags,proto3" json:"flags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FlushRequest) Reset() {
@@ -925,6 +930,13 @@ func (*FlushRequest) Descriptor() ([]byte, []int) {
 func (x *FlushRequest) GetFlushRequestId() uint64 {
 	if x != nil {
 		return x.FlushRequestId
+	}
+	return 0
+}
+
+func (x *FlushRequest) GetFlags() uint64 {
+	if x != nil {
+		return x.Flags
 	}
 	return 0
 }
@@ -1157,9 +1169,10 @@ const file_datasource_proto_rawDesc = "" +
 	"\x10ActivateTriggers\x12#\n" +
 	"\rtrigger_names\x18\x01 \x03(\tR\ftriggerNames\"\x0e\n" +
 	"\fStartRequest\"\x0f\n" +
-	"\rStartResponse\"8\n" +
+	"\rStartResponse\"N\n" +
 	"\fFlushRequest\x12(\n" +
-	"\x10flush_request_id\x18\x01 \x01(\x04R\x0eflushRequestId\"\x0f\n" +
+	"\x10flush_request_id\x18\x01 \x01(\x04R\x0eflushRequestId\x12\x14\n" +
+	"\x05flags\x18\x02 \x01(\x04R\x05flags\"\x0f\n" +
 	"\rFlushResponse\"\x1e\n" +
 	"\x1cClearIncrementalStateRequest\"\x1f\n" +
 	"\x1dClearIncrementalStateResponse\"\r\n" +

@@ -1,0 +1,206 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	ipc "github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// flushMarks is an in-process test data source implementing
+// plugins.FlagsFlusher: every flush writes a mark packet,
+// for_testing = TestEvent{str: "flush:" + reason}, as the fault plugin's
+// flush_marks mode does, and it runs until stopped.
+type flushMarks struct {
+	mu sync.Mutex
+	w  plugins.PacketWriter
+}
+
+func init() {
+	plugins.Register("test.flushmarks", func(map[string]any) (plugins.DataSource, error) { return &flushMarks{}, nil })
+}
+
+func flushMarkPacket(reason string) []byte {
+	var ev []byte
+	ev = protowire.AppendTag(ev, 1, protowire.BytesType)
+	ev = protowire.AppendString(ev, "flush:"+reason)
+	var p []byte
+	p = protowire.AppendTag(p, tracefile.FieldTimestamp, protowire.VarintType)
+	p = protowire.AppendVarint(p, uint64(bootNanos()))
+	p = protowire.AppendTag(p, tracefile.FieldForTesting, protowire.BytesType)
+	return protowire.AppendBytes(p, ev)
+}
+
+func (f *flushMarks) Start(h plugins.Host) error {
+	w, err := h.NewWriter()
+	f.w = w
+	return err
+}
+
+func (f *flushMarks) Flush() error { return f.FlushWithFlags(0) }
+
+func (f *flushMarks) FlushWithFlags(flags plugins.FlushFlags) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.w.WritePacket(flushMarkPacket(flags.Reason().String())); err != nil {
+		return err
+	}
+	return f.w.Flush()
+}
+
+func (f *flushMarks) ClearIncrementalState() {}
+func (f *flushMarks) Stop() error            { return f.w.Flush() }
+
+// flushMarksIn counts the flush marks of a trace by writer (the packet's
+// sequence) and reason.
+func flushMarksIn(t *testing.T, path string) map[uint32]map[string]int {
+	t.Helper()
+	out := map[uint32]map[string]int{}
+	for _, p := range readTrace(t, path) {
+		ev, ok := bytesField(p.raw, tracefile.FieldForTesting)
+		if !ok {
+			continue
+		}
+		str, ok := bytesField(ev, 1)
+		if !ok || !strings.HasPrefix(string(str), "flush:") {
+			continue
+		}
+		if out[p.info.SequenceID] == nil {
+			out[p.info.SequenceID] = map[string]int{}
+		}
+		out[p.info.SequenceID][strings.TrimPrefix(string(str), "flush:")]++
+	}
+	return out
+}
+
+// Data sources learn why they are flushed, with Perfetto's FlushFlags: a
+// snapshot's flush says TRACE_CLONE, flush_period's PERIODIC and the
+// session's last one TRACE_STOP, to an in-process data source (through
+// plugins.FlagsFlusher) and to a plugin (FlushRequest.flags). The marks
+// they write on each flush show it; the snapshot holds the TRACE_CLONE
+// marks (its flush came before its clone) and never a TRACE_STOP one.
+func TestFlushReasonReachesDataSources(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.pftrace")
+	cfg := loadYAML(t, fmt.Sprintf(`
+duration: 60s
+flush_period: 100ms
+buffers: [{size_kb: 1024, fill_policy: ring_buffer}]
+data_sources:
+  - name: test.flushmarks
+  - name: fault.source
+    plugin: %q
+    config: {mode: flush_marks, packets: 10}
+sinks: [{type: file, path: %q}]
+`, faultPlugin(t), live))
+	s, stop := startSession(t, cfg, Options{Logger: testsupport.Logger(t)})
+	waitFor(t, "periodic flushes", 30*time.Second, func() bool { return s.Status().Stats.FlushesSucceeded >= 2 })
+	r := <-s.Snapshot(SnapshotRequest{Trigger: "reason"})
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	stop()
+	snap := flushMarksIn(t, r.Files[0])
+	all := flushMarksIn(t, live)
+	if len(all) != 2 {
+		t.Fatalf("live trace: flush marks of %d writers, want 2 (in-process and plugin): %v", len(all), all)
+	}
+	for seq, reasons := range all {
+		if reasons["PERIODIC"] == 0 || reasons["TRACE_CLONE"] != 1 || reasons["TRACE_STOP"] != 1 || reasons["UNKNOWN"] != 0 {
+			t.Errorf("live trace, sequence %d: flush reasons %v; want PERIODIC, one TRACE_CLONE, one TRACE_STOP", seq, reasons)
+		}
+		if snap[seq]["TRACE_CLONE"] != 1 || snap[seq]["TRACE_STOP"] != 0 {
+			t.Errorf("snapshot, sequence %d: flush reasons %v; want its TRACE_CLONE mark", seq, snap[seq])
+		}
+	}
+}
+
+// FlushFlags encode as Perfetto's flush_flags.h does (an ABI) and read
+// unknown values as UNKNOWN.
+func TestFlushFlagsEncoding(t *testing.T) {
+	f := plugins.NewFlushFlags(plugins.FlushReasonTraceClone, plugins.FlushInitiatorTraced, plugins.FlushCloneTargetBugreport)
+	if f != 0x113 {
+		t.Fatalf("TRACE_CLONE|TRACED|BUGREPORT = %#x, want 0x113", uint64(f))
+	}
+	if f.Reason() != plugins.FlushReasonTraceClone || f.Initiator() != plugins.FlushInitiatorTraced || f.CloneTarget() != plugins.FlushCloneTargetBugreport {
+		t.Fatalf("decoded %v", f)
+	}
+	if u := plugins.FlushFlags(0xfff); u.Reason() != plugins.FlushReasonUnknown || u.Initiator() != plugins.FlushInitiatorUnknown || u.CloneTarget() != plugins.FlushCloneTargetUnknown {
+		t.Fatalf("unknown values decode as %v", u)
+	}
+}
+
+// A Perfetto producer's Flush command carries the flags: TRACE_CLONE for
+// a snapshot's flush, TRACE_STOP for the session's last, both initiated
+// by the service (TRACED), as traced sends them.
+func TestFlushReasonReachesPerfettoProducer(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "producer.sock")
+	reg := NewPerfettoProducers()
+	host := ipc.NewHost(ipc.NewProducerPort(reg))
+	host.Logf = t.Logf
+	if err := host.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	pd := dialDouble(t, sock, 100)
+	defer pd.close()
+	pd.connect("go-double", &ipc.DataSourceDescriptor{Name: proto.String("test.perfetto_double"),
+		WillNotifyOnStart: proto.Bool(true), WillNotifyOnStop: proto.Bool(true)})
+	served := make(chan error, 1)
+	go pd.serve(served)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if missing := reg.WaitFor(ctx, []string{"test.perfetto_double"}); len(missing) > 0 {
+		t.Fatalf("never registered: %v", missing)
+	}
+	cfg := loadYAML(t, fmt.Sprintf(`
+duration: 60s
+buffers: [{size_kb: 1024}]
+perfetto: {enabled: true}
+data_sources:
+  - name: test.perfetto_double
+sinks: [{type: file, path: %q}]
+`, filepath.Join(dir, "live.pftrace")))
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t), Perfetto: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := s.Run(runCtx); done <- err }()
+	waitFor(t, "the data source started", 20*time.Second, func() bool {
+		pd.mu.Lock()
+		defer pd.mu.Unlock()
+		return slices.Contains(pd.commands, "start_data_source")
+	})
+	if r := <-s.Snapshot(SnapshotRequest{Trigger: "ipc"}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	pd.close()
+	<-served
+	pd.mu.Lock()
+	flags := pd.flushFlags
+	pd.mu.Unlock()
+	clone := uint64(plugins.NewFlushFlags(plugins.FlushReasonTraceClone, plugins.FlushInitiatorTraced, plugins.FlushCloneTargetUnknown))
+	stopF := uint64(plugins.NewFlushFlags(plugins.FlushReasonTraceStop, plugins.FlushInitiatorTraced, plugins.FlushCloneTargetUnknown))
+	if len(flags) < 2 || flags[len(flags)-1] != stopF || !slices.Contains(flags, clone) {
+		t.Fatalf("flush flags %#x; want one %#x (the snapshot) and %#x last (the stop)", flags, clone, stopF)
+	}
+}
