@@ -19,6 +19,9 @@ package smb
 // any method without a compact-first path) first moves the packet into
 // the 4-byte layout (expand), and the ordinary code takes over.
 //
+// The compact-first paths are in NewTracePacket, BeginNested,
+// AppendVarint, AppendString and TracePacket.Finish (finishCompact).
+//
 // While compact, w.shift says how many bytes wp is behind its 4-byte-layout
 // position; room checks subtract it, so a field is written compact-first
 // only where the 4-byte layout would have written it in this chunk too.
@@ -27,25 +30,6 @@ const (
 	compactRoot   = 3 // the packet's size is 1 byte instead of 4
 	compactNested = 6 // and so is its one nested message's
 )
-
-// beginNestedCompact opens the packet's first nested message with a 1-byte
-// size (w.shift == compactRoot, called on the root message). It reports
-// false, changing nothing, when the 4-byte layout would not have found
-// room for it in this chunk (the caller expands).
-func (w *TraceWriter) beginNestedCompact(field uint32) bool {
-	wp := w.wp
-	if len(w.buf)-compactRoot-wp < 10+PacketHeaderSize || field >= 1<<11 {
-		return false
-	}
-	wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
-	w.buf[wp] = 0
-	slot := wp + compactRoot // where the 4-byte layout has the size
-	w.frames = append(w.frames, frame{start: w.posBase + slot + PacketHeaderSize, slot: slot, kind: slotInChunk})
-	w.wp = wp + 1
-	w.shift = compactNested
-	w.top = msgKey(w.packetGen, 1)
-	return true
-}
 
 // expand moves a compact-first packet into the 4-byte layout: the bytes
 // and zeroed size fields the 4-byte layout would hold at this point.

@@ -194,7 +194,16 @@ func (m Message) BeginNested(field uint32) Message {
 		return Message{}
 	}
 	if w.shift != 0 {
-		if w.shift == compactRoot && w.beginNestedCompact(field) {
+		// The packet's first nested message, compact-first (compact.go),
+		// where the 4-byte layout would have had room for it in this chunk.
+		if wp := w.wp; w.shift == compactRoot && len(w.buf)-compactRoot-wp >= 10+PacketHeaderSize && field < 1<<11 {
+			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
+			w.buf[wp] = 0
+			slot := wp + compactRoot // where the 4-byte layout has the size
+			w.frames = append(w.frames, frame{start: w.posBase + slot + PacketHeaderSize, slot: slot, kind: slotInChunk})
+			w.wp = wp + 1
+			w.shift = compactNested
+			w.top = msgKey(w.packetGen, 1)
 			return Message{w: w, key: w.top}
 		}
 		w.expand()
