@@ -87,26 +87,28 @@ func tag(field uint32, wireType uint32) uint64 { return uint64(field)<<3 | uint6
 // values below 2^56 are spread over one 8-byte store (putVarintLong's
 // method), the bytes past the varint kept as they were.
 func (m Message) AppendVarint(field uint32, v uint64) {
-	w := m.prep()
-	if w == nil {
-		return
-	}
-	wp := w.wp
-	if len(w.buf)-w.shift-wp < 20 || field >= 1<<11 || v >= 1<<56 {
-		if w.shift != 0 {
-			w.expand()
+	if w := m.w; w != nil && m.key == w.top {
+		if wp := w.wp; len(w.buf)-w.shift-wp >= 20 && field < 1<<11 && v < 1<<56 {
+			b := (*[20]byte)(w.buf[wp:])
+			n := putTag14((*[2]byte)(b[:2]), tag(field, 0))
+			if v < 1<<7 {
+				b[n] = byte(v)
+				w.wp = wp + n + 1
+				return
+			}
+			w.wp = wp + n + putVarint56((*[8]byte)(b[n:n+8]), v)
+			return
 		}
+	}
+	// Everything else ends in one call, so the fast path above keeps
+	// its arguments in registers.
+	m.appendVarintSlow(field, v)
+}
+
+func (m Message) appendVarintSlow(field uint32, v uint64) {
+	if w := m.prepNormal(); w != nil {
 		w.putTagVarint(tag(field, 0), v)
-		return
 	}
-	b := (*[20]byte)(w.buf[wp:])
-	n := putTag14((*[2]byte)(b[:2]), tag(field, 0))
-	if v < 1<<7 {
-		b[n] = byte(v)
-		w.wp = wp + n + 1
-		return
-	}
-	w.wp = wp + n + putVarint56((*[8]byte)(b[n:n+8]), v)
 }
 
 // AppendBool appends a bool field.
@@ -160,21 +162,22 @@ func (m Message) AppendBytes(field uint32, b []byte) {
 
 // AppendString appends a string field.
 func (m Message) AppendString(field uint32, s string) {
-	w := m.prep()
-	if w == nil {
-		return
+	if w := m.w; w != nil && m.key == w.top {
+		if wp := w.wp; len(w.buf)-w.shift-wp >= 20+len(s) && field < 1<<11 {
+			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
+			wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(s)))
+			w.wp = wp + copy(w.buf[wp:], s)
+			return
+		}
 	}
-	if wp := w.wp; len(w.buf)-w.shift-wp >= 20+len(s) && field < 1<<11 {
-		wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
-		wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(s)))
-		w.wp = wp + copy(w.buf[wp:], s)
-		return
+	m.appendStringSlow(field, s)
+}
+
+func (m Message) appendStringSlow(field uint32, s string) {
+	if w := m.prepNormal(); w != nil {
+		w.putTagVarint(tag(field, 2), uint64(len(s)))
+		w.writeString(s)
 	}
-	if w.shift != 0 {
-		w.expand()
-	}
-	w.putTagVarint(tag(field, 2), uint64(len(s)))
-	w.writeString(s)
 }
 
 // AppendRaw appends already encoded fields verbatim.
