@@ -297,6 +297,10 @@ func putVarint10(b *[10]byte, v uint64) int {
 	return putVarintLong(b, v)
 }
 
+// putVarintLong is putVarint10's out-of-line part. It is kept out of line
+// so that putVarint10 itself stays within the inlining budget.
+//
+//go:noinline
 func putVarintLong(b *[10]byte, v uint64) int {
 	if v < 1<<14 {
 		b[0] = byte(v) | 0x80
