@@ -20,7 +20,8 @@ package smb
 // the 4-byte layout (expand), and the ordinary code takes over.
 //
 // The compact-first paths are in NewTracePacket, BeginNested,
-// AppendVarint, AppendString and TracePacket.Finish (finishCompact).
+// AppendVarint, AppendString, AppendBytes and TracePacket.Finish
+// (finishCompact).
 //
 // While compact, w.shift says how many bytes wp is behind its 4-byte-layout
 // position; room checks subtract it, so a field is written compact-first

@@ -83,9 +83,8 @@ func tag(field uint32, wireType uint32) uint64 { return uint64(field)<<3 | uint6
 // encodings; pass negative int64 values converted with uint64()).
 //
 // With 20 bytes of room (nearly always) the tag and the value are encoded
-// here without a call: tags of fields below 2048 take one or two bytes, and
-// values below 2^56 are spread over one 8-byte store (putVarintLong's
-// method), the bytes past the varint kept as they were.
+// here without a call: tags of fields below 2048 take one or two bytes,
+// values below 2^56 at most eight (putVarint56, inlined).
 func (m Message) AppendVarint(field uint32, v uint64) {
 	if w := m.w; w != nil && m.key == w.top {
 		if wp := w.wp; len(w.buf)-w.shift-wp >= 20 && field < 1<<11 && v < 1<<56 {
@@ -152,8 +151,21 @@ func (m Message) AppendFloat(field uint32, v float32) { m.AppendFixed32(field, m
 // AppendDouble appends a double field.
 func (m Message) AppendDouble(field uint32, v float64) { m.AppendFixed64(field, math.Float64bits(v)) }
 
-// AppendBytes appends a bytes (or pre-encoded message) field.
+// AppendBytes appends a bytes (or pre-encoded message) field. Its fast
+// path is AppendString's.
 func (m Message) AppendBytes(field uint32, b []byte) {
+	if w := m.w; w != nil && m.key == w.top {
+		if wp := w.wp; len(w.buf)-w.shift-wp >= 20+len(b) && field < 1<<11 {
+			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
+			wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(b)))
+			w.wp = wp + copy(w.buf[wp:], b)
+			return
+		}
+	}
+	m.appendBytesSlow(field, b)
+}
+
+func (m Message) appendBytesSlow(field uint32, b []byte) {
 	if w := m.prepNormal(); w != nil {
 		w.putTagVarint(tag(field, 2), uint64(len(b)))
 		w.write(b)
