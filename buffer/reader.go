@@ -32,7 +32,7 @@ const (
 // record (done at every reader construction, also in erase mode).
 func (b *TraceBuffer) initReader(r *seqReader) {
 	s := r.seq
-	if !s.hasLast || s.n() == 0 {
+	if !s.last.set || s.n() == 0 {
 		return
 	}
 	first := s.front().id

@@ -18,38 +18,52 @@ type seqEnt struct {
 // consumedChunk remembers the most recently erased record of a sequence.
 type consumedChunk struct {
 	id            uint32
-	payloadSize   int
+	payloadSize   uint16 // a record payload is at most maxRecordCap bytes
 	wasIncomplete bool
+	// set says the sequence erased a record (the fields above describe
+	// it); false also means the sequence never held one.
+	set bool
 }
 
 // seqState is the per-sequence state (Perfetto's SequenceState).
+//
+// Its fields are ordered and sized so that everything a copy or an
+// overwrite touches fits in the first 64 bytes, one cache line: with
+// hundreds of writers in round robin, a sequence's state has left the
+// cache by the time its next chunk arrives, and each further line was one
+// more miss per chunk. The fields after that line are used by reads and
+// sequence garbage collection only.
 type seqState struct {
-	producer, writer uint16
-	client           ClientIdentity
-
 	// ents[head:] are the sequence's records, kept sorted by chunk id in
 	// serial-number order (so reads follow write order even when chunks
 	// were committed out of order).
 	ents []seqEnt
-	head int
+	head int32
 	// inversions counts adjacent pairs of ents[head:] that are not strictly
 	// increasing; binary search is used only when it is 0.
-	inversions int
+	inversions int32
+	hist       *histogram
 
-	hasLast  bool
 	last     consumedChunk
 	lossBits uint32 // pending DataLossReason bits for the next packet
+
+	producer, writer uint16
+	client           ClientIdentity
+
+	// Read and garbage-collection state, on the second line.
 	skipGen  uint64 // stalled for the read pass with this generation
 	ageForGC uint64 // when ents last became empty
-	isNew    bool   // created and never held a record
-	hist     *histogram
+	// The padding makes the size 128 bytes, an allocation size class whose
+	// objects start on a 128-byte boundary, so the first line is one line
+	// (TestSeqStateLayout).
+	_ [48]byte
 }
 
 // idBefore reports whether chunk id a precedes b (serial-number order).
 func idBefore(a, b uint32) bool { return int32(a-b) < 0 }
 
-func (s *seqState) n() int              { return len(s.ents) - s.head }
-func (s *seqState) at(i int) seqEnt     { return s.ents[s.head+i] }
+func (s *seqState) n() int              { return len(s.ents) - int(s.head) }
+func (s *seqState) at(i int) seqEnt     { return s.ents[int(s.head)+i] }
 func (s *seqState) front() seqEnt       { return s.ents[s.head] }
 func (s *seqState) back() seqEnt        { return s.ents[len(s.ents)-1] }
 func inverted(a, b seqEnt) bool         { return !idBefore(a.id, b.id) }
@@ -61,7 +75,7 @@ func (s *seqState) popFront() {
 		s.inversions--
 	}
 	s.head++
-	if s.head == len(s.ents) {
+	if int(s.head) == len(s.ents) {
 		s.ents = s.ents[:0]
 		s.head = 0
 	}
@@ -81,14 +95,14 @@ func (s *seqState) insertAt(i int, e seqEnt) {
 			s.inversions--
 		}
 	}
-	if len(s.ents) == cap(s.ents) && s.head > 0 && s.head*4 >= len(s.ents) {
+	if len(s.ents) == cap(s.ents) && s.head > 0 && int(s.head)*4 >= len(s.ents) {
 		// Reuse the space of popped records instead of growing.
 		k := copy(s.ents, s.ents[s.head:])
 		s.ents = s.ents[:k]
 		s.head = 0
 	}
 	s.ents = append(s.ents, seqEnt{})
-	p := s.head + i
+	p := int(s.head) + i
 	copy(s.ents[p+1:], s.ents[p:len(s.ents)-1])
 	s.ents[p] = e
 }

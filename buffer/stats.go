@@ -71,9 +71,14 @@ var HistogramBounds = [...]uint64{8, 32, 128, 512, 1024, 2048, 4096, 8192, 12288
 // NumHistogramBuckets is len(HistogramBounds) plus the overflow bucket.
 const NumHistogramBuckets = len(HistogramBounds) + 1
 
+// histogram keeps each bucket's count beside its sum, so adding a chunk
+// touches one cache line (the histogram of a writer in a large round robin
+// is out of cache when its next chunk comes).
 type histogram struct {
-	counts [NumHistogramBuckets]uint64
-	sums   [NumHistogramBuckets]int64
+	buckets [NumHistogramBuckets]struct {
+		count uint64
+		sum   int64
+	}
 }
 
 func (h *histogram) add(v int) {
@@ -81,8 +86,8 @@ func (h *histogram) add(v int) {
 	for i < len(HistogramBounds) && uint64(v) > HistogramBounds[i] {
 		i++
 	}
-	h.counts[i]++
-	h.sums[i] += int64(v)
+	h.buckets[i].count++
+	h.buckets[i].sum += int64(v)
 }
 
 // WriterStat is the chunk payload histogram of one (producer, writer)
@@ -106,8 +111,10 @@ func (b *TraceBuffer) WriterStats() []WriterStat {
 	out := make([]WriterStat, len(keys))
 	for i, k := range keys {
 		h := b.writerHist[k]
-		out[i] = WriterStat{ProducerID: uint16(k >> 16), WriterID: uint16(k),
-			Counts: h.counts, Sums: h.sums}
+		out[i] = WriterStat{ProducerID: uint16(k >> 16), WriterID: uint16(k)}
+		for j, bk := range h.buckets {
+			out[i].Counts[j], out[i].Sums[j] = bk.count, bk.sum
+		}
 	}
 	return out
 }

@@ -22,13 +22,17 @@ func (b *TraceBuffer) warm(from, to int) {
 	if from >= to {
 		return
 	}
-	m := b.mem[from:to]
+	b.warmSink = touchLines(b.mem[from:to]) // kept so the loads are not optimised away
+}
+
+// touchLines loads one byte of every cache line of m (m not empty) and
+// returns their xor.
+func touchLines(m []byte) byte {
 	var x byte
 	for i := 0; i < len(m); i += cacheLine {
 		x ^= m[i]
 	}
-	x ^= m[len(m)-1]
-	b.warmSink = x // keeps the loads from being optimised away
+	return x ^ m[len(m)-1]
 }
 
 // prefetchAhead is how far past the range being walked prefetchRange asks

@@ -37,7 +37,9 @@ func (p TracePacket) Finish() error {
 	if w == nil || p.gen() != w.packetGen || !w.inPacket {
 		return nil
 	}
-	w.finishPacket()
+	if w.shift == 0 || !w.finishCompact() {
+		w.finishPacket()
+	}
 	return w.takeErr()
 }
 
@@ -56,8 +58,21 @@ func (m Message) prepSlow() *TraceWriter {
 	if w == nil || m.gen() != w.packetGen || !w.inPacket || m.level() >= len(w.frames) {
 		return nil
 	}
+	if w.shift != 0 {
+		w.expand() // closing a message needs the 4-byte layout
+	}
 	for m.level() < len(w.frames)-1 {
 		w.endFrame()
+	}
+	return w
+}
+
+// prepNormal is prep for the methods without a compact-first fast path:
+// the packet is put back into the 4-byte layout first (compact.go).
+func (m Message) prepNormal() *TraceWriter {
+	w := m.prep()
+	if w != nil && w.shift != 0 {
+		w.expand()
 	}
 	return w
 }
@@ -66,18 +81,33 @@ func tag(field uint32, wireType uint32) uint64 { return uint64(field)<<3 | uint6
 
 // AppendVarint appends a varint field (int32/int64/uint32/uint64/enum
 // encodings; pass negative int64 values converted with uint64()).
+//
+// With 20 bytes of room (nearly always) the tag and the value are encoded
+// here without a call: tags of fields below 2048 take one or two bytes,
+// values below 2^56 at most eight (putVarint56, inlined).
 func (m Message) AppendVarint(field uint32, v uint64) {
-	w := m.prep()
-	if w == nil {
-		return
+	if w := m.w; w != nil && m.key == w.top {
+		if wp := w.wp; len(w.buf)-w.shift-wp >= 20 && field < 1<<11 && v < 1<<56 {
+			b := (*[20]byte)(w.buf[wp:])
+			n := putTag14((*[2]byte)(b[:2]), tag(field, 0))
+			if v < 1<<7 {
+				b[n] = byte(v)
+				w.wp = wp + n + 1
+				return
+			}
+			w.wp = wp + n + putVarint56((*[8]byte)(b[n:n+8]), v)
+			return
+		}
 	}
-	if wp := w.wp; len(w.buf)-wp >= 20 {
-		b := (*[20]byte)(w.buf[wp:])
-		n := putVarint10((*[10]byte)(b[:10]), tag(field, 0))
-		w.wp = wp + n + putVarint10((*[10]byte)(b[n:n+10]), v)
-		return
+	// Everything else ends in one call, so the fast path above keeps
+	// its arguments in registers.
+	m.appendVarintSlow(field, v)
+}
+
+func (m Message) appendVarintSlow(field uint32, v uint64) {
+	if w := m.prepNormal(); w != nil {
+		w.putTagVarint(tag(field, 0), v)
 	}
-	w.putTagVarint(tag(field, 0), v)
 }
 
 // AppendBool appends a bool field.
@@ -96,7 +126,7 @@ func (m Message) AppendSint(field uint32, v int64) {
 
 // AppendFixed32 appends a fixed32/sfixed32 field.
 func (m Message) AppendFixed32(field uint32, v uint32) {
-	if w := m.prep(); w != nil {
+	if w := m.prepNormal(); w != nil {
 		w.writeVarint(tag(field, 5))
 		b := [4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}
 		w.write(b[:])
@@ -105,7 +135,7 @@ func (m Message) AppendFixed32(field uint32, v uint32) {
 
 // AppendFixed64 appends a fixed64/sfixed64 field.
 func (m Message) AppendFixed64(field uint32, v uint64) {
-	if w := m.prep(); w != nil {
+	if w := m.prepNormal(); w != nil {
 		w.writeVarint(tag(field, 1))
 		var b [8]byte
 		for i := range b {
@@ -121,9 +151,22 @@ func (m Message) AppendFloat(field uint32, v float32) { m.AppendFixed32(field, m
 // AppendDouble appends a double field.
 func (m Message) AppendDouble(field uint32, v float64) { m.AppendFixed64(field, math.Float64bits(v)) }
 
-// AppendBytes appends a bytes (or pre-encoded message) field.
+// AppendBytes appends a bytes (or pre-encoded message) field. Its fast
+// path is AppendString's.
 func (m Message) AppendBytes(field uint32, b []byte) {
-	if w := m.prep(); w != nil {
+	if w := m.w; w != nil && m.key == w.top {
+		if wp := w.wp; len(w.buf)-w.shift-wp >= 20+len(b) && field < 1<<11 {
+			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
+			wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(b)))
+			w.wp = wp + copy(w.buf[wp:], b)
+			return
+		}
+	}
+	m.appendBytesSlow(field, b)
+}
+
+func (m Message) appendBytesSlow(field uint32, b []byte) {
+	if w := m.prepNormal(); w != nil {
 		w.putTagVarint(tag(field, 2), uint64(len(b)))
 		w.write(b)
 	}
@@ -131,23 +174,27 @@ func (m Message) AppendBytes(field uint32, b []byte) {
 
 // AppendString appends a string field.
 func (m Message) AppendString(field uint32, s string) {
-	w := m.prep()
-	if w == nil {
-		return
+	if w := m.w; w != nil && m.key == w.top {
+		if wp := w.wp; len(w.buf)-w.shift-wp >= 20+len(s) && field < 1<<11 {
+			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
+			wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(s)))
+			w.wp = wp + copy(w.buf[wp:], s)
+			return
+		}
 	}
-	if wp := w.wp; len(w.buf)-wp >= 20+len(s) {
-		wp += putVarint10((*[10]byte)(w.buf[wp:]), tag(field, 2))
-		wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(s)))
-		w.wp = wp + copy(w.buf[wp:], s)
-		return
+	m.appendStringSlow(field, s)
+}
+
+func (m Message) appendStringSlow(field uint32, s string) {
+	if w := m.prepNormal(); w != nil {
+		w.putTagVarint(tag(field, 2), uint64(len(s)))
+		w.writeString(s)
 	}
-	w.putTagVarint(tag(field, 2), uint64(len(s)))
-	w.writeString(s)
 }
 
 // AppendRaw appends already encoded fields verbatim.
 func (m Message) AppendRaw(b []byte) {
-	if w := m.prep(); w != nil {
+	if w := m.prepNormal(); w != nil {
 		w.write(b)
 	}
 }
@@ -160,6 +207,21 @@ func (m Message) BeginNested(field uint32) Message {
 	w := m.prep()
 	if w == nil {
 		return Message{}
+	}
+	if w.shift != 0 {
+		// The packet's first nested message, compact-first (compact.go),
+		// where the 4-byte layout would have had room for it in this chunk.
+		if wp := w.wp; w.shift == compactRoot && len(w.buf)-compactRoot-wp >= 10+PacketHeaderSize && field < 1<<11 {
+			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
+			w.buf[wp] = 0
+			slot := wp + compactRoot // where the 4-byte layout has the size
+			w.frames = append(w.frames, frame{start: w.posBase + slot + PacketHeaderSize, slot: slot, kind: slotInChunk})
+			w.wp = wp + 1
+			w.shift = compactNested
+			w.top = msgKey(w.packetGen, 1)
+			return Message{w: w, key: w.top}
+		}
+		w.expand()
 	}
 	kind := slotInChunk
 	if wp := w.wp; len(w.buf)-wp >= 10+PacketHeaderSize && !w.dropping {
@@ -183,7 +245,7 @@ func (m Message) BeginNested(field uint32) Message {
 // message it finishes the packet, like TracePacket.Finish without the
 // error.
 func (m Message) End() {
-	w := m.prep()
+	w := m.prepNormal()
 	if w == nil {
 		return
 	}

@@ -38,5 +38,21 @@ func TestPutVarint10(t *testing.T) {
 				t.Fatalf("putVarint10(%#x) changed byte %d after the varint: % x", v, i, b)
 			}
 		}
+		if v >= 1<<56 {
+			continue
+		}
+		var c [9]byte // one byte past the 8 putVarint56 may use
+		for i := range c {
+			c[i] = 0x5A
+		}
+		n = putVarint56((*[8]byte)(c[:8]), v)
+		if !bytes.Equal(c[:n], want) {
+			t.Fatalf("putVarint56(%#x) = % x, want % x", v, c[:n], want)
+		}
+		for i := n; i < len(c); i++ {
+			if c[i] != 0x5A {
+				t.Fatalf("putVarint56(%#x) changed byte %d after the varint: % x", v, i, c)
+			}
+		}
 	}
 }

@@ -1,10 +1,8 @@
 package smb
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"sync/atomic"
 )
 
@@ -75,7 +73,15 @@ type TraceWriter struct {
 	fragStart  int  // offset in buf of the current fragment's first byte
 	posBase    int  // posBase+wp = bytes of the packet written so far
 	frames     []frame
-	packetGen  uint32
+	// shift is 0, or compactRoot / compactNested while the packet is
+	// written compact-first (compact.go): wp is then that many bytes
+	// behind where the 4-byte layout would have it; every other field
+	// holds its 4-byte-layout value.
+	shift int
+	// normalLayoutOnly turns compact-first writing off, so tests can hold
+	// it against the 4-byte layout.
+	normalLayoutOnly bool
+	packetGen        uint32
 	// top is the key (msgKey) of the innermost open message, or noMessage
 	// between packets: a Message writing to it needs no further checks.
 	top uint64
@@ -291,26 +297,15 @@ func putVarint10(b *[10]byte, v uint64) int {
 	return putVarintLong(b, v)
 }
 
+// putVarintLong is putVarint10's out-of-line part. It is kept out of line
+// so that putVarint10 itself stays within the inlining budget.
+//
+//go:noinline
 func putVarintLong(b *[10]byte, v uint64) int {
 	if v < 1<<14 {
 		b[0] = byte(v) | 0x80
 		b[1] = byte(v >> 7)
 		return 2
-	}
-	if v < 1<<56 {
-		// 3 to 8 bytes: spread the 7-bit groups over a word, set the
-		// continuation bits and store it, keeping the bytes past the
-		// varint as they were.
-		n := (bits.Len64(v)*9 + 64) / 64
-		x := v&0x7f | v<<1&0x7f00 | v<<2&0x7f0000 | v<<3&0x7f000000 |
-			v<<4&0x7f00000000 | v<<5&0x7f0000000000 | v<<6&0x7f000000000000 | v<<7&0x7f00000000000000
-		x |= 0x8080808080808080 >> (72 - 8*n)
-		keep := ^uint64(0) << (8 * n & 63)
-		if n == 8 {
-			keep = 0
-		}
-		binary.LittleEndian.PutUint64(b[:8], x|binary.LittleEndian.Uint64(b[:8])&keep)
-		return n
 	}
 	i := 0
 	for ; v >= 0x80 && i < 9; i++ {
@@ -319,6 +314,34 @@ func putVarintLong(b *[10]byte, v uint64) int {
 	}
 	b[i] = byte(v)
 	return i + 1
+}
+
+// putVarint56 encodes v (v < 2^56: at most eight bytes) at the start of b
+// and returns its length, touching no byte after the varint (the golden SMB
+// keeps the stale bytes there). It is small enough to inline into
+// AppendVarint; a branch-free spread of the 7-bit groups over one word,
+// merged with the bytes after it, measured slower in TrackEvent64B.
+func putVarint56(b *[8]byte, v uint64) int {
+	i := 0
+	for v >= 0x80 {
+		b[i&7] = byte(v) | 0x80
+		v >>= 7
+		i++
+	}
+	b[i&7] = byte(v)
+	return i + 1
+}
+
+// putTag14 encodes a field tag below 2^14 (fields below 2048) at the start
+// of b and returns its length, one or two bytes.
+func putTag14(b *[2]byte, t uint64) int {
+	if t < 1<<7 {
+		b[0] = byte(t)
+		return 1
+	}
+	b[0] = byte(t) | 0x80
+	b[1] = byte(t >> 7)
+	return 2
 }
 
 // reserveSlot reserves 4 contiguous zeroed bytes for a size written later.
@@ -406,6 +429,12 @@ func (w *TraceWriter) beginPacket() {
 // size (one byte when the whole packet is at most 127 bytes and in this
 // fragment) and inflates the count so scraping sees the packet complete.
 func (w *TraceWriter) finishPacket() {
+	if w.shift != 0 {
+		if w.finishCompact() {
+			return
+		}
+		w.expand()
+	}
 	if len(w.frames) == 2 && w.compactLastNested() {
 		return
 	}
@@ -427,6 +456,12 @@ func (w *TraceWriter) finishPacket() {
 	} else {
 		PutRedundantVarint(w.buf[w.fragHdr:], uint32(w.wp-w.fragStart))
 	}
+	w.packetDone()
+}
+
+// packetDone is the end of every finished packet: the count is inflated so
+// scraping sees the packet complete, and completed patches are sent.
+func (w *TraceWriter) packetDone() {
 	if w.wp < len(w.buf) {
 		w.count++
 		w.inflated = true
@@ -465,14 +500,7 @@ func (w *TraceWriter) compactLastNested() bool {
 	w.inPacket = false
 	w.packetGen++
 	w.top = noMessage
-	if w.wp < len(w.buf) {
-		w.count++
-		w.inflated = true
-		w.publish()
-	}
-	if w.patchHead < len(w.patchStore) && w.patchStore[w.patchHead].patched {
-		w.arb.sendPatches(w)
-	}
+	w.packetDone()
 	return true
 }
 
@@ -528,7 +556,35 @@ func (w *TraceWriter) NewTracePacket() TracePacket {
 	if w.closed {
 		return TracePacket{}
 	}
+	if h := w.wp; !w.inPacket && w.inflated && !w.reachedMax && !w.lostPackets &&
+		!w.normalLayoutOnly && len(w.buf)-h >= MinFreeBytesForPacket {
+		// The steady state (a chunk with room whose count already
+		// includes this packet, nothing to write before the caller's
+		// fields): beginPacket's work, compact-first (compact.go). The
+		// size bytes it would zero are all written when the packet ends.
+		w.fragmented = false
+		w.err = nil
+		w.packetGen++
+		w.top = msgKey(w.packetGen, 0)
+		w.inPacket = true
+		w.frames = w.frames[:1]
+		w.frames[0] = frame{}
+		w.fragHdr = h
+		w.buf[h] = 0
+		w.fragStart = h + PacketHeaderSize
+		w.posBase = -(h + PacketHeaderSize)
+		w.inflated = false
+		w.reachedMax = w.count >= MaxPacketsPerChunk
+		w.wp = h + 1
+		w.shift = compactRoot
+		return TracePacket{Message{w: w, key: w.top}}
+	}
 	w.beginPacket()
+	if w.wp == w.fragStart && !w.dropping && !w.normalLayoutOnly {
+		// Nothing written yet: write compact-first (compact.go).
+		w.wp -= compactRoot
+		w.shift = compactRoot
+	}
 	return TracePacket{Message{w: w, key: w.top}}
 }
 
