@@ -100,9 +100,10 @@ func TestExampleConfigsCheck(t *testing.T) {
 			// service packets and a restore packet per sequence (was
 			// missing_clock_snapshot, packet_skipped_..._invalid and
 			// traced_buf_incremental_sequences_dropped in every file after
-			// the first).
+			// the first). 5 s: at the full rate that is ~5 files; a
+			// loaded machine that runs the source at 40 % still rotates.
 			config: "long_streaming.yaml",
-			set:    []string{"duration=3s", "data_sources[2].config.rate=25000", "sinks[0].path={dir}/long.pftrace.zst", "sinks[0].max_file_size=1MiB"},
+			set:    []string{"duration=5s", "data_sources[2].config.rate=25000", "sinks[0].path={dir}/long.pftrace.zst", "sinks[0].max_file_size=1MiB"},
 			outputs: []output{{name: "long.pftrace.zst",
 				first: []string{},
 				rest:  func(*tracefile.Summary) []string { return []string{} },
