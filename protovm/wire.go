@@ -6,6 +6,12 @@ package protovm
 // on them: decoding silently stops at the first malformed field (truncated
 // varint or payload, wire types 3, 4, 6, 7, field id 0) and fields whose id
 // does not fit in 16 bits are skipped.
+//
+// It does not sit on internal/wire's iterator (protowire's rules), which
+// rejects two inputs protozero decodes: a 10-byte varint whose last byte
+// is above 1 (protozero keeps the low 64 bits), and a tag whose field
+// number needs more than 31 bits (protozero truncates the id to 32 bits
+// and skips the field). TestReadFieldKeepsProtozeroRules pins both.
 
 // Wire types as they appear in a proto tag.
 const (
