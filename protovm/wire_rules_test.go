@@ -9,7 +9,7 @@ import (
 // TestReadFieldKeepsProtozeroRules pins the two decoding rules for which
 // protovm keeps its own field reader instead of internal/wire's iterator
 // (protowire's rules): on each input below Perfetto's ProtoDecoder, and so
-// readField, decodes a field that internal/wire rejects as malformed.
+// fieldWalk, decodes a field that internal/wire rejects as malformed.
 // Callers could express the other protozero rules on top of wire.Iter
 // (stop at wire types 3 and 4, skip ids above 0xFFFF); these two they
 // cannot, because the iterator stops before returning the field.
@@ -29,9 +29,10 @@ func TestReadFieldKeepsProtozeroRules(t *testing.T) {
 		// goes on to the next one; protowire rejects the tag.
 		{"id above 2^31 skipped", []byte{0x80, 0x80, 0xc0, 0x80, 0x80, 0x01, 0x05, 0x10, 0x07}, 2, 7}, // id 2^32+2^17
 	} {
-		f, _, ok := readField(c.in, 0)
-		if !ok || f.id != c.id || f.wire != wireVarint || f.val != c.val {
-			t.Errorf("%s: readField = %+v, %v; want field %d = %d", c.name, f, ok, c.id, c.val)
+		w := fieldWalk{b: c.in}
+		ok := w.next()
+		if f := w.f; !ok || f.id != c.id || f.wire != wireVarint || f.val != c.val {
+			t.Errorf("%s: fieldWalk = %+v, %v; want field %d = %d", c.name, f, ok, c.id, c.val)
 		}
 		it := wire.Fields(c.in)
 		if it.Next() || it.Malformed() == nil {
