@@ -92,9 +92,10 @@ trigger_config:
 		var startedBefore uint64
 		var t0 time.Time
 		res, pkts, _ := triggerSession(t, tc, func(s *Service) {
-			// 200 ms of synctest's clock, then every goroutine is idle:
-			// the sources must not have run before the trigger.
-			time.Sleep(200 * time.Millisecond)
+			// 300 ms of synctest's clock (past the first status, at
+			// 250 ms), then every goroutine is idle: the sources must not
+			// have run before the trigger.
+			time.Sleep(300 * time.Millisecond)
 			synctest.Wait()
 			startedBefore = s.Status().BytesIn
 			t0 = time.Now()
