@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tracepipe/tracepipe/sinks"
@@ -47,7 +48,8 @@ func (s *stuckSink) Stats() sinks.SinkStats {
 // reached it through a stuck service, it would have waited out the 5 s
 // stall timeout and dropped packets.
 func TestServiceStuckSinkNeverBlocksProducers(t *testing.T) {
-	cfg := loadYAML(t, `
+	synctest.Test(t, func(t *testing.T) {
+		cfg := loadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 256}]
@@ -58,51 +60,52 @@ data_sources:
     config: {writers: 1, packets: 8000, sizes: [1000]}
 sinks: [{type: file, path: unused.pftrace}]
 `)
-	sink := &stuckSink{release: make(chan struct{})}
-	s, err := New(cfg, Options{Sinks: []sinks.Sink{sink}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	type result struct {
-		res *Result
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		res, err := s.Run(ctx)
-		done <- result{res, err}
-	}()
-	// The producer finishes its 8 MB while the sink is stuck.
-	src := s.producers[0].side.(*inProcess).ds.(*scripted)
-	deadline := time.After(30 * time.Second)
-	select {
-	case <-src.done:
-	case <-deadline:
+		sink := &stuckSink{release: make(chan struct{})}
+		s, err := New(cfg, Options{Sinks: []sinks.Sink{sink}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		type result struct {
+			res *Result
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			res, err := s.Run(ctx)
+			done <- result{res, err}
+		}()
+		// The producer finishes its 8 MB while the sink is stuck.
+		src := s.producers[0].side.(*inProcess).ds.(*scripted)
+		deadline := time.After(30 * time.Second)
+		select {
+		case <-src.done:
+		case <-deadline:
+			close(sink.release)
+			t.Fatal("the data source was blocked by a stuck sink")
+		}
+		// The premise: the producer wrote its 8 MB while a Write was stuck.
+		// (The first read pass reaches the sink long before 8 MB have gone
+		// through a 256 KiB ring: a filling buffer triggers an early read.)
+		if !sink.entered.Load() {
+			close(sink.release)
+			t.Fatal("premise not met: the sink had not been called when the producer finished, so this run proves nothing")
+		}
 		close(sink.release)
-		t.Fatal("the data source was blocked by a stuck sink")
-	}
-	// The premise: the producer wrote its 8 MB while a Write was stuck.
-	// (The first read pass reaches the sink long before 8 MB have gone
-	// through a 256 KiB ring: a filling buffer triggers an early read.)
-	if !sink.entered.Load() {
-		close(sink.release)
-		t.Fatal("premise not met: the sink had not been called when the producer finished, so this run proves nothing")
-	}
-	close(sink.release)
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	st := r.res.Stats
-	if st.BufferStats[0].ChunksOverwritten == 0 {
-		t.Errorf("8 MB through a 256 KiB ring with a stuck sink overwrote nothing: %+v", st.BufferStats[0])
-	}
-	if st.Tracepipe.ProducerPacketsDropped != 0 {
-		t.Errorf("producer dropped %d packets: the stuck sink reached the producer", st.Tracepipe.ProducerPacketsDropped)
-	}
-	if sink.Stats().PacketsWritten == 0 {
-		t.Error("nothing reached the sink once it was released")
-	}
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		st := r.res.Stats
+		if st.BufferStats[0].ChunksOverwritten == 0 {
+			t.Errorf("8 MB through a 256 KiB ring with a stuck sink overwrote nothing: %+v", st.BufferStats[0])
+		}
+		if st.Tracepipe.ProducerPacketsDropped != 0 {
+			t.Errorf("producer dropped %d packets: the stuck sink reached the producer", st.Tracepipe.ProducerPacketsDropped)
+		}
+		if sink.Stats().PacketsWritten == 0 {
+			t.Error("nothing reached the sink once it was released")
+		}
+	})
 }

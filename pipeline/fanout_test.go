@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
@@ -75,7 +76,15 @@ func countScripted(pkts []tracePacket) map[[2]int]int {
 // A sink whose destination blocks forever (when_full: drop): the file
 // sink's output is complete, the blocked sink's drops are counted, the
 // session stops within its stop bound, and the summary names both.
+//
+// It runs on synctest's clock, so the stop bound is exact: the sinks'
+// close bound (sinkCloseTime, for the blocked lane to take the last
+// batches) and the lanes' close bound after it, nothing more.
 func TestServiceBlockedSinkDoesNotDelayFileSink(t *testing.T) {
+	synctest.Test(t, testServiceBlockedSinkDoesNotDelayFileSink)
+}
+
+func testServiceBlockedSinkDoesNotDelayFileSink(t *testing.T) {
 	stuckRelease = make(chan struct{})
 	old := sinkCloseTime
 	sinkCloseTime = 2 * time.Second
@@ -140,10 +149,11 @@ sinks:
 	if f := res.Sinks[0].Stats; f.PacketsWritten != uint64(len(pkts)) || f.PacketsDropped() != 0 {
 		t.Errorf("file sink result %+v, file holds %d packets", f, len(pkts))
 	}
-	// Stop bound: the session's own stop work plus one sink close bound
-	// for the stuck sink (lanes close together), with a wide margin.
-	if stopped > 30*time.Second {
-		t.Errorf("the session took %v with a stuck sink", stopped)
+	// Stop bound: the blocked lane's bound for the last batches, then
+	// one close bound for all lanes (they close together).
+	t.Logf("the session took %v of synctest's clock", stopped)
+	if stopped > 2*sinkCloseTime {
+		t.Errorf("the session took %v with a stuck sink, more than 2×sinkCloseTime", stopped)
 	}
 }
 

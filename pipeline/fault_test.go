@@ -35,22 +35,21 @@ func faultPlugin(t *testing.T) string {
 func faultIndex(p []byte) (uint32, bool) { return counterIndex(p) }
 
 // Fault containment with real plugin processes: whatever the plugin does,
-// the session ends within duration + flush_timeout + the stop bound, the
-// other data source's packets are all there, and the fault is counted in
-// the trace and attributed to data_sources[0]: in its TraceStats entry,
-// in the rows `tracepipe stats` prints, and in one warning naming it. A
-// plugin that dies is noticed at once: the session (whose other source is
-// Finite) ends long before its duration instead of waiting for it.
+// the session ends on its own (before the test's deadline), the other data
+// source's packets are all there, and the fault is counted in the trace
+// and attributed to data_sources[0]: in its TraceStats entry, in the rows
+// `tracepipe stats` prints, and in one warning naming it. A plugin that
+// dies is noticed at once: the session (whose other source is Finite) ends
+// before its duration instead of waiting for it. A plugin process cannot
+// run on synctest's clock: TestSessionBoundsWithHungDataSource checks the
+// time bound (duration + flush_timeout + the stop bound) with in-process
+// hangs.
 func TestPluginFaultContainment(t *testing.T) {
 	const (
 		duration     = 1500 * time.Millisecond
 		flushTimeout = time.Second
 		goodPackets  = 100
 	)
-	// The stop bound is stopTimeout plus the teardown after it: killing
-	// the plugin, the final read pass and closing the sink.
-	const teardown = time.Second
-	bound := duration + flushTimeout + stopTimeout + teardown
 	plugin := faultPlugin(t)
 	raw := filepath.Join(filepath.Dir(plugin), "faultplugin-raw")
 	// died: modes whose plugin process ends on its own. counted: the
@@ -169,9 +168,9 @@ sinks: [{type: file, path: %q}]
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s: session took %v (bound %v)", tc.mode, elapsed.Round(time.Millisecond), bound)
-			if elapsed > bound {
-				t.Errorf("the session took %v, more than duration + flush_timeout + stop bound = %v", elapsed, bound)
+			t.Logf("%s: session took %v", tc.mode, elapsed.Round(time.Millisecond))
+			if ctx.Err() != nil {
+				t.Errorf("the session ran into the test's deadline (%v) instead of ending on its bounds", elapsed)
 			}
 			if died[tc.mode] && elapsed >= duration {
 				t.Errorf("the session took %v: the plugin's death was not noticed before the duration (%v) ended", elapsed, duration)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 
 	"github.com/tracepipe/tracepipe/plugins/builtin"
 )
@@ -12,8 +13,9 @@ import (
 // real commits arrive later, bigger. The trace must still hold every
 // packet exactly once, in order, with no ABI violation counted.
 func TestServicePeriodicFlushScrapesWithoutLoss(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "flush.pftrace")
-	res := runSession(t, loadYAML(t, fmt.Sprintf(`
+	synctest.Test(t, func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "flush.pftrace")
+		res := runSession(t, loadYAML(t, fmt.Sprintf(`
 duration: 1s
 write_into_file: true
 file_write_period: 100ms
@@ -24,35 +26,36 @@ data_sources:
     config: {writers: 2, rate: 3000, packet_size: 300, counter_every: 0}
 sinks: [{type: file, path: %q}]
 `, out)))
-	pkts := readTrace(t, out)
-	next := map[uint32]uint64{}
-	for _, p := range pkts {
-		if p.info.SequenceID < 2 {
-			continue
+		pkts := readTrace(t, out)
+		next := map[uint32]uint64{}
+		for _, p := range pkts {
+			if p.info.SequenceID < 2 {
+				continue
+			}
+			seq, ok := builtin.SyntheticSeq(p.raw)
+			if !ok {
+				continue // track descriptors carry no index
+			}
+			if want := next[p.info.SequenceID]; seq != want {
+				t.Fatalf("sequence %d: packet %d after %d (lost or duplicated around a scrape)", p.info.SequenceID, seq, want-1)
+			}
+			next[p.info.SequenceID] = seq + 1
 		}
-		seq, ok := builtin.SyntheticSeq(p.raw)
-		if !ok {
-			continue // track descriptors carry no index
+		if len(next) != 2 {
+			t.Fatalf("%d sequences", len(next))
 		}
-		if want := next[p.info.SequenceID]; seq != want {
-			t.Fatalf("sequence %d: packet %d after %d (lost or duplicated around a scrape)", p.info.SequenceID, seq, want-1)
+		for id, n := range next {
+			if n < 500 {
+				t.Errorf("sequence %d: only %d packets in 1 s at 3000/s", id, n)
+			}
 		}
-		next[p.info.SequenceID] = seq + 1
-	}
-	if len(next) != 2 {
-		t.Fatalf("%d sequences", len(next))
-	}
-	for id, n := range next {
-		if n < 500 {
-			t.Errorf("sequence %d: only %d packets in 1 s at 3000/s", id, n)
+		st := res.Stats
+		if st.FlushesSucceeded < 5 || st.FlushesFailed != 0 {
+			t.Errorf("flushes: %d succeeded, %d failed", st.FlushesSucceeded, st.FlushesFailed)
 		}
-	}
-	st := res.Stats
-	if st.FlushesSucceeded < 5 || st.FlushesFailed != 0 {
-		t.Errorf("flushes: %d succeeded, %d failed", st.FlushesSucceeded, st.FlushesFailed)
-	}
-	if bs := st.BufferStats[0]; bs.AbiViolations != 0 || bs.ChunksOverwritten != 0 || bs.ChunksDiscarded != 0 {
-		t.Errorf("buffer stats %+v", bs)
-	}
-	t.Logf("flushes %d, out-of-order commits %d, rewritten %d", st.FlushesSucceeded, st.BufferStats[0].ChunksCommittedOutOfOrder, st.BufferStats[0].ChunksRewritten)
+		if bs := st.BufferStats[0]; bs.AbiViolations != 0 || bs.ChunksOverwritten != 0 || bs.ChunksDiscarded != 0 {
+			t.Errorf("buffer stats %+v", bs)
+		}
+		t.Logf("flushes %d, out-of-order commits %d, rewritten %d", st.FlushesSucceeded, st.BufferStats[0].ChunksCommittedOutOfOrder, st.BufferStats[0].ChunksRewritten)
+	})
 }

@@ -28,11 +28,8 @@ func TestMain(m *testing.M) {
 		os.Exit(killChild(path))
 	}
 	// A goroutine outliving the tests (a producer, a read pass, an output
-	// writer) fails the run. Known leak, to remove with its fix: when a
-	// data source fails to start, Run never stops that producer, so its
-	// control goroutine (producer.run) outlives the session
-	// (TestServicePluginDataSource's bad-config run).
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/tracepipe/tracepipe/pipeline.(*producer).run"))
+	// writer) fails the run.
+	goleak.VerifyTestMain(m)
 }
 
 // killChild runs a session and reports on stdout, after every read pass

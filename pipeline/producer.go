@@ -77,7 +77,10 @@ func (p *producer) label() string { return fmt.Sprintf("data_sources[%d] (%s)", 
 type producerState int
 
 const (
-	stateStarting producerState = iota
+	// stateIdle: not started yet (a start_tracing session before its
+	// trigger); there is nothing to stop.
+	stateIdle producerState = iota
+	stateStarting
 	stateRunning
 	stateStartFailed
 	stateDead // exited on its own (crash, kill): not waited for any more

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -16,8 +17,9 @@ import (
 // the synthetic source for max_file_size rotation too: a limit of the
 // file sink's fold, not of the timer.)
 func TestRotatePeriod(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "rot.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	synctest.Test(t, func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "rot.pftrace")
+		cfg := loadYAML(t, fmt.Sprintf(`
 duration: 2500ms
 write_into_file: true
 file_write_period: 100ms
@@ -28,24 +30,26 @@ data_sources:
     config: {writers: 2, rate: 500, packet_size: 64}
 sinks: [{type: file, path: %q}]
 `, out))
-	res := runSession(t, cfg)
-	if len(res.Files) < 2 {
-		t.Fatalf("files %v; want a rotation per second", res.Files)
-	}
-	for i, f := range res.Files {
-		pkts := readTrace(t, f)
-		if len(pkts) == 0 || pkts[0].info.PayloadField != tracefile.FieldClockSnapshot {
-			t.Fatalf("%s does not start with a clock snapshot", f)
+		res := runSession(t, cfg)
+		// On synctest's clock: rotations at 1 s and 2 s of a 2.5 s session.
+		if len(res.Files) != 3 {
+			t.Fatalf("files %v; want a rotation per second (3 files)", res.Files)
 		}
-		if i < len(res.Files)-1 {
-			if _, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1].raw); !ok || err != nil {
-				t.Fatalf("%s does not end with a TraceStats", f)
+		for i, f := range res.Files {
+			pkts := readTrace(t, f)
+			if len(pkts) == 0 || pkts[0].info.PayloadField != tracefile.FieldClockSnapshot {
+				t.Fatalf("%s does not start with a clock snapshot", f)
 			}
+			if i < len(res.Files)-1 {
+				if _, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1].raw); !ok || err != nil {
+					t.Fatalf("%s does not end with a TraceStats", f)
+				}
+			}
+			rep, err := tpimport.CheckFile(f, tpimport.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d packets, check %v", f, len(pkts), rep.Codes())
 		}
-		rep, err := tpimport.CheckFile(f, tpimport.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s: %d packets, check %v", f, len(pkts), rep.Codes())
-	}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -35,29 +36,31 @@ func triggerProducers(pkts []tracePacket, field protowire.Number) []string {
 // synthetic source's trigger option, at a packet count): subject to
 // producer_name_regex, it takes a snapshot naming the producer.
 func TestInProcessSourceFiresCloneTrigger(t *testing.T) {
-	tc := `
+	synctest.Test(t, func(t *testing.T) {
+		tc := `
 trigger_config:
   trigger_mode: clone_snapshot
   triggers: [{name: synth_fired, producer_name_regex: "tracepipe\\.synth.*"}]`
-	dir := ""
-	res, pkts, d := triggerSession(t, tc, func(s *Service) {
-		waitFor(t, "the source's snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 1 })
-	}, "duration=3s", "data_sources[0].config.trigger=synth_fired", "data_sources[0].config.trigger_after_packets=100")
-	dir = d
-	if res.Triggers.Acted != 1 {
-		t.Fatalf("trigger stats %+v", res.Triggers)
-	}
-	if got := triggerProducers(pkts, fieldTrigger); len(got) != 1 || got[0] != "tracepipe.synthetic" {
-		t.Fatalf("trigger packet producers %v", got)
-	}
-	m, _ := filepath.Glob(filepath.Join(dir, "live.snap-1-synth_fired.pftrace"))
-	if len(m) != 1 {
-		t.Fatal("no snapshot file for the source's trigger")
-	}
-	sp := readTrace(t, m[0])
-	if got := triggerProducers(sp, fieldCloneSnapshotTrigger); len(got) != 1 || got[0] != "tracepipe.synthetic" {
-		t.Fatalf("clone_snapshot_trigger producers %v", got)
-	}
+		dir := ""
+		res, pkts, d := triggerSession(t, tc, func(s *Service) {
+			waitFor(t, "the source's snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 1 })
+		}, "duration=3s", "data_sources[0].config.trigger=synth_fired", "data_sources[0].config.trigger_after_packets=100")
+		dir = d
+		if res.Triggers.Acted != 1 {
+			t.Fatalf("trigger stats %+v", res.Triggers)
+		}
+		if got := triggerProducers(pkts, fieldTrigger); len(got) != 1 || got[0] != "tracepipe.synthetic" {
+			t.Fatalf("trigger packet producers %v", got)
+		}
+		m, _ := filepath.Glob(filepath.Join(dir, "live.snap-1-synth_fired.pftrace"))
+		if len(m) != 1 {
+			t.Fatal("no snapshot file for the source's trigger")
+		}
+		sp := readTrace(t, m[0])
+		if got := triggerProducers(sp, fieldCloneSnapshotTrigger); len(got) != 1 || got[0] != "tracepipe.synthetic" {
+			t.Fatalf("clone_snapshot_trigger producers %v", got)
+		}
+	})
 }
 
 // A plugin's data source fires a trigger over the plugin protocol: it

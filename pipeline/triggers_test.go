@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -82,73 +83,105 @@ func triggerPackets(pkts []tracePacket, field protowire.Number) []string {
 }
 
 func TestTriggerStartTracing(t *testing.T) {
-	tc := `
+	synctest.Test(t, func(t *testing.T) {
+		tc := `
 trigger_config:
   trigger_mode: start_tracing
   trigger_timeout: 20s
   triggers: [{name: go, stop_delay: 300ms}]`
-	var startedBefore uint64
-	res, pkts, _ := triggerSession(t, tc, func(s *Service) {
-		time.Sleep(200 * time.Millisecond) // the sources must not run before the trigger
-		startedBefore = s.Status().BytesIn
-		if got := s.ActivateTriggers("", "go"); len(got) != 1 {
-			t.Errorf("ActivateTriggers = %v", got)
+		var startedBefore uint64
+		var t0 time.Time
+		res, pkts, _ := triggerSession(t, tc, func(s *Service) {
+			// 300 ms of synctest's clock (past the first status, at
+			// 250 ms), then every goroutine is idle: the sources must not
+			// have run before the trigger.
+			time.Sleep(300 * time.Millisecond)
+			synctest.Wait()
+			startedBefore = s.Status().BytesIn
+			t0 = time.Now()
+			if got := s.ActivateTriggers("", "go"); len(got) != 1 {
+				t.Errorf("ActivateTriggers = %v", got)
+			}
+		})
+		if startedBefore != 0 {
+			t.Fatalf("%d bytes recorded before the start trigger", startedBefore)
+		}
+		if d := time.Since(t0); d != 300*time.Millisecond {
+			t.Errorf("the session ended %v after the start trigger, want its stop_delay (300ms)", d)
+		}
+		if dataPackets(pkts) == 0 || res.TriggerTimedOut {
+			t.Fatalf("no data after the start trigger (timed out %v)", res.TriggerTimedOut)
+		}
+		if got := triggerPackets(pkts, fieldTrigger); len(got) != 1 || got[0] != "go" {
+			t.Fatalf("trigger packets %v", got)
 		}
 	})
-	if startedBefore != 0 {
-		t.Fatalf("%d bytes recorded before the start trigger", startedBefore)
-	}
-	if dataPackets(pkts) == 0 || res.TriggerTimedOut {
-		t.Fatalf("no data after the start trigger (timed out %v)", res.TriggerTimedOut)
-	}
-	if got := triggerPackets(pkts, fieldTrigger); len(got) != 1 || got[0] != "go" {
-		t.Fatalf("trigger packets %v", got)
-	}
 }
 
 func TestTriggerTimeoutReturnsNoData(t *testing.T) {
 	for _, mode := range []string{TriggerModeStart, TriggerModeStop} {
 		t.Run(mode, func(t *testing.T) {
-			tc := fmt.Sprintf(`
+			synctest.Test(t, func(t *testing.T) {
+				tc := fmt.Sprintf(`
 trigger_config:
   trigger_mode: %s
   trigger_timeout: 300ms
   triggers: [{name: never}]`, mode)
-			res, pkts, _ := triggerSession(t, tc, func(s *Service) {
-				s.ActivateTriggers("", "unknown_trigger")
+				start := time.Now()
+				res, pkts, _ := triggerSession(t, tc, func(s *Service) {
+					s.ActivateTriggers("", "unknown_trigger")
+				})
+				elapsed := time.Since(start)
+				if !res.TriggerTimedOut || dataPackets(pkts) != 0 {
+					t.Fatalf("timed out %v, %d data packets; want no data", res.TriggerTimedOut, dataPackets(pkts))
+				}
+				if res.Triggers.Unknown != 1 || res.Triggers.Acted != 0 {
+					t.Fatalf("trigger stats %+v", res.Triggers)
+				}
+				// Nothing waits past the timeout: a start_tracing
+				// session's sources never started, so there is nothing
+				// to stop (no stop timeout); a stop_tracing session's
+				// sources stop at once.
+				if elapsed != 300*time.Millisecond {
+					t.Errorf("the session took %v of synctest's clock, want trigger_timeout (300ms)", elapsed)
+				}
 			})
-			if !res.TriggerTimedOut || dataPackets(pkts) != 0 {
-				t.Fatalf("timed out %v, %d data packets; want no data", res.TriggerTimedOut, dataPackets(pkts))
-			}
-			if res.Triggers.Unknown != 1 || res.Triggers.Acted != 0 {
-				t.Fatalf("trigger stats %+v", res.Triggers)
-			}
 		})
 	}
 }
 
 func TestTriggerStopTracing(t *testing.T) {
-	tc := `
+	synctest.Test(t, func(t *testing.T) {
+		tc := `
 trigger_config:
   trigger_mode: stop_tracing
   trigger_timeout: 20s
   triggers: [{name: crash, stop_delay: 200ms}]`
-	t0 := time.Now()
-	res, pkts, _ := triggerSession(t, tc, func(s *Service) {
-		waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
-		s.ActivateTriggers("", "crash")
-		s.ActivateTriggers("", "crash") // a second one changes nothing
+		var t0 time.Time
+		res, pkts, _ := triggerSession(t, tc, func(s *Service) {
+			waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
+			t0 = time.Now()
+			s.ActivateTriggers("", "crash")
+			s.ActivateTriggers("", "crash") // a second one changes nothing
+		})
+		// On synctest's clock the session ends exactly stop_delay after
+		// the trigger (the final flush and stop of an in-process source
+		// take no time).
+		if d := time.Since(t0); d != 200*time.Millisecond {
+			t.Errorf("the session ended %v after the trigger, want stop_delay (200ms)", d)
+		}
+		if res.TriggerTimedOut || dataPackets(pkts) == 0 {
+			t.Fatalf("stop_tracing: timed out %v, %d data packets", res.TriggerTimedOut, dataPackets(pkts))
+		}
+		if got := triggerPackets(pkts, fieldTrigger); len(got) != 2 {
+			t.Fatalf("trigger packets %v; want both acting triggers", got)
+		}
 	})
-	if time.Since(t0) > 20*time.Second || res.TriggerTimedOut || dataPackets(pkts) == 0 {
-		t.Fatalf("stop_tracing: timed out %v, %d data packets", res.TriggerTimedOut, dataPackets(pkts))
-	}
-	if got := triggerPackets(pkts, fieldTrigger); len(got) != 2 {
-		t.Fatalf("trigger packets %v; want both acting triggers", got)
-	}
 }
 
 func TestTriggerCloneSnapshotLimits(t *testing.T) {
-	tc := `
+	synctest.Test(t, func(t *testing.T) {
+		tc := `
 trigger_config:
   trigger_mode: clone_snapshot
   triggers:
@@ -156,42 +189,43 @@ trigger_config:
     - {name: never, skip_probability: 1}
     - {name: from_app, producer_name_regex: "app[0-9]+"}
     - {name: later, stop_delay: 100ms}`
-	var snaps int
-	res, pkts, dir := triggerSession(t, tc, func(s *Service) {
-		waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
-		s.ActivateTriggers("", "once", "once", "never")
-		s.ActivateTriggers("tool", "from_app")
-		s.ActivateTriggers("app12", "from_app")
-		waitFor(t, "2 snapshots", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 2 })
-		s.ActivateTriggers("", "later")
-		waitFor(t, "the delayed snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 3 })
-		snaps = int(s.SnapshotStats().Taken)
-		s.ActivateTriggers("", "zzz") // unknown
-	}, "duration=5s")
-	want := TriggerStats{Received: 7, Acted: 3, Unknown: 1, ProducerMismatch: 1, Skipped: 1, RateLimited: 1}
-	if res.Triggers != want {
-		t.Fatalf("trigger stats %+v; want %+v", res.Triggers, want)
-	}
-	if snaps != 3 || dataPackets(pkts) == 0 {
-		t.Fatalf("%d snapshots, %d live data packets", snaps, dataPackets(pkts))
-	}
-	for _, name := range []string{"once", "from_app", "later"} {
-		m, _ := filepath.Glob(filepath.Join(dir, "live.snap-*-"+name+".pftrace"))
-		if len(m) != 1 {
-			t.Fatalf("snapshot files for %s: %v", name, m)
+		var snaps int
+		res, pkts, dir := triggerSession(t, tc, func(s *Service) {
+			waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
+			s.ActivateTriggers("", "once", "once", "never")
+			s.ActivateTriggers("tool", "from_app")
+			s.ActivateTriggers("app12", "from_app")
+			waitFor(t, "2 snapshots", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 2 })
+			s.ActivateTriggers("", "later")
+			waitFor(t, "the delayed snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 3 })
+			snaps = int(s.SnapshotStats().Taken)
+			s.ActivateTriggers("", "zzz") // unknown
+		}, "duration=5s")
+		want := TriggerStats{Received: 7, Acted: 3, Unknown: 1, ProducerMismatch: 1, Skipped: 1, RateLimited: 1}
+		if res.Triggers != want {
+			t.Fatalf("trigger stats %+v; want %+v", res.Triggers, want)
 		}
-		sp := readTrace(t, m[0])
-		if got := triggerPackets(sp, fieldCloneSnapshotTrigger); len(got) != 1 || got[0] != name {
-			t.Fatalf("%s: clone_snapshot_trigger %v", m[0], got)
+		if snaps != 3 || dataPackets(pkts) == 0 {
+			t.Fatalf("%d snapshots, %d live data packets", snaps, dataPackets(pkts))
 		}
-		if dataPackets(sp) == 0 {
-			t.Fatalf("%s: no data in the snapshot", m[0])
+		for _, name := range []string{"once", "from_app", "later"} {
+			m, _ := filepath.Glob(filepath.Join(dir, "live.snap-*-"+name+".pftrace"))
+			if len(m) != 1 {
+				t.Fatalf("snapshot files for %s: %v", name, m)
+			}
+			sp := readTrace(t, m[0])
+			if got := triggerPackets(sp, fieldCloneSnapshotTrigger); len(got) != 1 || got[0] != name {
+				t.Fatalf("%s: clone_snapshot_trigger %v", m[0], got)
+			}
+			if dataPackets(sp) == 0 {
+				t.Fatalf("%s: no data in the snapshot", m[0])
+			}
 		}
-	}
-	got := triggerPackets(pkts, fieldTrigger)
-	if strings.Join(got, ",") != "once,from_app,later" {
-		t.Fatalf("live trigger packets %v", got)
-	}
+		got := triggerPackets(pkts, fieldTrigger)
+		if strings.Join(got, ",") != "once,from_app,later" {
+			t.Fatalf("live trigger packets %v", got)
+		}
+	})
 }
 
 func TestTriggerSkipProbabilityIsSeeded(t *testing.T) {

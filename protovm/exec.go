@@ -248,19 +248,12 @@ func (v *VM) foreach(ins *Instruction, i int, id uint32) Status {
 			return st.wrap("iterate repeated field (id = %d)", int32(id))
 		}
 		idx := 0
-		for pos := 0; ; {
-			f, next, ok := readField(data, pos)
-			if !ok {
-				return statusOk
-			}
-			pos = next
-			if !v.step() {
-				return v.budgetAbort()
-			}
-			if f.id != id {
+		w := v.walk(data)
+		for w.next() {
+			if w.f.id != id {
 				continue
 			}
-			v.cur.src = roCursor{isField: true, f: f}
+			v.cur.src = roCursor{isField: true, f: w.f}
 			if st := v.selectRec(ins, i+1); !st.IsOk() {
 				if st.Code == Abort {
 					st = st.wrap("repeated field (id = %d, index = %d)", int32(id), idx)
@@ -269,6 +262,7 @@ func (v *VM) foreach(ins *Instruction, i int, id uint32) Status {
 			}
 			idx++
 		}
+		return w.st
 	case CursorDst:
 		d := &v.cur.dst
 		if d.n == nil {

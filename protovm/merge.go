@@ -24,15 +24,9 @@ func (v *VM) rwMerge(c *rwCursor, src []byte, skipSubmessages, delIfSrcEmpty boo
 	}
 	seen := v.mergeSeen[:0]
 	defer func() { v.mergeSeen = seen[:0] }()
-	for pos := 0; ; {
-		f, next, ok := readField(src, pos)
-		if !ok {
-			break
-		}
-		pos = next
-		if !v.step() {
-			return v.budgetAbort()
-		}
+	w := v.walk(src)
+	for w.next() {
+		f := &w.f
 		key := uint64(f.id)
 		idx, present := n.find(key)
 		if present && delIfSrcEmpty && f.wire == wireLen && len(f.data) == 0 {
@@ -44,7 +38,7 @@ func (v *VM) rwMerge(c *rwCursor, src []byte, skipSubmessages, delIfSrcEmpty boo
 		if present && skipSubmessages && n.ents[idx].n.kind == kMessage {
 			continue
 		}
-		child, st := v.nodeFromField(&f)
+		child, st := v.nodeFromField(f)
 		if !st.IsOk() {
 			return st
 		}
@@ -89,6 +83,9 @@ func (v *VM) rwMerge(c *rwCursor, src []byte, skipSubmessages, delIfSrcEmpty boo
 		v.st.freeNode(cur)
 		n.ents[idx].n = child
 		seen = append(seen, f.id)
+	}
+	if !w.st.IsOk() {
+		return w.st
 	}
 	for i := range n.ents {
 		if e := n.ents[i].n; e.kind == kIndexed {

@@ -44,20 +44,17 @@ func (v *VM) roEnterField(c *roCursor, id uint32) Status {
 	if !st.IsOk() {
 		return st
 	}
-	for pos := 0; ; {
-		f, next, ok := readField(data, pos)
-		if !ok {
-			return statusError
-		}
-		pos = next
-		if !v.step() {
-			return v.budgetAbort()
-		}
-		if f.id == id {
-			c.isField, c.f, c.raw = true, f, nil
+	w := v.walk(data)
+	for w.next() {
+		if w.f.id == id {
+			c.isField, c.f, c.raw = true, w.f, nil
 			return statusOk
 		}
 	}
+	if !w.st.IsOk() {
+		return w.st
+	}
+	return statusError
 }
 
 // roEnterIndex moves to the index-th occurrence of field id, as raw bytes
@@ -68,21 +65,14 @@ func (v *VM) roEnterIndex(c *roCursor, id, index uint32) Status {
 		return st
 	}
 	var cur uint32
-	for pos := 0; ; {
-		f, next, ok := readField(data, pos)
-		if !ok {
-			return statusError
-		}
-		pos = next
-		if !v.step() {
-			return v.budgetAbort()
-		}
-		if f.id != id {
+	w := v.walk(data)
+	for w.next() {
+		if w.f.id != id {
 			continue
 		}
 		if cur == index {
-			raw := f.data
-			if f.wire != wireLen {
+			raw := w.f.data
+			if w.f.wire != wireLen {
 				raw = nil
 			}
 			c.isField, c.f, c.raw = false, field{}, raw
@@ -90,4 +80,8 @@ func (v *VM) roEnterIndex(c *roCursor, id, index uint32) Status {
 		}
 		cur++
 	}
+	if !w.st.IsOk() {
+		return w.st
+	}
+	return statusError
 }

@@ -20,16 +20,10 @@ func invalidCursor() Status { return abortf("Attempted to access invalid cursor"
 // decodeFields fills the empty container msg with the fields of b. A field
 // id seen twice becomes an indexed repeated node.
 func (v *VM) decodeFields(msg *node, b []byte) Status {
-	for pos := 0; ; {
-		f, next, ok := readField(b, pos)
-		if !ok {
-			return statusOk
-		}
-		pos = next
-		if !v.step() {
-			return v.budgetAbort()
-		}
-		child, st := v.nodeFromField(&f)
+	w := v.walk(b)
+	for w.next() {
+		f := &w.f
+		child, st := v.nodeFromField(f)
 		if !st.IsOk() {
 			return st
 		}
@@ -48,6 +42,7 @@ func (v *VM) decodeFields(msg *node, b []byte) Status {
 			return st.wrap("Insert repeated field (id = %d, index = %d)", f.id, len(existing.ents))
 		}
 	}
+	return w.st
 }
 
 // nodeFromField builds a Bytes or Scalar node from a decoded field.
@@ -179,20 +174,17 @@ func (v *VM) toMapped(n *node, keyField uint32) Status {
 func readScalarField(n *node, id uint32) (uint64, Status) {
 	switch n.kind {
 	case kBytes:
-		for pos := 0; ; {
-			f, next, ok := readField(n.data, pos)
-			if !ok {
-				return 0, abortf("Attempted to read scalar field (id=%d) but it is not present", id)
-			}
-			pos = next
-			if f.id != id {
+		w := fieldWalk{b: n.data} // no budget: Perfetto charges none here
+		for w.next() {
+			if w.f.id != id {
 				continue
 			}
-			if f.wire == wireLen {
+			if w.f.wire == wireLen {
 				return 0, abortf("Attempted to length-delimited field (id=%d) as scalar", id)
 			}
-			return f.val, statusOk
+			return w.f.val, statusOk
 		}
+		return 0, abortf("Attempted to read scalar field (id=%d) but it is not present", id)
 	case kMessage:
 		c := n.get(uint64(id))
 		if c == nil {

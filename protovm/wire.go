@@ -6,6 +6,12 @@ package protovm
 // on them: decoding silently stops at the first malformed field (truncated
 // varint or payload, wire types 3, 4, 6, 7, field id 0) and fields whose id
 // does not fit in 16 bits are skipped.
+//
+// It does not sit on internal/wire's iterator (protowire's rules), which
+// rejects two inputs protozero decodes: a 10-byte varint whose last byte
+// is above 1 (protozero keeps the low 64 bits), and a tag whose field
+// number needs more than 31 bits (protozero truncates the id to 32 bits
+// and skips the field). TestReadFieldKeepsProtozeroRules pins both.
 
 // Wire types as they appear in a proto tag.
 const (
@@ -45,13 +51,36 @@ func parseVarint(b []byte, pos int) (v uint64, next int, ok bool) {
 	return 0, pos, false
 }
 
-// readField decodes the next field at or after pos, skipping fields with
-// oversized ids. ok is false at the end of b or at the first malformed
-// field; decoding must stop there.
-func readField(b []byte, pos int) (f field, next int, ok bool) {
+// fieldWalk walks the fields of one message, charging its VM one step
+// per field, so that every walk over patch or state bytes is bounded by
+// the step budget:
+//
+//	w := v.walk(b)
+//	for w.next() {
+//		f := &w.f
+//		...
+//	}
+//	if !w.st.IsOk() { return w.st } // the budget ran out
+type fieldWalk struct {
+	v   *VM // nil: no budget
+	b   []byte
+	pos int
+	f   field
+	st  Status
+}
+
+func (v *VM) walk(b []byte) fieldWalk { return fieldWalk{v: v, b: b} }
+
+// next decodes the next field into w.f, skipping fields with oversized
+// ids. It returns false at the end of the message, at its first malformed
+// field (decoding stops there, as protozero's does) and when the step
+// budget ran out (w.st says so). It holds the whole decoder, so that a
+// walk costs one call per field.
+func (w *fieldWalk) next() bool {
+	b, pos := w.b, w.pos
 	for {
 		if pos >= len(b) {
-			return field{}, pos, false
+			return false
 		}
 		var preamble uint64
 		p := pos
@@ -62,49 +91,55 @@ func readField(b []byte, pos int) (f field, next int, ok bool) {
 			var vok bool
 			preamble, p, vok = parseVarint(b, p)
 			if !vok {
-				return field{}, pos, false
+				return false
 			}
 		}
 		id := uint32(preamble >> 3)
 		if id == 0 || p >= len(b) {
-			return field{}, pos, false
+			return false
 		}
-		f = field{id: id, wire: uint8(preamble & 7)}
+		f := field{id: id, wire: uint8(preamble & 7)}
 		switch f.wire {
 		case wireVarint:
 			v, np, vok := parseVarint(b, p)
 			if !vok {
-				return field{}, pos, false
+				return false
 			}
 			f.val, p = v, np
 		case wireLen:
 			n, np, vok := parseVarint(b, p)
 			if !vok || n > uint64(len(b)-np) {
-				return field{}, pos, false
+				return false
 			}
 			f.data = b[np : np+int(n) : np+int(n)]
 			p = np + int(n)
 		case wireFixed64:
 			if len(b)-p < 8 {
-				return field{}, pos, false
+				return false
 			}
 			f.val = uint64(b[p]) | uint64(b[p+1])<<8 | uint64(b[p+2])<<16 | uint64(b[p+3])<<24 |
 				uint64(b[p+4])<<32 | uint64(b[p+5])<<40 | uint64(b[p+6])<<48 | uint64(b[p+7])<<56
 			p += 8
 		case wireFixed32:
 			if len(b)-p < 4 {
-				return field{}, pos, false
+				return false
 			}
 			f.val = uint64(b[p]) | uint64(b[p+1])<<8 | uint64(b[p+2])<<16 | uint64(b[p+3])<<24
 			p += 4
 		default:
-			return field{}, pos, false
+			return false
 		}
 		if id > maxDecodedFieldID {
 			pos = p
 			continue
 		}
-		return f, p, true
+		w.pos = p
+		if w.v != nil && !w.v.step() {
+			w.st = w.v.budgetAbort()
+			return false
+		}
+		w.f = f
+		return true
 	}
 }
 

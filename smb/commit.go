@@ -186,72 +186,111 @@ func errAt(off int, format string, args ...any) error {
 	return &decodeError{off: off, msg: fmt.Sprintf(format, args...)}
 }
 
-// fieldIter walks the fields of one message.
-type fieldIter struct {
-	b    []byte
-	pos  int // offset of b[0] in the whole request, for errors
-	off  int // current offset in b
+// fieldSpec names a known field of a CommitDataRequest message and the
+// wire type it must have.
+type fieldSpec struct {
 	name string
+	typ  protowire.Type
 }
 
-// next returns the next field; done at the end of b.
-func (it *fieldIter) next() (num protowire.Number, typ protowire.Type, start int, done bool, err error) {
-	if it.off >= len(it.b) {
-		return 0, 0, 0, true, nil
+// The known fields of each message, indexed by field number.
+var (
+	commitSpec = []fieldSpec{
+		fieldChunksToMove:   {"chunks_to_move", protowire.BytesType},
+		fieldChunksToPatch:  {"chunks_to_patch", protowire.BytesType},
+		fieldFlushRequestID: {"flush_request_id", protowire.VarintType},
 	}
-	start = it.off
-	num, typ, n := protowire.ConsumeTag(it.b[it.off:])
-	if n < 0 {
-		return 0, 0, start, false, errAt(it.pos+start, "%s: bad field tag: %v", it.name, protowire.ParseError(n))
+	moveSpec = []fieldSpec{
+		fieldMovePage:       {"page", protowire.VarintType},
+		fieldMoveChunk:      {"chunk", protowire.VarintType},
+		fieldMoveTarget:     {"target_buffer", protowire.VarintType},
+		fieldMoveData:       {"data", protowire.BytesType},
+		fieldMoveIncomplete: {"chunk_incomplete", protowire.VarintType},
 	}
-	it.off += n
-	return num, typ, start, false, nil
+	patchChunkSpec = []fieldSpec{
+		fieldPatchTarget:  {"target_buffer", protowire.VarintType},
+		fieldPatchWriter:  {"writer_id", protowire.VarintType},
+		fieldPatchChunkID: {"chunk_id", protowire.VarintType},
+		fieldPatchPatches: {"patches", protowire.BytesType},
+		fieldPatchHasMore: {"has_more_patches", protowire.VarintType},
+	}
+	patchSpec = []fieldSpec{
+		fieldPatchOffset: {"offset", protowire.VarintType},
+		fieldPatchData:   {"data", protowire.BytesType},
+	}
+)
+
+// msgFields walks one message with internal/wire's iterator and yields
+// its known fields of the right wire type; unknown fields are skipped. A
+// known field of another wire type, and every malformed field, ends the
+// walk with an error that names the message, the field and the byte
+// offset in the whole request.
+type msgFields struct {
+	it   wire.Iter
+	pos  int // offset of the message in the whole request
+	name string
+	spec []fieldSpec
+	err  error
 }
 
-func (it *fieldIter) varint(field string, typ protowire.Type, start int) (uint64, error) {
-	if typ != protowire.VarintType {
-		return 0, errAt(it.pos+start, "%s.%s: wire type %d, want varint", it.name, field, typ)
-	}
-	v, n := protowire.ConsumeVarint(it.b[it.off:])
-	if n < 0 {
-		return 0, errAt(it.pos+it.off, "%s.%s: %v", it.name, field, protowire.ParseError(n))
-	}
-	it.off += n
-	return v, nil
+func fieldsOf(b []byte, pos int, name string, spec []fieldSpec) msgFields {
+	return msgFields{it: wire.Fields(b), pos: pos, name: name, spec: spec}
 }
 
-func (it *fieldIter) uint32(field string, typ protowire.Type, start int) (uint32, error) {
-	v, err := it.varint(field, typ, start)
-	if err != nil {
-		return 0, err
+func (m *msgFields) known(num protowire.Number) (fieldSpec, bool) {
+	if num <= 0 || int(num) >= len(m.spec) || m.spec[num].name == "" {
+		return fieldSpec{}, false
 	}
-	if v > math.MaxUint32 {
-		return 0, errAt(it.pos+start, "%s.%s: value %d overflows uint32", it.name, field, v)
-	}
-	return uint32(v), nil
+	return m.spec[num], true
 }
 
-// bytes returns a length-delimited field's contents and their offset in b.
-func (it *fieldIter) bytes(field string, typ protowire.Type, start int) ([]byte, int, error) {
-	if typ != protowire.BytesType {
-		return nil, 0, errAt(it.pos+start, "%s.%s: wire type %d, want length-delimited", it.name, field, typ)
+// next returns the next known field, or nil at the end of the message or
+// at an error (m.err).
+func (m *msgFields) next() *wire.Field {
+	for m.it.Next() {
+		f := m.it.Field()
+		s, ok := m.known(f.Num)
+		if !ok {
+			continue
+		}
+		if f.Type != s.typ {
+			m.err = m.wrongType(f.Off, s, f.Type)
+			return nil
+		}
+		return f
 	}
-	v, n := protowire.ConsumeBytes(it.b[it.off:])
-	if n < 0 {
-		return nil, 0, errAt(it.pos+it.off, "%s.%s: %v", it.name, field, protowire.ParseError(n))
+	e := m.it.Malformed()
+	if e == nil {
+		return nil
 	}
-	at := it.off + n - len(v)
-	it.off += n
-	return v, at, nil
-}
-
-func (it *fieldIter) skip(num protowire.Number, typ protowire.Type, start int) error {
-	n := protowire.ConsumeFieldValue(num, typ, it.b[it.off:])
-	if n < 0 {
-		return errAt(it.pos+start, "%s: unknown field %d: %v", it.name, num, protowire.ParseError(n))
+	s, ok := m.known(e.Num)
+	switch {
+	case e.Num == 0:
+		m.err = errAt(m.pos+e.Off, "%s: bad field tag: %v", m.name, e.Err)
+	case !ok:
+		m.err = errAt(m.pos+e.Off, "%s: unknown field %d: %v", m.name, e.Num, e.Err)
+	case e.Type != s.typ:
+		m.err = m.wrongType(e.Off, s, e.Type)
+	default:
+		m.err = errAt(m.pos+e.ValOff, "%s.%s: %v", m.name, s.name, e.Err)
 	}
-	it.off += n
 	return nil
+}
+
+func (m *msgFields) wrongType(off int, s fieldSpec, got protowire.Type) error {
+	want := "varint"
+	if s.typ == protowire.BytesType {
+		want = "length-delimited"
+	}
+	return errAt(m.pos+off, "%s.%s: wire type %d, want %s", m.name, s.name, got, want)
+}
+
+// uint32 is f's varint value, which must fit 32 bits.
+func (m *msgFields) uint32(f *wire.Field) (uint32, error) {
+	if f.Varint > math.MaxUint32 {
+		return 0, errAt(m.pos+f.Off, "%s.%s: value %d overflows uint32", m.name, m.spec[f.Num].name, f.Varint)
+	}
+	return uint32(f.Varint), nil
 }
 
 // Unmarshal decodes a CommitDataRequest into c, reusing c's slices. The
@@ -260,160 +299,110 @@ func (it *fieldIter) skip(num protowire.Number, typ protowire.Type, start int) e
 // bytes). ChunksToMove[i].Data aliases b. Unknown fields are skipped.
 func (c *CommitData) Unmarshal(b []byte) error {
 	c.Reset()
-	it := fieldIter{b: b, name: "CommitDataRequest"}
-	for {
-		num, typ, start, done, err := it.next()
-		if done || err != nil {
-			return err
-		}
-		switch num {
+	m := fieldsOf(b, 0, "CommitDataRequest", commitSpec)
+	for f := m.next(); f != nil; f = m.next() {
+		switch f.Num {
 		case fieldChunksToMove:
-			v, at, err := it.bytes("chunks_to_move", typ, start)
-			if err != nil {
-				return err
-			}
 			c.ChunksToMove = append(c.ChunksToMove, ChunkToMove{})
-			if err := c.ChunksToMove[len(c.ChunksToMove)-1].unmarshal(v, at); err != nil {
+			if err := c.ChunksToMove[len(c.ChunksToMove)-1].unmarshal(f.Bytes, f.ValOff); err != nil {
 				return err
 			}
 		case fieldChunksToPatch:
-			v, at, err := it.bytes("chunks_to_patch", typ, start)
-			if err != nil {
-				return err
-			}
 			if len(c.ChunksToPatch) < cap(c.ChunksToPatch) {
 				c.ChunksToPatch = c.ChunksToPatch[:len(c.ChunksToPatch)+1]
 			} else {
 				c.ChunksToPatch = append(c.ChunksToPatch, ChunkToPatch{})
 			}
-			if err := c.ChunksToPatch[len(c.ChunksToPatch)-1].unmarshal(v, at); err != nil {
+			if err := c.ChunksToPatch[len(c.ChunksToPatch)-1].unmarshal(f.Bytes, f.ValOff); err != nil {
 				return err
 			}
 		case fieldFlushRequestID:
-			v, err := it.varint("flush_request_id", typ, start)
-			if err != nil {
-				return err
-			}
-			c.FlushRequestID = v
-		default:
-			if err := it.skip(num, typ, start); err != nil {
-				return err
-			}
+			c.FlushRequestID = f.Varint
 		}
 	}
+	return m.err
 }
 
-func (m *ChunkToMove) unmarshal(b []byte, pos int) error {
-	it := fieldIter{b: b, pos: pos, name: "ChunksToMove"}
-	for {
-		num, typ, start, done, err := it.next()
-		if done || err != nil {
-			return err
-		}
-		switch num {
+func (cm *ChunkToMove) unmarshal(b []byte, pos int) error {
+	m := fieldsOf(b, pos, "ChunksToMove", moveSpec)
+	var err error
+	for f := m.next(); f != nil && err == nil; f = m.next() {
+		switch f.Num {
 		case fieldMovePage:
-			m.Page, err = it.uint32("page", typ, start)
+			cm.Page, err = m.uint32(f)
 		case fieldMoveChunk:
-			m.Chunk, err = it.uint32("chunk", typ, start)
+			cm.Chunk, err = m.uint32(f)
 		case fieldMoveTarget:
-			m.TargetBuffer, err = it.uint32("target_buffer", typ, start)
+			cm.TargetBuffer, err = m.uint32(f)
 		case fieldMoveData:
-			var v []byte
-			v, _, err = it.bytes("data", typ, start)
-			if err == nil {
-				m.Data = v[:len(v):len(v)]
-			}
+			cm.Data = f.Bytes[:len(f.Bytes):len(f.Bytes)]
 		case fieldMoveIncomplete:
-			var v uint64
-			v, err = it.varint("chunk_incomplete", typ, start)
-			m.ChunkIncomplete = v != 0
-		default:
-			err = it.skip(num, typ, start)
-		}
-		if err != nil {
-			return err
+			cm.ChunkIncomplete = f.Varint != 0
 		}
 	}
+	if err != nil {
+		return err
+	}
+	return m.err
 }
 
 func (c *ChunkToPatch) unmarshal(b []byte, pos int) error {
 	patches := c.Patches[:0]
 	*c = ChunkToPatch{}
-	it := fieldIter{b: b, pos: pos, name: "ChunkToPatch"}
-	for {
-		num, typ, start, done, err := it.next()
-		if done || err != nil {
-			c.Patches = patches
-			return err
-		}
-		switch num {
+	m := fieldsOf(b, pos, "ChunkToPatch", patchChunkSpec)
+	var err error
+	for f := m.next(); f != nil && err == nil; f = m.next() {
+		switch f.Num {
 		case fieldPatchTarget:
-			c.TargetBuffer, err = it.uint32("target_buffer", typ, start)
+			c.TargetBuffer, err = m.uint32(f)
 		case fieldPatchWriter:
-			var v uint32
-			v, err = it.uint32("writer_id", typ, start)
-			if err == nil && v > math.MaxUint16 {
-				err = errAt(pos+start, "ChunkToPatch.writer_id: value %d overflows uint16", v)
+			if f.Varint > math.MaxUint16 {
+				err = errAt(pos+f.Off, "ChunkToPatch.writer_id: value %d overflows uint16", f.Varint)
 			}
-			c.WriterID = uint16(v)
+			c.WriterID = uint16(f.Varint)
 		case fieldPatchChunkID:
-			c.ChunkID, err = it.uint32("chunk_id", typ, start)
+			c.ChunkID, err = m.uint32(f)
 		case fieldPatchPatches:
-			var v []byte
-			var at int
-			v, at, err = it.bytes("patches", typ, start)
-			if err == nil {
-				var p Patch
-				var ok bool
-				ok, err = p.unmarshal(v, at)
-				if ok {
-					patches = append(patches, p)
-				} else if err == nil {
-					c.DiscardedPatches++
-				}
+			var p Patch
+			var ok bool
+			ok, err = p.unmarshal(f.Bytes, f.ValOff+pos)
+			if ok {
+				patches = append(patches, p)
+			} else if err == nil {
+				c.DiscardedPatches++
 			}
 		case fieldPatchHasMore:
-			var v uint64
-			v, err = it.varint("has_more_patches", typ, start)
-			c.HasMorePatches = v != 0
-		default:
-			err = it.skip(num, typ, start)
-		}
-		if err != nil {
-			c.Patches = patches
-			return err
+			c.HasMorePatches = f.Varint != 0
 		}
 	}
+	c.Patches = patches
+	if err != nil {
+		return err
+	}
+	return m.err
 }
 
 // unmarshal decodes one patch; ok is false (and err nil) when its data is
 // not exactly 4 bytes, which discards only that patch.
 func (p *Patch) unmarshal(b []byte, pos int) (ok bool, err error) {
-	it := fieldIter{b: b, pos: pos, name: "Patch"}
+	m := fieldsOf(b, pos, "Patch", patchSpec)
 	dataLen := -1
-	for {
-		num, typ, start, done, err := it.next()
-		if err != nil {
-			return false, err
-		}
-		if done {
-			return dataLen == 4, nil
-		}
-		switch num {
+	for f := m.next(); f != nil && err == nil; f = m.next() {
+		switch f.Num {
 		case fieldPatchOffset:
-			p.Offset, err = it.uint32("offset", typ, start)
+			p.Offset, err = m.uint32(f)
 		case fieldPatchData:
-			var v []byte
-			v, _, err = it.bytes("data", typ, start)
-			dataLen = len(v)
-			if len(v) == 4 {
-				copy(p.Data[:], v)
+			dataLen = len(f.Bytes)
+			if dataLen == 4 {
+				copy(p.Data[:], f.Bytes)
 			}
-		default:
-			err = it.skip(num, typ, start)
-		}
-		if err != nil {
-			return false, err
 		}
 	}
+	if err == nil {
+		err = m.err
+	}
+	if err != nil {
+		return false, err
+	}
+	return dataLen == 4, nil
 }

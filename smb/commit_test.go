@@ -18,6 +18,10 @@ func TestCommitDataUnmarshalErrors(t *testing.T) {
 		{"18", "at byte 1: CommitDataRequest.flush_request_id"},
 		{"ff ff ff ff ff ff ff ff ff ff ff", "at byte 0: CommitDataRequest: bad field tag"},
 		{"0f", "at byte 0: CommitDataRequest.chunks_to_move: wire type 7"}, // end-group tag
+		// A patch's offsets count from the start of the request, not of
+		// its ChunkToPatch (the patch starts at byte 6).
+		{"12 06 08 01 22 02 10 80", "at byte 6: Patch.data: wire type 0, want length-delimited"},
+		{"12 07 08 01 22 03 08 01 39", "at byte 8: Patch: unknown field 7: unexpected EOF"},
 	} {
 		var cd CommitData
 		err := cd.Unmarshal(unhex(t, c.in))
@@ -42,5 +46,21 @@ func TestCommitDataUnmarshalErrors(t *testing.T) {
 	// Reuse: decoding a smaller request into the same value leaves nothing behind.
 	if err := cd.Unmarshal(unhex(t, "18 05")); err != nil || len(cd.ChunksToPatch) != 0 || cd.FlushRequestID != 5 {
 		t.Fatalf("reuse: %+v %v", cd, err)
+	}
+}
+
+// Decoding into a reused CommitData allocates nothing once its slices have
+// grown: the service decodes every commit of every producer.
+func TestCommitDataUnmarshalAllocs(t *testing.T) {
+	_, b := sampleSMB(t, LayoutDiv1, true)
+	in := unhex(t, "12 1b 08 01 10 01 18 07 22 07 08 11 12 03 8c 80 80 22 08 08 01 12 04 01 02 03 04 28 01 f8 01 05")
+	var cd CommitData
+	for _, m := range [][]byte{b, in} {
+		if err := cd.Unmarshal(m); err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = cd.Unmarshal(m) }); n != 0 {
+			t.Errorf("%v allocations per Unmarshal of %d bytes", n, len(m))
+		}
 	}
 }

@@ -80,7 +80,7 @@ func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool, maxText int
 			sb.WriteString(indent + "<malformed: " + we.Err.Error() + "> " + hexOf(rest) + "\n")
 			return
 		}
-		_, _, n := protowire.ConsumeTag(rest)
+		val := b[we.ValOff:]
 		name := fieldName(we.Num, top)
 		switch we.Type {
 		case protowire.VarintType:
@@ -90,9 +90,9 @@ func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool, maxText int
 		case protowire.Fixed64Type:
 			sb.WriteString(indent + name + ": <malformed fixed64>\n")
 		case protowire.BytesType:
-			sb.WriteString(indent + name + ": <malformed length> " + hexOf(rest[n:]) + "\n")
+			sb.WriteString(indent + name + ": <malformed length> " + hexOf(val) + "\n")
 		default:
-			sb.WriteString(indent + name + ": <unsupported wire type " + strconv.Itoa(int(we.Type)) + "> " + hexOf(rest[n:]) + "\n")
+			sb.WriteString(indent + name + ": <unsupported wire type " + strconv.Itoa(int(we.Type)) + "> " + hexOf(val) + "\n")
 		}
 	}
 }

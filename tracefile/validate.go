@@ -57,8 +57,7 @@ func ValidateProducerPacket(b []byte) error {
 		}
 		// The field's tag was read: a reserved number, a bad type or an
 		// over-long length says more than "truncated".
-		_, _, n := protowire.ConsumeTag(b[we.Off:])
-		l, _ := protowire.ConsumeVarint(b[we.Off+n:])
+		l, _ := protowire.ConsumeVarint(b[we.ValOff:])
 		if err := checkProducerField(we.Off, we.Num, we.Type, l); err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	. "github.com/tracepipe/tracepipe/internal/tracebuild"
@@ -121,7 +122,7 @@ func TestProtoVMCmdApplyErrors(t *testing.T) {
 }
 
 // apply reads YAML programs and gzip/zstd traces (the project's own
-// ring_buffer.yaml output is gzip), prints the final state by default and
+// ring_buffer.yaml output is gzip, or zstd with compression: zstd), prints the final state by default and
 // a timeline with --every; --filter uses the sinks' CEL language.
 func TestProtoVMApplyYAMLCompressedTimeline(t *testing.T) {
 	var pkts [][]byte
@@ -150,5 +151,16 @@ func TestProtoVMApplyYAMLCompressedTimeline(t *testing.T) {
 	}
 	if _, err := runProtoVM(t, "apply", "--program", prog, "--filter", "packet.nope", path); err == nil {
 		t.Fatal("a bad filter is accepted")
+	}
+	// The same trace as a file sink writes it with compression: zstd.
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zpath := writeFile(t, "ring.pftrace.zst", enc.EncodeAll(Trace(pkts...), nil))
+	enc.Close()
+	out, err = runProtoVM(t, "apply", "--program", prog, "--filter", "packet.sequence_id == 2", zpath)
+	if err != nil || !strings.Contains(out, "# patches=4 ok=4 error=0 abort=0") || !strings.Contains(out, `"name4"`) {
+		t.Fatalf("zstd trace: %v\n%s", err, out)
 	}
 }

@@ -41,7 +41,10 @@ type Error struct {
 	Off  int
 	Num  protowire.Number
 	Type protowire.Type // the field's wire type when Num is not 0
-	Err  error          // a protowire parse error
+	// ValOff is the offset of the field's value (just after its tag) when
+	// Num is not 0: where a truncated or overlong value starts.
+	ValOff int
+	Err    error // a protowire parse error
 }
 
 func (e *Error) Error() string {
@@ -119,7 +122,7 @@ func (it *Iter) Next() bool {
 		n = protowire.ConsumeFieldValue(num, typ, b[val:])
 	}
 	if n < 0 {
-		it.fail(Error{Off: off, Num: num, Type: typ, Err: protowire.ParseError(n)})
+		it.fail(Error{Off: off, Num: num, Type: typ, ValOff: val, Err: protowire.ParseError(n)})
 		return false
 	}
 	f.End = val + n

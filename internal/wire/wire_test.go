@@ -82,6 +82,14 @@ func TestWalkErrors(t *testing.T) {
 		if !errors.As(err, &we) || n != 1 {
 			t.Errorf("%s: %T after %d fields, want *Error after 1", c.name, err, n)
 		}
+		if we != nil && we.Num != 0 && we.ValOff != 3 {
+			t.Errorf("%s: ValOff %d, want 3 (just after the one-byte tag at 2)", c.name, we.ValOff)
+		}
+	}
+	// A tag in more bytes than it needs: the value starts after all of them.
+	it := Fields([]byte{0x88, 0x80, 0x00, 0x80})
+	if it.Next() || it.Malformed() == nil || it.Malformed().Off != 0 || it.Malformed().ValOff != 3 {
+		t.Errorf("overlong tag: %+v, want a field 1 error with its value at offset 3", it.Malformed())
 	}
 	stop := errors.New("stop")
 	if err := Walk(slices.Concat(good, good), func(Field) error { return stop }); err != stop {

@@ -3,6 +3,7 @@ package builtin
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -268,11 +269,17 @@ func (sw *synthWriter) run(rate int64, finished func()) {
 				due = n + burst
 			}
 			if n >= due {
-				next := time.Duration(float64(n) * 1e9 / float64(rate))
+				// Round up: a packet due at 333333.3 ns must not wake the
+				// writer at 333333 ns, when it is not due yet.
+				next := time.Duration(math.Ceil(float64(n) * 1e9 / float64(rate)))
 				timer.Reset(next - elapsed)
 				select {
 				case <-sw.wake:
 				case <-timer.C:
+					// Packet n is due now, whatever the float rounding of
+					// elapsed·rate says: without this a clock that does not
+					// move between two looks (synctest's) spins here.
+					due = n + 1
 				}
 				continue
 			}

@@ -523,9 +523,11 @@ func TestSyntheticSourceClearWhileRunning(t *testing.T) {
 // TestSyntheticRateLimit runs rate-limited writers on synctest's fake
 // clock: a writer writes its first packet at once and one more every 1/rate
 // seconds, so after exactly 300 ms each has written rate*0.3 + 1 packets.
+// At 3000/s a packet is due every 333333.3 ns, not a whole number of
+// nanoseconds: a writer woken at the truncated instant must not spin there.
 func TestSyntheticRateLimit(t *testing.T) {
 	const run = 300 * time.Millisecond
-	for _, rate := range []int64{100, 20000} {
+	for _, rate := range []int64{100, 3000, 20000} {
 		t.Run(fmt.Sprint(rate), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := DefaultSyntheticConfig()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/tracepipe/tracepipe/sinks/remote"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -24,7 +26,7 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(serverEnv); v != "" {
 		os.Exit(childServer(v))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m) // fails the run if a goroutine outlived the tests
 }
 
 func childServer(spec string) int {
