@@ -62,7 +62,7 @@ sinks: [{type: file, path: %q, max_file_size: 1MiB}]
 			if err != nil && !(errors.Is(err, tracefile.ErrTruncated) && i == len(files)-1) {
 				t.Fatalf("run %d (killed at %v): %s: %v", run, wait, f, err)
 			}
-			for _, p := range pkts {
+			for j, p := range pkts {
 				info, err := tracefile.DecodePacket(p)
 				if err != nil {
 					t.Fatalf("run %d: %s: %v", run, f, err)
@@ -72,7 +72,7 @@ sinks: [{type: file, path: %q, max_file_size: 1MiB}]
 					continue
 				}
 				if seq != next[info.SequenceID] {
-					t.Fatalf("run %d (killed at %v): %s: sequence %d has seq %d, want %d (not a prefix)", run, wait, f, info.SequenceID, seq, next[info.SequenceID])
+					t.Fatalf("run %d (killed at %v): %s (file %d of %d, packet %d of %d): sequence %d has seq %d, want %d (not a prefix)", run, wait, f, i+1, len(files), j, len(pkts), info.SequenceID, seq, next[info.SequenceID])
 				}
 				next[info.SequenceID]++
 				packets++
