@@ -57,15 +57,16 @@ type ConsumerSession interface {
 	Err() error
 	// Disable stops the session gracefully (final flush, final read).
 	Disable()
-	// Flush flushes the producers, bounded by timeout.
+	// Flush flushes the producers, bounded by timeout (0: the session's
+	// own flush timeout, as traced's default for timeout_ms 0).
 	Flush(timeout time.Duration, flags uint64) error
 	// ReadPackets takes up to about maxBytes of the packets read so far
 	// (at least one packet if there is any), oldest first.
 	ReadPackets(maxBytes int) [][]byte
 	// Free drops what was not read.
 	Free()
-	// TraceStats is the session's TraceStats message, encoded.
-	TraceStats() []byte
+	// TraceStats is the session's TraceStats message as of now, encoded.
+	TraceStats() ([]byte, error)
 	// WritesIntoFile: the session writes a file, ReadBuffers is refused.
 	WritesIntoFile() bool
 }
@@ -214,9 +215,6 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 		}
 		r := args.(*FlushRequest)
 		timeout := time.Duration(r.GetTimeoutMs()) * time.Millisecond
-		if timeout <= 0 {
-			timeout = 5 * time.Second
-		}
 		// The flush waits for producers: off the connection goroutine.
 		go func() {
 			if err := sess.Flush(timeout, r.GetFlags()); err != nil {
@@ -230,7 +228,15 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 			call.Fail()
 			return
 		}
-		_ = call.Reply(&GetTraceStatsResponse{TraceStats: sess.TraceStats()}, false)
+		// Computed on the session's goroutine: off the connection's.
+		go func() {
+			ts, err := sess.TraceStats()
+			if err != nil {
+				call.Fail()
+				return
+			}
+			_ = call.Reply(&GetTraceStatsResponse{TraceStats: ts}, false)
+		}()
 	case mQueryServiceState:
 		st := c.backend.QueryServiceState(args.(*QueryServiceStateRequest).GetSessionsOnly())
 		queryServiceState(call, st)

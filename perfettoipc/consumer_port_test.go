@@ -77,7 +77,7 @@ func (s *fakeSession) Err() error                        { return nil }
 func (s *fakeSession) Disable()                          { s.end() }
 func (s *fakeSession) Flush(time.Duration, uint64) error { return nil }
 func (s *fakeSession) Free()                             {}
-func (s *fakeSession) TraceStats() []byte                { return nil }
+func (s *fakeSession) TraceStats() ([]byte, error)       { return nil, nil }
 func (s *fakeSession) WritesIntoFile() bool              { return false }
 func (s *fakeSession) ReadPackets(max int) [][]byte {
 	n, size := 0, 0

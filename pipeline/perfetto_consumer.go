@@ -164,10 +164,12 @@ func (cs *consumerSession) Err() error {
 }
 func (cs *consumerSession) Disable() { cs.cancel() }
 
-// Flush is acknowledged without flushing: a running session flushes on
-// its flush_period and, at its end, finally (perfetto sends
-// DisableTracing right after Flush).
-func (cs *consumerSession) Flush(time.Duration, uint64) error { return nil }
+// Flush flushes the running session's data sources (Service.Flush):
+// nil once every one acknowledged within timeout (0: the session's
+// flush_timeout_ms), as traced answers a consumer's Flush.
+func (cs *consumerSession) Flush(timeout time.Duration, _ uint64) error {
+	return cs.svc.Flush(context.Background(), timeout)
+}
 
 func (cs *consumerSession) ReadPackets(maxBytes int) [][]byte {
 	if cs.mem == nil {
@@ -184,17 +186,34 @@ func (cs *consumerSession) Free() {
 
 func (cs *consumerSession) WritesIntoFile() bool { return cs.file }
 
-// TraceStats is the final TraceStats once the session ended, else the
-// counters of the status snapshot.
-func (cs *consumerSession) TraceStats() []byte {
-	cs.mu.Lock()
-	res := cs.res
-	cs.mu.Unlock()
-	var ts tracefile.TraceStats
-	if res != nil {
-		ts = res.Stats
+// TraceStats is the session's TraceStats as of now while it runs, the
+// final one once it ended.
+func (cs *consumerSession) TraceStats() ([]byte, error) {
+	final := func() *Result {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		return cs.res
 	}
-	return tracefile.AppendTraceStats(nil, &ts)
+	if res := final(); res != nil {
+		return tracefile.AppendTraceStatsMessage(nil, &res.Stats), nil
+	}
+	ts, err := cs.svc.TraceStats(context.Background())
+	if errors.Is(err, ErrSessionOver) {
+		// It ended meanwhile: its final stats are a moment away.
+		t := time.NewTimer(sinkCloseTime)
+		defer t.Stop()
+		select {
+		case <-cs.done:
+			if res := final(); res != nil {
+				return tracefile.AppendTraceStatsMessage(nil, &res.Stats), nil
+			}
+		case <-t.C:
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return tracefile.AppendTraceStatsMessage(nil, &ts), nil
 }
 
 // memSink keeps the packets a session read until the consumer's
