@@ -47,6 +47,11 @@ type ConsumerBackend interface {
 	// session owns it from now on, even on error.
 	EnableTracing(peer Peer, traceConfig []byte, outFD int) (ConsumerSession, error)
 	QueryServiceState(sessionsOnly bool) *TracingServiceState
+	// CloneSession clones a running session for peer, as traced's
+	// CloneSession: the clone is a finished, read-only session that
+	// ReadBuffers drains. A failure is a response with success false and
+	// an error, and a nil session.
+	CloneSession(peer Peer, r *CloneSessionRequest) (ConsumerSession, *CloneSessionResponse)
 }
 
 // ConsumerSession is one session a consumer enabled.
@@ -69,6 +74,14 @@ type ConsumerSession interface {
 	TraceStats() ([]byte, error)
 	// WritesIntoFile: the session writes a file, ReadBuffers is refused.
 	WritesIntoFile() bool
+	// Start starts a session enabled with deferred_start (StartTracing).
+	Start() error
+	// ChangeTraceConfig applies a new TraceConfig to the running session.
+	ChangeTraceConfig(traceConfig []byte) error
+	// Observe sends the session's events of the types in mask (bits of
+	// ObservableEvents.Type values) to emit, from any goroutine, until
+	// cancel or the session's end; emit must not block for long.
+	Observe(mask uint32, emit func(*ObservableEvents)) (cancel func(), err error)
 }
 
 // NewConsumerPort returns the ConsumerPort service for a Host.
@@ -114,6 +127,11 @@ type consumer struct {
 	// notify is set when EnableTracing's end-of-session reply must go
 	// out; Detach clears it (traced never answers a detached enable).
 	notify *enableWaiter
+	// observe is the ObserveEvents stream (nil: none) and observeMask the
+	// event types it asked for; stopObserve ends the session's side.
+	observe     *Call
+	observeMask uint32
+	stopObserve func()
 }
 
 // enableWaiter sends EnableTracing's reply when the session ends, unless
@@ -148,6 +166,14 @@ func DecodeConsumerArgs(method uint32, b []byte) (proto.Message, error) {
 		m = &GetTraceStatsRequest{}
 	case mQueryServiceState:
 		m = &QueryServiceStateRequest{}
+	case mChangeTraceConfig:
+		m = &ChangeTraceConfigRequest{}
+	case mObserveEvents:
+		m = &ObserveEventsRequest{}
+	case mQueryCapabilities:
+		m = &QueryCapabilitiesRequest{}
+	case mCloneSession:
+		m = &CloneSessionRequest{}
 	default:
 		return nil, nil
 	}
@@ -164,6 +190,13 @@ func (c *consumer) session() ConsumerSession {
 }
 
 func (c *consumer) Close() {
+	c.mu.Lock()
+	stop := c.stopObserve
+	c.stopObserve = nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	if s := c.session(); s != nil {
 		s.Disable()
 	}
@@ -244,10 +277,128 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 		c.detach(call, args.(*DetachRequest).GetKey())
 	case mAttach:
 		c.attach(call, args.(*AttachRequest).GetKey())
+	case mStartTracing:
+		if sess == nil || sess.Start() != nil {
+			call.Fail()
+			return
+		}
+		_ = call.Reply(&StartTracingResponse{}, false)
+		c.startObserving(sess) // a deferred session has nothing to observe before
+	case mChangeTraceConfig:
+		if sess == nil || sess.ChangeTraceConfig(args.(*ChangeTraceConfigRequest).GetTraceConfig()) != nil {
+			call.Fail()
+			return
+		}
+		_ = call.Reply(&ChangeTraceConfigResponse{}, false)
+	case mObserveEvents:
+		c.observeEvents(call, args.(*ObserveEventsRequest))
+	case mQueryCapabilities:
+		_ = call.Reply(&QueryCapabilitiesResponse{Capabilities: Capabilities()}, false)
+	case mCloneSession:
+		c.cloneSession(call, args.(*CloneSessionRequest))
 	default:
-		// StartTracing (deferred_start) is not served.
+		// SaveTraceForBugreport: deprecated in traced too.
 		call.Fail()
 	}
+}
+
+// Capabilities is what tracepipe's consumer port serves, in traced's
+// TracingServiceCapabilities: QueryCapabilities, the observable events
+// ObserveEvents sends and CloneSession; not TraceConfig.output_path (a
+// consumer passes the file descriptor instead).
+func Capabilities() *TracingServiceCapabilities {
+	return &TracingServiceCapabilities{
+		HasQueryCapabilities: proto.Bool(true),
+		ObservableEvents: []ObservableEvents_Type{
+			ObservableEvents_TYPE_DATA_SOURCES_INSTANCES, ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED,
+		},
+		HasTraceConfigOutputPath: proto.Bool(false),
+		HasCloneSession:          proto.Bool(true),
+	}
+}
+
+// observeEvents keeps call as the connection's event stream (replacing,
+// and ending, an earlier one) and starts observing the session, if any.
+// Types are the ObservableEvents.Type values; the mask is their OR as in
+// traced (TYPE_ALL_DATA_SOURCES_STARTED = 2, so bit values, not shifts).
+func (c *consumer) observeEvents(call *Call, r *ObserveEventsRequest) {
+	var mask uint32
+	for _, t := range r.GetEventsToObserve() {
+		mask |= t
+	}
+	c.mu.Lock()
+	old, stop := c.observe, c.stopObserve
+	c.observe, c.observeMask, c.stopObserve = call, mask, nil
+	sess := c.sess
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if old != nil {
+		_ = old.Reply(&ObserveEventsResponse{}, false)
+	}
+	if mask == 0 {
+		c.mu.Lock()
+		c.observe = nil
+		c.mu.Unlock()
+		_ = call.Reply(&ObserveEventsResponse{}, false)
+		return
+	}
+	if sess != nil {
+		c.startObserving(sess)
+	}
+}
+
+// startObserving connects the event stream, if any, to sess.
+func (c *consumer) startObserving(sess ConsumerSession) {
+	c.mu.Lock()
+	call, mask := c.observe, c.observeMask
+	c.mu.Unlock()
+	if call == nil {
+		return
+	}
+	stop, err := sess.Observe(mask, func(ev *ObservableEvents) {
+		_ = call.Reply(&ObserveEventsResponse{Events: ev}, true)
+	})
+	if err != nil {
+		return // the session ended: nothing more to observe
+	}
+	c.mu.Lock()
+	if c.observe == call {
+		c.stopObserve, stop = stop, c.stopObserve // a replaced observation ends
+	}
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// cloneSession clones another session into this connection's (which
+// must have none), as traced's CloneSession.
+func (c *consumer) cloneSession(call *Call, r *CloneSessionRequest) {
+	c.mu.Lock()
+	busy := c.sess != nil
+	c.mu.Unlock()
+	if busy {
+		_ = call.Reply(&CloneSessionResponse{Success: proto.Bool(false), Error: proto.String("this consumer already has a session")}, false)
+		return
+	}
+	// Cloning flushes and copies the buffers: off the connection goroutine.
+	go func() {
+		sess, resp := c.backend.CloneSession(c.conn.Peer(), r)
+		if sess != nil {
+			c.mu.Lock()
+			if c.sess == nil {
+				c.sess = sess
+			} else {
+				sess.Free()
+				sess = nil
+				resp = &CloneSessionResponse{Success: proto.Bool(false), Error: proto.String("this consumer already has a session")}
+			}
+			c.mu.Unlock()
+		}
+		_ = call.Reply(resp, false)
+	}()
 }
 
 // enable starts the session; EnableTracing's reply comes when it ends.
@@ -290,6 +441,7 @@ func (c *consumer) enable(call *Call, r *EnableTracingRequest, fd int) {
 	c.sess = sess
 	c.traceConfig = r.GetTraceConfig()
 	c.mu.Unlock()
+	c.startObserving(sess)
 	c.waitEnd(call, sess)
 }
 
@@ -371,6 +523,7 @@ func (c *consumer) attach(call *Call, key string) {
 	c.sess, c.traceConfig = e.sess, e.traceConfig
 	c.mu.Unlock()
 	_ = call.Reply(&AttachResponse{TraceConfig: e.traceConfig}, false)
+	c.startObserving(e.sess)
 }
 
 // readBuffers streams what the session read as slices, about 32 KiB of

@@ -58,7 +58,7 @@ func (s *Service) startTimers() {
 func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 	for !cond() {
 		s.snapAdvance()
-		s.flushAdvance()
+		s.loopAdvance()
 		var flushTimeout <-chan time.Time
 		if s.flush != nil {
 			flushTimeout = s.flush.timer.C

@@ -123,7 +123,7 @@ func (s *Service) flushRequested(fr *flushRequest) {
 }
 
 // flushAdvance starts the flush that queued requests wait for, once no
-// flush is pending; it runs before each wait of the service loop.
+// flush is pending (loopAdvance).
 func (s *Service) flushAdvance() {
 	if len(s.flushWant) == 0 || s.flush != nil {
 		return

@@ -1,8 +1,10 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,5 +183,149 @@ func (c *consumerClient) readAll() [][]byte {
 		if !r.GetHasMore() {
 			return pkts
 		}
+	}
+}
+
+// replyWithEvents waits for the reply to rid, collecting the
+// ObserveEvents stream's events (request obs) that arrive meanwhile.
+func (c *consumerClient) replyWithEvents(rid, obs uint64, events *[]*ipc.ObservableEvents) *ipc.Frame_InvokeMethodReply {
+	t := c.pd.t
+	t.Helper()
+	for {
+		f, _, err := c.pd.recv()
+		if err != nil {
+			t.Fatalf("waiting for reply %d: %v", rid, err)
+		}
+		r := f.GetMsgInvokeMethodReply()
+		switch f.GetRequestId() {
+		case obs:
+			var er ipc.ObserveEventsResponse
+			if !r.GetSuccess() || !r.GetHasMore() || proto.Unmarshal(r.GetReplyProto(), &er) != nil {
+				t.Fatalf("ObserveEvents reply %v", r)
+			}
+			*events = append(*events, er.GetEvents())
+		case rid:
+			return r
+		}
+	}
+}
+
+// The perfetto command's --background-wait path: ObserveEvents before a
+// deferred_start EnableTracing; nothing reaches the producer until
+// StartTracing; then the instance's STARTED change and
+// all_data_sources_started arrive on the stream, and its STOPPED change
+// when DisableTracing stopped it.
+func TestPerfettoConsumerObserveDeferredStart(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	pd := liveDouble(t, prodSock, reg, 20, false)
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	obs := c.pd.invoke("ObserveEvents", &ipc.ObserveEventsRequest{EventsToObserve: []uint32{1, 2}}, false)
+	tc := traceConfig(60_000, false, "test.perfetto_double")
+	tc = protowire.AppendTag(tc, 12, protowire.VarintType) // deferred_start
+	tc = protowire.AppendVarint(tc, 1)
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	var events []*ipc.ObservableEvents
+	// Not started: a flush fails and the producer was told nothing.
+	if r := c.replyWithEvents(c.pd.invoke("Flush", &ipc.FlushRequest{}, false), obs, &events); r.Success != nil {
+		t.Fatalf("Flush of a deferred session: %v", r)
+	}
+	pd.mu.Lock()
+	early := len(pd.commands)
+	pd.mu.Unlock()
+	if early != 0 || len(events) != 0 {
+		t.Fatalf("before StartTracing: producer commands %q, events %v", pd.commands, events)
+	}
+	if r := c.replyWithEvents(c.pd.invoke("StartTracing", &ipc.StartTracingRequest{}, false), obs, &events); !r.GetSuccess() {
+		t.Fatalf("StartTracing: %v", r)
+	}
+	pd.waitCommand("start_data_source")
+	// The events come on their own; a GetTraceStats round trip at a time
+	// until both are in (bounded).
+	started := func() (inst, all bool) {
+		for _, ev := range events {
+			for _, ch := range ev.GetInstanceStateChanges() {
+				if ch.GetProducerName() == "go-double" && ch.GetDataSourceName() == "test.perfetto_double" &&
+					ch.GetState() == ipc.ObservableEvents_DATA_SOURCE_INSTANCE_STATE_STARTED {
+					inst = true
+				}
+			}
+			all = all || ev.GetAllDataSourcesStarted()
+		}
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for inst, all := started(); !inst || !all; inst, all = started() {
+		if time.Now().After(deadline) {
+			t.Fatalf("events %v", events)
+		}
+		c.replyWithEvents(c.pd.invoke("GetTraceStats", &ipc.GetTraceStatsRequest{}, false), obs, &events)
+	}
+	n := len(events)
+	c.replyWithEvents(c.pd.invoke("DisableTracing", &ipc.DisableTracingRequest{}, false), obs, &events)
+	if r := c.replyWithEvents(enable, obs, &events); !r.GetSuccess() {
+		t.Fatalf("EnableTracing reply %v", r)
+	}
+	var stopped bool
+	for _, ev := range events[n:] {
+		for _, ch := range ev.GetInstanceStateChanges() {
+			stopped = stopped || ch.GetState() == ipc.ObservableEvents_DATA_SOURCE_INSTANCE_STATE_STOPPED
+		}
+	}
+	if !stopped {
+		t.Fatalf("no STOPPED change after DisableTracing: %v", events[n:])
+	}
+}
+
+// CloneSession from a second consumer, by unique_session_name: the clone
+// is a complete trace of its own (the clone trigger packet, every producer
+// packet committed so far) read with ReadBuffers, while the original
+// session records on and ends with all its packets too.
+func TestPerfettoConsumerCloneSession(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	const packets = 300
+	pd := liveDouble(t, prodSock, reg, packets, false)
+	a := dialConsumer(t, consSock)
+	defer a.pd.close()
+	tc := traceConfig(60_000, false, "test.perfetto_double")
+	tc = protowire.AppendTag(tc, 22, protowire.BytesType) // unique_session_name
+	tc = protowire.AppendString(tc, "golden-clone")
+	enable := a.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	pd.waitCommand("start_data_source")
+
+	b := dialConsumer(t, consSock)
+	defer b.pd.close()
+	var cr ipc.CloneSessionResponse
+	r := b.reply(b.pd.invoke("CloneSession", &ipc.CloneSessionRequest{Selector: &ipc.CloneSessionRequest_SessionId{SessionId: 99}}, false))
+	if proto.Unmarshal(r.GetReplyProto(), &cr) != nil || cr.GetSuccess() || !strings.Contains(cr.GetError(), "no such running session") {
+		t.Fatalf("clone of session 99: %v", &cr)
+	}
+	r = b.reply(b.pd.invoke("CloneSession", &ipc.CloneSessionRequest{Selector: &ipc.CloneSessionRequest_UniqueSessionName{UniqueSessionName: "golden-clone"},
+		CloneTriggerName: proto.String("golden-trigger")}, false))
+	if proto.Unmarshal(r.GetReplyProto(), &cr) != nil || !cr.GetSuccess() || cr.GetUuidMsb() == 0 && cr.GetUuidLsb() == 0 || cr.GetWasWriteIntoFile() {
+		t.Fatalf("clone: %v", &cr)
+	}
+	if pd.count("flush") < 1 || pd.count("stop_data_source") != 0 {
+		t.Fatalf("producer commands %q: the clone flushes, the session goes on", pd.commands)
+	}
+	cloned := b.readAll()
+	if got := countDoublePackets(t, cloned); got != packets {
+		t.Fatalf("%d of %d producer packets in the clone", got, packets)
+	}
+	var trig bool
+	for _, p := range cloned {
+		trig = trig || bytes.Contains(p, []byte("golden-trigger"))
+	}
+	if !trig {
+		t.Fatal("the clone has no clone_snapshot_trigger packet naming the trigger")
+	}
+	// The original records on: its own stats still run, and it ends whole.
+	if st := a.traceStats(); st.FlushesSucceeded < 1 {
+		t.Fatalf("original session after the clone: %d flushes", st.FlushesSucceeded)
+	}
+	a.reply(a.pd.invoke("DisableTracing", &ipc.DisableTracingRequest{}, false))
+	a.reply(enable)
+	if got := countDoublePackets(t, a.readAll()); got != packets {
+		t.Fatalf("%d of %d producer packets in the original", got, packets)
 	}
 }

@@ -149,6 +149,7 @@ type Service struct {
 	// (loopcall.go).
 	calls     chan func()
 	flushWant []*flushRequest
+	observers []*observer // observe.go
 }
 
 // bufferState is one configured buffer and what the service tracks of it.
