@@ -132,6 +132,7 @@ type consumer struct {
 	observe     *Call
 	observeMask uint32
 	stopObserve func()
+	rbuf        []byte // ReadBuffers replies are encoded here (connection goroutine)
 }
 
 // enableWaiter sends EnableTracing's reply when the session ends, unless
@@ -232,7 +233,7 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 			call.Fail()
 			return
 		}
-		readBuffers(call, sess)
+		c.rbuf = readBuffers(call, sess, c.rbuf)
 	case mFreeBuffers:
 		if sess == nil {
 			call.Fail()
@@ -530,14 +531,11 @@ func (c *consumer) attach(call *Call, key string) {
 // packet bytes per reply, has_more on all but the last. A packet larger
 // than a reply is cut into slices across replies; the last slice of each
 // packet says so. Slices carry no 0x0A preamble (the consumer adds it).
-func readBuffers(call *Call, sess ConsumerSession) {
-	resp := &ReadBuffersResponse{}
+// Each reply is encoded into buf (reused: nothing is allocated per reply
+// or slice once it has grown); it returns buf for the next call.
+func readBuffers(call *Call, sess ConsumerSession, buf []byte) []byte {
+	buf = buf[:0]
 	size := 0
-	send := func(last bool) {
-		_ = call.Reply(resp, !last)
-		resp = &ReadBuffersResponse{}
-		size = 0
-	}
 	for {
 		pkts := sess.ReadPackets(readBuffersReplyBytes)
 		if len(pkts) == 0 {
@@ -547,11 +545,11 @@ func readBuffers(call *Call, sess ConsumerSession) {
 			for {
 				room := readBuffersReplyBytes - size
 				if room <= 0 {
-					send(false)
-					room = readBuffersReplyBytes
+					_ = call.ReplyRaw(buf, true)
+					buf, size, room = buf[:0], 0, readBuffersReplyBytes
 				}
 				n := min(len(p), room)
-				resp.Slices = append(resp.Slices, &ReadBuffersResponse_Slice{Data: p[:n], LastSliceForPacket: proto.Bool(n == len(p))})
+				buf = appendSlice(buf, p[:n], n == len(p))
 				size += n + 8 // a slice's own encoding overhead, roughly
 				p = p[n:]
 				if len(p) == 0 {
@@ -560,7 +558,8 @@ func readBuffers(call *Call, sess ConsumerSession) {
 			}
 		}
 	}
-	send(true)
+	_ = call.ReplyRaw(buf, false)
+	return buf
 }
 
 // serviceStateReplyBytes bounds one QueryServiceState reply; a larger
