@@ -114,18 +114,40 @@ func producerPackets(t *testing.T, pkts [][]byte) [][]byte {
 	return out
 }
 
-// TestGoldenSessionReplay plays both clients of capture a_probes (the
-// perfetto command and traced_probes) against tracepipe: the producer's
-// recorded frames go to the producer socket, the consumer's to the
-// consumer socket, each when the capture shows it. Where traced_probes
-// wrote into the SMB (the capture has no SMB contents), the test writes
-// the producer packets of the capture's trace at the place its recorded
-// CommitData names. Every reply is checked against traced's (method
-// tables, success flags, the GetAsyncCommand sequence with the configs
-// the producer receives), and the ReadBuffers stream, rebuilt into
-// packets, carries the same producer packets as traced's trace.
+// TestGoldenSessionReplay plays both clients of a capture (the perfetto
+// command and traced_probes) against tracepipe: the producer's recorded
+// frames go to the producer socket, the consumer's to the consumer
+// socket, each when the capture shows it (the output file passed where
+// the capture passed one). Where traced_probes wrote into the SMB (the
+// capture has no SMB contents), the test writes the producer packets of
+// the capture's trace at the first CommitData that moves a chunk. Every
+// reply is checked against traced's (method tables, success flags, the
+// GetAsyncCommand sequence with the configs the producer receives), and
+// the ReadBuffers stream (or the file), rebuilt into packets, carries the
+// same producer packets as traced's trace.
+//
+// What legitimately differs, and is tolerated: flush ids and flags;
+// traced's periodic flush in write_into_file mode (c: tracepipe has no
+// flush_period there; the producer's answer to it is skipped); the flush
+// tracepipe sends when a session stops (traced stops a disabled session
+// without one: e), which the replay acknowledges; the number of
+// ReadBuffers replies (h); and CommitData patches, which name
+// traced_probes' own chunks (the replay's writer lays its chunks out
+// itself, so the recorded patches are not applied).
 func TestGoldenSessionReplay(t *testing.T) {
-	dir := testsupport.GoldenDir(t, "perfetto-ipc", "a_probes")
+	for _, capture := range []string{"a_probes", "c_probes_write_into_file", "e_probes_sigint", "h_probes_large_readbuffers"} {
+		t.Run(capture, func(t *testing.T) { replayGoldenSession(t, capture) })
+	}
+}
+
+// received is a frame read from a socket, with its descriptors.
+type received struct {
+	f   *ipc.Frame
+	fds []int
+}
+
+func replayGoldenSession(t *testing.T, capture string) {
+	dir := testsupport.GoldenDir(t, "perfetto-ipc", capture)
 	rows := readGoldenRows(t, dir)
 	goldenTrace := readTrace(t, filepath.Join(dir, "trace.pftrace"))
 	var raw [][]byte
@@ -133,7 +155,7 @@ func TestGoldenSessionReplay(t *testing.T) {
 		raw = append(raw, p.raw)
 	}
 	want := producerPackets(t, raw)
-	if len(want) < 5 { // traced_probes wrote 5 sys_stats packets in a_probes
+	if len(want) < 4 { // traced_probes wrote 4 (e) to 201 (h) sys_stats packets
 		t.Fatalf("%d producer packets in the golden trace", len(want))
 	}
 
@@ -148,48 +170,130 @@ func TestGoldenSessionReplay(t *testing.T) {
 	prod, cons := dial(prodSock), dial(consSock)
 	defer prod.close()
 	defer cons.close()
+	outPath := filepath.Join(t.TempDir(), "trace.pftrace")
 
 	methods := map[string]map[uint64]string{"producer": {}, "consumer": {}}
 	var mem *smb.SMB
-	var ourFlush uint64
+	var ourFlush, gacRID uint64
 	var readBack [][]byte
 	var cur []byte
-	for _, r := range rows {
+	written := false
+	moved := map[[2]uint32]bool{}
+	pushedBack := map[string]*received{}
+	readDone := map[uint64]bool{} // ReadBuffers requests already read to their end
+	skipProducer := false         // skipping the producer's answer to a flush tracepipe did not send
+	extraFlushes := 0
+	recv := func(socket string, conn *perfettoDouble) received {
+		if r := pushedBack[socket]; r != nil {
+			pushedBack[socket] = nil
+			return *r
+		}
+		f, fds, err := conn.recv()
+		if err != nil {
+			t.Fatalf("%s socket: %v", socket, err)
+		}
+		return received{f, fds}
+	}
+	ackFlush := func(id uint64) {
+		var cd smb.CommitData
+		cd.FlushRequestID = id
+		prod.invokeRawID(methodID(t, methods, "CommitData"), cd.AppendMarshal(nil))
+	}
+	for i, r := range rows {
 		conn := prod
 		if !r.producer {
 			conn = cons
 		}
-		where := fmt.Sprintf("seq %d %s %s", r.seq, r.socket, r.method)
+		where := fmt.Sprintf("%s seq %d %s %s", capture, r.seq, r.socket, r.method)
+		if r.producer && skipProducer {
+			if r.c2s || methods["producer"][r.frame.GetRequestId()] != "GetAsyncCommand" {
+				continue
+			}
+			skipProducer = false
+		}
 		if r.c2s {
 			methods[r.socket][r.frame.GetRequestId()] = r.method
 			frame := r.raw
-			if r.method == "CommitData" {
+			switch r.method {
+			case "GetAsyncCommand":
+				gacRID = r.frame.GetRequestId()
+			case "CommitData":
 				var cd smb.CommitData
 				if err := cd.Unmarshal(r.frame.GetMsgInvokeMethod().GetArgsProto()); err != nil {
 					t.Fatal(err)
 				}
-				if len(cd.ChunksToMove) > 0 {
+				if len(cd.ChunksToMove) > 0 && !written {
 					writeGoldenPackets(t, mem, want)
+					written = true
 				}
-				if cd.FlushRequestID != 0 {
-					// The flush id is ours, not traced's.
-					cd.FlushRequestID = ourFlush
-					inv := proto.Clone(r.frame).(*ipc.Frame)
-					inv.GetMsgInvokeMethod().ArgsProto = cd.AppendMarshal(nil)
-					var err error
-					if frame, err = ipc.AppendFrame(nil, inv); err != nil {
-						t.Fatal(err)
+				cd.ChunksToPatch = nil // traced_probes' chunks, not the replay's
+				// A chunk moved once is free again in the SMB: traced_probes
+				// had refilled it (c), the replay has nothing more to write.
+				kept := cd.ChunksToMove[:0]
+				for _, m := range cd.ChunksToMove {
+					if k := [2]uint32{m.Page, m.Chunk}; !moved[k] {
+						moved[k] = true
+						kept = append(kept, m)
 					}
 				}
+				cd.ChunksToMove = kept
+				if cd.FlushRequestID != 0 {
+					cd.FlushRequestID = ourFlush // the flush id is ours, not traced's
+				}
+				inv := proto.Clone(r.frame).(*ipc.Frame)
+				inv.GetMsgInvokeMethod().ArgsProto = cd.AppendMarshal(nil)
+				var err error
+				if frame, err = ipc.AppendFrame(nil, inv); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if r.fds > 0 { // the output file, as perfetto -o passes it
+				f, err := os.OpenFile(outPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _, err = conn.uc.WriteMsgUnix(frame, unix.UnixRights(int(f.Fd())), nil)
+				f.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				continue
 			}
 			if _, err := conn.uc.Write(frame); err != nil {
 				t.Fatal(err)
 			}
 			continue
 		}
-		got, fds, err := conn.recv()
-		if err != nil {
-			t.Fatalf("%s: %v", where, err)
+		if readDone[r.frame.GetRequestId()] && !r.producer {
+			continue // a later reply of a ReadBuffers stream already read
+		}
+		var got *ipc.Frame
+		var fds []int
+		for {
+			rc := recv(r.socket, conn)
+			got, fds = rc.f, rc.fds
+			if !r.producer || got.GetRequestId() != gacRID || methods["producer"][r.frame.GetRequestId()] != "GetAsyncCommand" {
+				break
+			}
+			var wc, gc ipc.GetAsyncCommandResponse
+			_ = proto.Unmarshal(r.frame.GetMsgInvokeMethodReply().GetReplyProto(), &wc)
+			_ = proto.Unmarshal(got.GetMsgInvokeMethodReply().GetReplyProto(), &gc)
+			if gc.GetFlush() != nil && wc.GetFlush() == nil {
+				// tracepipe flushes before it stops: acknowledge, read on.
+				extraFlushes++
+				ackFlush(gc.GetFlush().GetRequestId())
+				continue
+			}
+			if gc.GetFlush() == nil && wc.GetFlush() != nil {
+				// traced's periodic flush: tracepipe sent none here.
+				pushedBack[r.socket] = &rc
+				skipProducer = true
+				break
+			}
+			break
+		}
+		if skipProducer {
+			continue
 		}
 		if len(fds) != r.fds {
 			t.Fatalf("%s: %d descriptors, traced sent %d", where, len(fds), r.fds)
@@ -213,8 +317,7 @@ func TestGoldenSessionReplay(t *testing.T) {
 			_ = proto.Unmarshal(w.GetReplyProto(), &wc)
 			_ = proto.Unmarshal(g.GetReplyProto(), &gc)
 			if f := gc.GetFlush(); f != nil {
-				// Flush ids and flags are the service's own (tracepipe
-				// does not tell the producer why it flushes).
+				// Flush ids and flags are the service's own.
 				ourFlush = f.GetRequestId()
 				if fmt.Sprint(f.GetDataSourceIds()) != fmt.Sprint(wc.GetFlush().GetDataSourceIds()) || ourFlush == 0 {
 					t.Fatalf("%s: %v, traced %v", where, &gc, &wc)
@@ -225,6 +328,7 @@ func TestGoldenSessionReplay(t *testing.T) {
 				t.Fatalf("%s: command %v, traced %v", where, &gc, &wc)
 			}
 			if gc.GetSetupTracing() != nil {
+				var err error
 				if mem, err = smb.MapFD(fds[0], int(gc.GetSetupTracing().GetSharedBufferPageSizeKb())*1024); err != nil {
 					t.Fatal(err)
 				}
@@ -237,6 +341,7 @@ func TestGoldenSessionReplay(t *testing.T) {
 				t.Fatalf("%s: %v", where, &er)
 			}
 		case "ReadBuffers":
+			readDone[r.frame.GetRequestId()] = true
 			for {
 				var rb ipc.ReadBuffersResponse
 				if err := proto.Unmarshal(g.GetReplyProto(), &rb); err != nil {
@@ -266,6 +371,12 @@ func TestGoldenSessionReplay(t *testing.T) {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
+		_ = i
+	}
+	if readBack == nil { // write_into_file: the trace is in the passed file
+		for _, p := range readTrace(t, outPath) {
+			readBack = append(readBack, p.raw)
+		}
 	}
 	got := producerPackets(t, readBack)
 	if len(got) != len(want) {
@@ -275,6 +386,30 @@ func TestGoldenSessionReplay(t *testing.T) {
 		if !bytes.Equal(got[i], want[i]) {
 			t.Fatalf("producer packet %d: %x, traced's %x", i, got[i], want[i])
 		}
+	}
+	t.Logf("%s: %d producer packets as traced's; %d flushes tracepipe sent that traced did not (periodic, or at stop)", capture, len(got), extraFlushes)
+}
+
+// methodID is the id the producer socket's bind reply gave method.
+func methodID(t *testing.T, methods map[string]map[uint64]string, method string) uint32 {
+	t.Helper()
+	for i, m := range ipc.ProducerPortMethods {
+		if m == method {
+			return uint32(i + 1)
+		}
+	}
+	t.Fatalf("no method %s", method)
+	return 0
+}
+
+// invokeRawID invokes a method by id with drop_reply (the replay's own
+// request ids start far above the capture's).
+func (pd *perfettoDouble) invokeRawID(method uint32, args []byte) {
+	pd.rid++
+	f := &ipc.Frame{RequestId: proto.Uint64(1<<20 + pd.rid), Msg: &ipc.Frame_MsgInvokeMethod{MsgInvokeMethod: &ipc.Frame_InvokeMethod{
+		ServiceId: proto.Uint32(1), MethodId: proto.Uint32(method), ArgsProto: args, DropReply: proto.Bool(true)}}}
+	if err := pd.send(f); err != nil {
+		pd.t.Fatal(err)
 	}
 }
 
