@@ -33,7 +33,11 @@ type goldenRow struct {
 	producer bool
 }
 
-func readGoldenRows(t *testing.T, dir string) []goldenRow {
+func readGoldenRows(t *testing.T, dir string) []goldenRow { return readGoldenConnRows(t, dir, "1") }
+
+// readGoldenConnRows reads the rows of the producer connection prodConn
+// and of the first consumer connection.
+func readGoldenConnRows(t *testing.T, dir, prodConn string) []goldenRow {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "index.tsv"))
 	if err != nil {
@@ -47,8 +51,8 @@ func readGoldenRows(t *testing.T, dir string) []goldenRow {
 	sc.Scan()
 	for sc.Scan() {
 		c := strings.Split(sc.Text(), "\t")
-		if len(c) < 12 || c[3] != "1" {
-			continue // the first connection of each socket
+		if len(c) < 12 || c[2] == "producer" && c[3] != prodConn || c[2] == "consumer" && c[3] != "1" {
+			continue // one connection of each socket
 		}
 		r := goldenRow{socket: c[2], c2s: c[4] == "client->traced", method: c[11], producer: c[2] == "producer"}
 		r.seq, _ = strconv.Atoi(c[0])
@@ -59,7 +63,7 @@ func readGoldenRows(t *testing.T, dir string) []goldenRow {
 		if r.c2s {
 			dirn = "c2s"
 		}
-		name := c[2] + ".conn1." + dirn + ".frames.bin"
+		name := c[2] + ".conn" + c[3] + "." + dirn + ".frames.bin"
 		if streams[name] == nil {
 			if streams[name], err = os.ReadFile(filepath.Join(dir, name)); err != nil {
 				t.Fatal(err)
@@ -135,8 +139,11 @@ func producerPackets(t *testing.T, pkts [][]byte) [][]byte {
 // traced_probes' own chunks (the replay's writer lays its chunks out
 // itself, so the recorded patches are not applied).
 func TestGoldenSessionReplay(t *testing.T) {
-	for _, capture := range []string{"a_probes", "c_probes_write_into_file", "e_probes_sigint", "h_probes_large_readbuffers"} {
-		t.Run(capture, func(t *testing.T) { replayGoldenSession(t, capture) })
+	for _, tc := range []struct{ capture, prodConn string }{
+		{"a_probes", "1"}, {"b_track_event", "1"}, {"c_probes_write_into_file", "1"}, {"e_probes_sigint", "1"},
+		{"g_sdk_startup_tracing", "2"}, {"h_probes_large_readbuffers", "1"},
+	} {
+		t.Run(tc.capture, func(t *testing.T) { replayGoldenSession(t, tc.capture, tc.prodConn) })
 	}
 }
 
@@ -146,16 +153,16 @@ type received struct {
 	fds []int
 }
 
-func replayGoldenSession(t *testing.T, capture string) {
+func replayGoldenSession(t *testing.T, capture, prodConn string) {
 	dir := testsupport.GoldenDir(t, "perfetto-ipc", capture)
-	rows := readGoldenRows(t, dir)
+	rows := readGoldenConnRows(t, dir, prodConn)
 	goldenTrace := readTrace(t, filepath.Join(dir, "trace.pftrace"))
 	var raw [][]byte
 	for _, p := range goldenTrace {
 		raw = append(raw, p.raw)
 	}
 	want := producerPackets(t, raw)
-	if len(want) < 4 { // traced_probes wrote 4 (e) to 201 (h) sys_stats packets
+	if len(want) < 4 { // the producers wrote 4 (e) to 201 (h) packets
 		t.Fatalf("%d producer packets in the golden trace", len(want))
 	}
 
@@ -217,6 +224,13 @@ func replayGoldenSession(t *testing.T, capture string) {
 			switch r.method {
 			case "GetAsyncCommand":
 				gacRID = r.frame.GetRequestId()
+			case "RegisterTraceWriter":
+				// The producer writes once its writer exists (g never
+				// commits: traced scraped its SMB at stop).
+				if !written {
+					writeGoldenPackets(t, mem, want)
+					written = true
+				}
 			case "CommitData":
 				var cd smb.CommitData
 				if err := cd.Unmarshal(r.frame.GetMsgInvokeMethod().GetArgsProto()); err != nil {
@@ -246,6 +260,24 @@ func replayGoldenSession(t *testing.T, capture string) {
 				if frame, err = ipc.AppendFrame(nil, inv); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if r.fds > 0 && r.method == "InitializeConnection" {
+				// The producer's own SMB (startup tracing, g): a sealed
+				// memfd the replay maps too, to write into.
+				var ic ipc.InitializeConnectionRequest
+				if err := proto.Unmarshal(r.frame.GetMsgInvokeMethod().GetArgsProto(), &ic); err != nil {
+					t.Fatal(err)
+				}
+				fd := sealedSMB(t, int(ic.GetSharedMemorySizeHintBytes()))
+				_, _, err := conn.uc.WriteMsgUnix(frame, unix.UnixRights(fd), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mem, err = smb.MapFD(fd, int(ic.GetSharedMemoryPageSizeHintBytes())); err != nil {
+					t.Fatal(err)
+				}
+				defer mem.Close()
+				continue
 			}
 			if r.fds > 0 { // the output file, as perfetto -o passes it
 				f, err := os.OpenFile(outPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -327,7 +359,7 @@ func replayGoldenSession(t *testing.T, capture string) {
 			if !proto.Equal(&wc, &gc) {
 				t.Fatalf("%s: command %v, traced %v", where, &gc, &wc)
 			}
-			if gc.GetSetupTracing() != nil {
+			if gc.GetSetupTracing() != nil && len(fds) == 1 { // (g: the producer's own SMB, no descriptor)
 				var err error
 				if mem, err = smb.MapFD(fds[0], int(gc.GetSetupTracing().GetSharedBufferPageSizeKb())*1024); err != nil {
 					t.Fatal(err)
@@ -388,6 +420,23 @@ func replayGoldenSession(t *testing.T, capture string) {
 		}
 	}
 	t.Logf("%s: %d producer packets as traced's; %d flushes tracepipe sent that traced did not (periodic, or at stop)", capture, len(got), extraFlushes)
+}
+
+// sealedSMB makes a memfd as Perfetto's SDK makes its own SMB (sealed
+// against shrinking, growing and further seals).
+func sealedSMB(t *testing.T, size int) int {
+	t.Helper()
+	fd, err := unix.MemfdCreate("perfetto_shmem", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		t.Fatal(err)
+	}
+	return fd
 }
 
 // methodID is the id the producer socket's bind reply gave method.
