@@ -83,7 +83,8 @@ type flushRequest struct {
 // all acknowledged, or an error when one did not within timeout (0: the
 // session's flush_timeout), died, or was still busy with an earlier
 // flush. A flush already running when Flush is called does not count: a
-// new one starts after it. It fails once the session stopped recording.
+// new one starts after it, and after the data sources still starting.
+// It fails once the session stopped recording.
 func (s *Service) Flush(ctx context.Context, timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = s.cfg.FlushTimeout
@@ -127,6 +128,14 @@ func (s *Service) flushRequested(fr *flushRequest) {
 func (s *Service) flushAdvance() {
 	if len(s.flushWant) == 0 || s.flush != nil {
 		return
+	}
+	// A data source still starting is flushed once it started (or failed
+	// to, bounded by the start timeout): a flush asked right after the
+	// session began must reach it, not skip it.
+	for _, p := range s.producers {
+		if p.state == stateStarting {
+			return
+		}
 	}
 	reqs := s.flushWant
 	s.flushWant = nil

@@ -291,7 +291,11 @@ func TestPerfettoConsumerCloneSession(t *testing.T) {
 	tc = protowire.AppendTag(tc, 22, protowire.BytesType) // unique_session_name
 	tc = protowire.AppendString(tc, "golden-clone")
 	enable := a.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
-	pd.waitCommand("start_data_source")
+	// Once the original's Flush is answered, the producer has started and
+	// committed everything it wrote.
+	if r := a.reply(a.pd.invoke("Flush", &ipc.FlushRequest{TimeoutMs: proto.Uint32(10_000)}, false)); !r.GetSuccess() {
+		t.Fatalf("Flush: %v", r)
+	}
 
 	b := dialConsumer(t, consSock)
 	defer b.pd.close()
@@ -305,8 +309,8 @@ func TestPerfettoConsumerCloneSession(t *testing.T) {
 	if proto.Unmarshal(r.GetReplyProto(), &cr) != nil || !cr.GetSuccess() || cr.GetUuidMsb() == 0 && cr.GetUuidLsb() == 0 || cr.GetWasWriteIntoFile() {
 		t.Fatalf("clone: %v", &cr)
 	}
-	if pd.count("flush") < 1 || pd.count("stop_data_source") != 0 {
-		t.Fatalf("producer commands %q: the clone flushes, the session goes on", pd.commands)
+	if pd.count("flush") != 2 || pd.count("stop_data_source") != 0 {
+		t.Fatalf("producer commands %q: the clone flushes (after the original's Flush), the session goes on", pd.commands)
 	}
 	cloned := b.readAll()
 	if got := countDoublePackets(t, cloned); got != packets {

@@ -25,6 +25,7 @@ import (
 type goldenRow struct {
 	seq      int
 	socket   string
+	conn     string // the proxy's connection number on that socket
 	c2s      bool
 	fds      int
 	method   string
@@ -36,7 +37,7 @@ type goldenRow struct {
 func readGoldenRows(t *testing.T, dir string) []goldenRow { return readGoldenConnRows(t, dir, "1") }
 
 // readGoldenConnRows reads the rows of the producer connection prodConn
-// and of the first consumer connection.
+// and of every consumer connection.
 func readGoldenConnRows(t *testing.T, dir, prodConn string) []goldenRow {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "index.tsv"))
@@ -51,10 +52,10 @@ func readGoldenConnRows(t *testing.T, dir, prodConn string) []goldenRow {
 	sc.Scan()
 	for sc.Scan() {
 		c := strings.Split(sc.Text(), "\t")
-		if len(c) < 12 || c[2] == "producer" && c[3] != prodConn || c[2] == "consumer" && c[3] != "1" {
-			continue // one connection of each socket
+		if len(c) < 12 || c[2] == "producer" && c[3] != prodConn {
+			continue // the producer's one connection
 		}
-		r := goldenRow{socket: c[2], c2s: c[4] == "client->traced", method: c[11], producer: c[2] == "producer"}
+		r := goldenRow{socket: c[2], conn: c[3], c2s: c[4] == "client->traced", method: c[11], producer: c[2] == "producer"}
 		r.seq, _ = strconv.Atoi(c[0])
 		r.fds, _ = strconv.Atoi(c[7])
 		off, _ := strconv.Atoi(c[5])
@@ -130,17 +131,19 @@ func producerPackets(t *testing.T, pkts [][]byte) [][]byte {
 // the ReadBuffers stream (or the file), rebuilt into packets, carries the
 // same producer packets as traced's trace.
 //
-// What legitimately differs, and is tolerated: flush ids and flags;
-// traced's periodic flush in write_into_file mode (c: tracepipe has no
-// flush_period there; the producer's answer to it is skipped); the flush
-// tracepipe sends when a session stops (traced stops a disabled session
-// without one: e), which the replay acknowledges; the number of
-// ReadBuffers replies (h); and CommitData patches, which name
+// What legitimately differs, and is tolerated: flush ids and flags; when
+// flushes happen (periodic ones in write_into_file mode, c and f, come at
+// each service's own times; tracepipe also flushes when a session stops,
+// traced does not after a consumer's Flush, e): a flush tracepipe sends
+// where the capture has none is acknowledged, a recorded flush tracepipe
+// did not send there is skipped with the producer's answer; the number of
+// ReadBuffers replies (h); pids, versions and session lists in
+// QueryServiceState (f); and CommitData patches, which name
 // traced_probes' own chunks (the replay's writer lays its chunks out
 // itself, so the recorded patches are not applied).
 func TestGoldenSessionReplay(t *testing.T) {
 	for _, tc := range []struct{ capture, prodConn string }{
-		{"a_probes", "1"}, {"b_track_event", "1"}, {"c_probes_write_into_file", "1"}, {"e_probes_sigint", "1"},
+		{"a_probes", "1"}, {"b_track_event", "1"}, {"c_probes_write_into_file", "1"}, {"e_probes_sigint", "1"}, {"f_probes_detach_attach", "1"},
 		{"g_sdk_startup_tracing", "2"}, {"h_probes_large_readbuffers", "1"},
 	} {
 		t.Run(tc.capture, func(t *testing.T) { replayGoldenSession(t, tc.capture, tc.prodConn) })
@@ -162,7 +165,7 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 		raw = append(raw, p.raw)
 	}
 	want := producerPackets(t, raw)
-	if len(want) < 4 { // the producers wrote 4 (e) to 201 (h) packets
+	if len(want) < 3 { // the producers wrote 3 (f) to 201 (h) packets
 		t.Fatalf("%d producer packets in the golden trace", len(want))
 	}
 
@@ -174,12 +177,31 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 		}
 		return &perfettoDouble{t: t, uc: c.(*net.UnixConn)}
 	}
-	prod, cons := dial(prodSock), dial(consSock)
+	prod := dial(prodSock)
 	defer prod.close()
-	defer cons.close()
+	// Consumer connections open as the capture's do; a new one means the
+	// perfetto command before it exited (f: detach, query, attach).
+	conss := map[string]*perfettoDouble{}
+	consumer := func(conn string) *perfettoDouble {
+		if c := conss[conn]; c != nil {
+			return c
+		}
+		for k, c := range conss {
+			c.close()
+			delete(conss, k)
+		}
+		conss[conn] = dial(consSock)
+		return conss[conn]
+	}
+	defer func() {
+		for _, c := range conss {
+			c.close()
+		}
+	}()
+	var enableConfig []byte // the TraceConfig the consumer sent
 	outPath := filepath.Join(t.TempDir(), "trace.pftrace")
 
-	methods := map[string]map[uint64]string{"producer": {}, "consumer": {}}
+	methods := map[string]map[uint64]string{"producer": {}} // by socket and connection
 	var mem *smb.SMB
 	var ourFlush, gacRID uint64
 	var readBack [][]byte
@@ -187,7 +209,7 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 	written := false
 	moved := map[[2]uint32]bool{}
 	pushedBack := map[string]*received{}
-	readDone := map[uint64]bool{} // ReadBuffers requests already read to their end
+	readDone := map[string]bool{} // ReadBuffers requests already read to their end (connection/request)
 	skipProducer := false         // skipping the producer's answer to a flush tracepipe did not send
 	extraFlushes := 0
 	recv := func(socket string, conn *perfettoDouble) received {
@@ -208,10 +230,16 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 	}
 	for i, r := range rows {
 		conn := prod
+		key := "producer"
 		if !r.producer {
-			conn = cons
+			conn = consumer(r.conn)
+			key = "consumer" + r.conn
+			if methods[key] == nil {
+				methods[key] = map[uint64]string{}
+			}
 		}
-		where := fmt.Sprintf("%s seq %d %s %s", capture, r.seq, r.socket, r.method)
+		where := fmt.Sprintf("%s seq %d %s %s", capture, r.seq, key, r.method)
+		rkey := fmt.Sprint(key, "/", r.frame.GetRequestId())
 		if r.producer && skipProducer {
 			if r.c2s || methods["producer"][r.frame.GetRequestId()] != "GetAsyncCommand" {
 				continue
@@ -219,11 +247,15 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 			skipProducer = false
 		}
 		if r.c2s {
-			methods[r.socket][r.frame.GetRequestId()] = r.method
+			methods[key][r.frame.GetRequestId()] = r.method
 			frame := r.raw
 			switch r.method {
 			case "GetAsyncCommand":
 				gacRID = r.frame.GetRequestId()
+			case "EnableTracing":
+				if tc := ipcEnableConfig(t, r.frame); tc != nil {
+					enableConfig = tc
+				}
 			case "RegisterTraceWriter":
 				// The producer writes once its writer exists (g never
 				// commits: traced scraped its SMB at stop).
@@ -296,7 +328,7 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 			}
 			continue
 		}
-		if readDone[r.frame.GetRequestId()] && !r.producer {
+		if readDone[rkey] {
 			continue // a later reply of a ReadBuffers stream already read
 		}
 		var got *ipc.Frame
@@ -343,7 +375,7 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 		if g == nil || w.GetSuccess() != g.GetSuccess() || (w.Success == nil) != (g.Success == nil) {
 			t.Fatalf("%s: %v, traced %v", where, got, r.frame)
 		}
-		switch methods[r.socket][r.frame.GetRequestId()] {
+		switch methods[key][r.frame.GetRequestId()] {
 		case "GetAsyncCommand":
 			var wc, gc ipc.GetAsyncCommandResponse
 			_ = proto.Unmarshal(w.GetReplyProto(), &wc)
@@ -373,7 +405,7 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 				t.Fatalf("%s: %v", where, &er)
 			}
 		case "ReadBuffers":
-			readDone[r.frame.GetRequestId()] = true
+			readDone[rkey] = true
 			for {
 				var rb ipc.ReadBuffersResponse
 				if err := proto.Unmarshal(g.GetReplyProto(), &rb); err != nil {
@@ -394,6 +426,32 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 					t.Fatalf("%s: next reply %v %v", where, f, err)
 				}
 				g = f.GetMsgInvokeMethodReply()
+			}
+		case "Attach":
+			// The session's TraceConfig, as the consumer sent it.
+			var ar ipc.AttachResponse
+			if proto.Unmarshal(g.GetReplyProto(), &ar) != nil || !bytes.Equal(ar.GetTraceConfig(), enableConfig) || g.GetHasMore() {
+				t.Fatalf("%s: %v, want the enabled config", where, got)
+			}
+		case "QueryServiceState":
+			// The same producers and data sources; pids, versions and
+			// session lists are each service's own.
+			var wq, gq ipc.QueryServiceStateResponse
+			if proto.Unmarshal(w.GetReplyProto(), &wq) != nil || proto.Unmarshal(g.GetReplyProto(), &gq) != nil || g.GetHasMore() {
+				t.Fatalf("%s: %v", where, got)
+			}
+			names := func(st *ipc.TracingServiceState) string {
+				var n []string
+				for _, p := range st.GetProducers() {
+					n = append(n, "producer "+p.GetName())
+				}
+				for _, d := range st.GetDataSources() {
+					n = append(n, d.GetDsDescriptor().GetName())
+				}
+				return strings.Join(n, ",")
+			}
+			if names(wq.GetServiceState()) != names(gq.GetServiceState()) {
+				t.Fatalf("%s: %s, traced %s", where, names(gq.GetServiceState()), names(wq.GetServiceState()))
 			}
 		default:
 			if !bytes.Equal(w.GetReplyProto(), g.GetReplyProto()) || w.GetHasMore() != g.GetHasMore() {
@@ -437,6 +495,17 @@ func sealedSMB(t *testing.T, size int) int {
 		t.Fatal(err)
 	}
 	return fd
+}
+
+// ipcEnableConfig is the trace_config of an EnableTracing invoke (nil
+// for attach_notification_only).
+func ipcEnableConfig(t *testing.T, f *ipc.Frame) []byte {
+	t.Helper()
+	var er ipc.EnableTracingRequest
+	if err := proto.Unmarshal(f.GetMsgInvokeMethod().GetArgsProto(), &er); err != nil {
+		t.Fatal(err)
+	}
+	return er.GetTraceConfig()
 }
 
 // methodID is the id the producer socket's bind reply gave method.
