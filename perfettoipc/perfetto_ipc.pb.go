@@ -2556,13 +2556,14 @@ func (x *QueryServiceStateRequest) GetSessionsOnly() bool {
 }
 
 type TracingServiceState struct {
-	state                   protoimpl.MessageState            `protogen:"open.v1"`
-	Producers               []*TracingServiceState_Producer   `protobuf:"bytes,1,rep,name=producers" json:"producers,omitempty"`
-	DataSources             []*TracingServiceState_DataSource `protobuf:"bytes,2,rep,name=data_sources,json=dataSources" json:"data_sources,omitempty"`
-	NumSessions             *int32                            `protobuf:"varint,3,opt,name=num_sessions,json=numSessions" json:"num_sessions,omitempty"`
-	NumSessionsStarted      *int32                            `protobuf:"varint,4,opt,name=num_sessions_started,json=numSessionsStarted" json:"num_sessions_started,omitempty"`
-	TracingServiceVersion   *string                           `protobuf:"bytes,5,opt,name=tracing_service_version,json=tracingServiceVersion" json:"tracing_service_version,omitempty"`
-	SupportsTracingSessions *bool                             `protobuf:"varint,7,opt,name=supports_tracing_sessions,json=supportsTracingSessions" json:"supports_tracing_sessions,omitempty"`
+	state                   protoimpl.MessageState                `protogen:"open.v1"`
+	Producers               []*TracingServiceState_Producer       `protobuf:"bytes,1,rep,name=producers" json:"producers,omitempty"`
+	DataSources             []*TracingServiceState_DataSource     `protobuf:"bytes,2,rep,name=data_sources,json=dataSources" json:"data_sources,omitempty"`
+	TracingSessions         []*TracingServiceState_TracingSession `protobuf:"bytes,6,rep,name=tracing_sessions,json=tracingSessions" json:"tracing_sessions,omitempty"`
+	NumSessions             *int32                                `protobuf:"varint,3,opt,name=num_sessions,json=numSessions" json:"num_sessions,omitempty"`
+	NumSessionsStarted      *int32                                `protobuf:"varint,4,opt,name=num_sessions_started,json=numSessionsStarted" json:"num_sessions_started,omitempty"`
+	TracingServiceVersion   *string                               `protobuf:"bytes,5,opt,name=tracing_service_version,json=tracingServiceVersion" json:"tracing_service_version,omitempty"`
+	SupportsTracingSessions *bool                                 `protobuf:"varint,7,opt,name=supports_tracing_sessions,json=supportsTracingSessions" json:"supports_tracing_sessions,omitempty"`
 	unknownFields           protoimpl.UnknownFields
 	sizeCache               protoimpl.SizeCache
 }
@@ -2607,6 +2608,13 @@ func (x *TracingServiceState) GetProducers() []*TracingServiceState_Producer {
 func (x *TracingServiceState) GetDataSources() []*TracingServiceState_DataSource {
 	if x != nil {
 		return x.DataSources
+	}
+	return nil
+}
+
+func (x *TracingServiceState) GetTracingSessions() []*TracingServiceState_TracingSession {
+	if x != nil {
+		return x.TracingSessions
 	}
 	return nil
 }
@@ -4155,6 +4163,106 @@ func (x *TracingServiceState_DataSource) GetProducerId() int32 {
 	return 0
 }
 
+type TracingServiceState_TracingSession struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Id                *uint64                `protobuf:"varint,1,opt,name=id" json:"id,omitempty"`
+	ConsumerUid       *int32                 `protobuf:"varint,2,opt,name=consumer_uid,json=consumerUid" json:"consumer_uid,omitempty"`
+	State             *string                `protobuf:"bytes,3,opt,name=state" json:"state,omitempty"`
+	UniqueSessionName *string                `protobuf:"bytes,4,opt,name=unique_session_name,json=uniqueSessionName" json:"unique_session_name,omitempty"`
+	BufferSizeKb      []uint32               `protobuf:"varint,5,rep,name=buffer_size_kb,json=bufferSizeKb" json:"buffer_size_kb,omitempty"`
+	DurationMs        *uint32                `protobuf:"varint,6,opt,name=duration_ms,json=durationMs" json:"duration_ms,omitempty"`
+	NumDataSources    *uint32                `protobuf:"varint,7,opt,name=num_data_sources,json=numDataSources" json:"num_data_sources,omitempty"`
+	IsStarted         *bool                  `protobuf:"varint,11,opt,name=is_started,json=isStarted" json:"is_started,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TracingServiceState_TracingSession) Reset() {
+	*x = TracingServiceState_TracingSession{}
+	mi := &file_perfetto_ipc_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TracingServiceState_TracingSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TracingServiceState_TracingSession) ProtoMessage() {}
+
+func (x *TracingServiceState_TracingSession) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TracingServiceState_TracingSession.ProtoReflect.Descriptor instead.
+func (*TracingServiceState_TracingSession) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45, 2}
+}
+
+func (x *TracingServiceState_TracingSession) GetId() uint64 {
+	if x != nil && x.Id != nil {
+		return *x.Id
+	}
+	return 0
+}
+
+func (x *TracingServiceState_TracingSession) GetConsumerUid() int32 {
+	if x != nil && x.ConsumerUid != nil {
+		return *x.ConsumerUid
+	}
+	return 0
+}
+
+func (x *TracingServiceState_TracingSession) GetState() string {
+	if x != nil && x.State != nil {
+		return *x.State
+	}
+	return ""
+}
+
+func (x *TracingServiceState_TracingSession) GetUniqueSessionName() string {
+	if x != nil && x.UniqueSessionName != nil {
+		return *x.UniqueSessionName
+	}
+	return ""
+}
+
+func (x *TracingServiceState_TracingSession) GetBufferSizeKb() []uint32 {
+	if x != nil {
+		return x.BufferSizeKb
+	}
+	return nil
+}
+
+func (x *TracingServiceState_TracingSession) GetDurationMs() uint32 {
+	if x != nil && x.DurationMs != nil {
+		return *x.DurationMs
+	}
+	return 0
+}
+
+func (x *TracingServiceState_TracingSession) GetNumDataSources() uint32 {
+	if x != nil && x.NumDataSources != nil {
+		return *x.NumDataSources
+	}
+	return 0
+}
+
+func (x *TracingServiceState_TracingSession) GetIsStarted() bool {
+	if x != nil && x.IsStarted != nil {
+		return *x.IsStarted
+	}
+	return false
+}
+
 type ObservableEvents_DataSourceInstanceStateChange struct {
 	state          protoimpl.MessageState                    `protogen:"open.v1"`
 	ProducerName   *string                                   `protobuf:"bytes,1,opt,name=producer_name,json=producerName" json:"producer_name,omitempty"`
@@ -4166,7 +4274,7 @@ type ObservableEvents_DataSourceInstanceStateChange struct {
 
 func (x *ObservableEvents_DataSourceInstanceStateChange) Reset() {
 	*x = ObservableEvents_DataSourceInstanceStateChange{}
-	mi := &file_perfetto_ipc_proto_msgTypes[73]
+	mi := &file_perfetto_ipc_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4178,7 +4286,7 @@ func (x *ObservableEvents_DataSourceInstanceStateChange) String() string {
 func (*ObservableEvents_DataSourceInstanceStateChange) ProtoMessage() {}
 
 func (x *ObservableEvents_DataSourceInstanceStateChange) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[73]
+	mi := &file_perfetto_ipc_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4398,10 +4506,11 @@ const file_perfetto_ipc_proto_rawDesc = "" +
 	"\vtrace_stats\x18\x01 \x01(\fR\n" +
 	"traceStats\"?\n" +
 	"\x18QueryServiceStateRequest\x12#\n" +
-	"\rsessions_only\x18\x01 \x01(\bR\fsessionsOnly\"\x9a\x05\n" +
+	"\rsessions_only\x18\x01 \x01(\bR\fsessionsOnly\"\x9c\b\n" +
 	"\x13TracingServiceState\x12Q\n" +
 	"\tproducers\x18\x01 \x03(\v23.tracepipe.perfettoipc.TracingServiceState.ProducerR\tproducers\x12X\n" +
-	"\fdata_sources\x18\x02 \x03(\v25.tracepipe.perfettoipc.TracingServiceState.DataSourceR\vdataSources\x12!\n" +
+	"\fdata_sources\x18\x02 \x03(\v25.tracepipe.perfettoipc.TracingServiceState.DataSourceR\vdataSources\x12d\n" +
+	"\x10tracing_sessions\x18\x06 \x03(\v29.tracepipe.perfettoipc.TracingServiceState.TracingSessionR\x0ftracingSessions\x12!\n" +
 	"\fnum_sessions\x18\x03 \x01(\x05R\vnumSessions\x120\n" +
 	"\x14num_sessions_started\x18\x04 \x01(\x05R\x12numSessionsStarted\x126\n" +
 	"\x17tracing_service_version\x18\x05 \x01(\tR\x15tracingServiceVersion\x12:\n" +
@@ -4418,7 +4527,18 @@ const file_perfetto_ipc_proto_rawDesc = "" +
 	"DataSource\x12P\n" +
 	"\rds_descriptor\x18\x01 \x01(\v2+.tracepipe.perfettoipc.DataSourceDescriptorR\fdsDescriptor\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x05R\n" +
-	"producerId\"l\n" +
+	"producerId\x1a\x99\x02\n" +
+	"\x0eTracingSession\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12!\n" +
+	"\fconsumer_uid\x18\x02 \x01(\x05R\vconsumerUid\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12.\n" +
+	"\x13unique_session_name\x18\x04 \x01(\tR\x11uniqueSessionName\x12$\n" +
+	"\x0ebuffer_size_kb\x18\x05 \x03(\rR\fbufferSizeKb\x12\x1f\n" +
+	"\vduration_ms\x18\x06 \x01(\rR\n" +
+	"durationMs\x12(\n" +
+	"\x10num_data_sources\x18\a \x01(\rR\x0enumDataSources\x12\x1d\n" +
+	"\n" +
+	"is_started\x18\v \x01(\bR\tisStarted\"l\n" +
 	"\x19QueryServiceStateResponse\x12O\n" +
 	"\rservice_state\x18\x01 \x01(\v2*.tracepipe.perfettoipc.TracingServiceStateR\fserviceState\"=\n" +
 	"\x18ChangeTraceConfigRequest\x12!\n" +
@@ -4484,7 +4604,7 @@ func file_perfetto_ipc_proto_rawDescGZIP() []byte {
 }
 
 var file_perfetto_ipc_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_perfetto_ipc_proto_goTypes = []any{
 	(InitializeConnectionRequest_SmbScrapingMode)(0), // 0: tracepipe.perfettoipc.InitializeConnectionRequest.SmbScrapingMode
 	(DataSourceConfig_SessionInitiator)(0),           // 1: tracepipe.perfettoipc.DataSourceConfig.SessionInitiator
@@ -4563,7 +4683,8 @@ var file_perfetto_ipc_proto_goTypes = []any{
 	(*ReadBuffersResponse_Slice)(nil),                      // 74: tracepipe.perfettoipc.ReadBuffersResponse.Slice
 	(*TracingServiceState_Producer)(nil),                   // 75: tracepipe.perfettoipc.TracingServiceState.Producer
 	(*TracingServiceState_DataSource)(nil),                 // 76: tracepipe.perfettoipc.TracingServiceState.DataSource
-	(*ObservableEvents_DataSourceInstanceStateChange)(nil), // 77: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
+	(*TracingServiceState_TracingSession)(nil),             // 77: tracepipe.perfettoipc.TracingServiceState.TracingSession
+	(*ObservableEvents_DataSourceInstanceStateChange)(nil), // 78: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
 }
 var file_perfetto_ipc_proto_depIdxs = []int32{
 	61, // 0: tracepipe.perfettoipc.Frame.msg_bind_service:type_name -> tracepipe.perfettoipc.Frame.BindService
@@ -4585,21 +4706,22 @@ var file_perfetto_ipc_proto_depIdxs = []int32{
 	74, // 16: tracepipe.perfettoipc.ReadBuffersResponse.slices:type_name -> tracepipe.perfettoipc.ReadBuffersResponse.Slice
 	75, // 17: tracepipe.perfettoipc.TracingServiceState.producers:type_name -> tracepipe.perfettoipc.TracingServiceState.Producer
 	76, // 18: tracepipe.perfettoipc.TracingServiceState.data_sources:type_name -> tracepipe.perfettoipc.TracingServiceState.DataSource
-	49, // 19: tracepipe.perfettoipc.QueryServiceStateResponse.service_state:type_name -> tracepipe.perfettoipc.TracingServiceState
-	2,  // 20: tracepipe.perfettoipc.TracingServiceCapabilities.observable_events:type_name -> tracepipe.perfettoipc.ObservableEvents.Type
-	54, // 21: tracepipe.perfettoipc.QueryCapabilitiesResponse.capabilities:type_name -> tracepipe.perfettoipc.TracingServiceCapabilities
-	77, // 22: tracepipe.perfettoipc.ObservableEvents.instance_state_changes:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
-	56, // 23: tracepipe.perfettoipc.ObserveEventsResponse.events:type_name -> tracepipe.perfettoipc.ObservableEvents
-	62, // 24: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
-	28, // 25: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	28, // 26: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	7,  // 27: tracepipe.perfettoipc.TracingServiceState.DataSource.ds_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
-	3,  // 28: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange.state:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	77, // 19: tracepipe.perfettoipc.TracingServiceState.tracing_sessions:type_name -> tracepipe.perfettoipc.TracingServiceState.TracingSession
+	49, // 20: tracepipe.perfettoipc.QueryServiceStateResponse.service_state:type_name -> tracepipe.perfettoipc.TracingServiceState
+	2,  // 21: tracepipe.perfettoipc.TracingServiceCapabilities.observable_events:type_name -> tracepipe.perfettoipc.ObservableEvents.Type
+	54, // 22: tracepipe.perfettoipc.QueryCapabilitiesResponse.capabilities:type_name -> tracepipe.perfettoipc.TracingServiceCapabilities
+	78, // 23: tracepipe.perfettoipc.ObservableEvents.instance_state_changes:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
+	56, // 24: tracepipe.perfettoipc.ObserveEventsResponse.events:type_name -> tracepipe.perfettoipc.ObservableEvents
+	62, // 25: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
+	28, // 26: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	28, // 27: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	7,  // 28: tracepipe.perfettoipc.TracingServiceState.DataSource.ds_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
+	3,  // 29: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange.state:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_perfetto_ipc_proto_init() }
@@ -4636,7 +4758,7 @@ func file_perfetto_ipc_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_perfetto_ipc_proto_rawDesc), len(file_perfetto_ipc_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   74,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

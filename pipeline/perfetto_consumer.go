@@ -94,6 +94,11 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	cs.pc = pc
 	cs.uid = peer.UID
 	cs.uniqueName = stringField(tc, 22)
+	for _, b := range cfg.Buffers {
+		cs.bufferKB = append(cs.bufferKB, b.SizeKB)
+	}
+	cs.durationMs = uint32(min(cfg.Duration.Milliseconds(), 1<<31))
+	cs.numSources = len(cfg.DataSources)
 	ctx, cancel := context.WithCancel(context.Background())
 	cs.cancel = cancel
 	pc.mu.Lock()
@@ -148,6 +153,16 @@ func (pc *PerfettoConsumers) QueryServiceState(sessionsOnly bool) *perfettoipc.T
 		TracingServiceVersion:   proto.String("tracepipe (Perfetto IPC)"),
 		SupportsTracingSessions: proto.Bool(true),
 	}
+	pc.mu.Lock()
+	ids := make([]uint64, 0, len(pc.sessions))
+	for id := range pc.sessions {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		st.TracingSessions = append(st.TracingSessions, pc.sessions[id].serviceState())
+	}
+	pc.mu.Unlock()
 	if sessionsOnly || pc.Producers == nil {
 		return st
 	}
@@ -186,6 +201,9 @@ type consumerSession struct {
 	run    func() // starts Run (once)
 
 	id         uint64 // tracing session id, as CloneSession names it
+	bufferKB   []uint32
+	durationMs uint32
+	numSources int
 	uid        uint32 // the consumer's, from its socket
 	uniqueName string // TraceConfig.unique_session_name
 
@@ -197,6 +215,22 @@ type consumerSession struct {
 	started bool
 	res     *Result
 	err     error
+}
+
+// serviceState is the session as QueryServiceState lists it (traced's
+// TracingServiceState.TracingSession).
+func (cs *consumerSession) serviceState() *perfettoipc.TracingServiceState_TracingSession {
+	started := cs.isStarted()
+	state := "CONFIGURED"
+	if started {
+		state = "STARTED"
+	}
+	return &perfettoipc.TracingServiceState_TracingSession{
+		Id: proto.Uint64(cs.id), ConsumerUid: proto.Int32(int32(cs.uid)), State: proto.String(state),
+		UniqueSessionName: proto.String(cs.uniqueName), BufferSizeKb: cs.bufferKB,
+		DurationMs: proto.Uint32(cs.durationMs), NumDataSources: proto.Uint32(uint32(cs.numSources)),
+		IsStarted: proto.Bool(started),
+	}
 }
 
 func (cs *consumerSession) Done() <-chan struct{} { return cs.done }

@@ -453,6 +453,15 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 			if names(wq.GetServiceState()) != names(gq.GetServiceState()) {
 				t.Fatalf("%s: %s, traced %s", where, names(gq.GetServiceState()), names(wq.GetServiceState()))
 			}
+			// The sessions as traced lists them (f: the detached one); the
+			// consumer's uid is this process's (the capture ran as root).
+			ws, gs := wq.GetServiceState().GetTracingSessions(), gq.GetServiceState().GetTracingSessions()
+			for _, x := range ws {
+				x.ConsumerUid = proto.Int32(int32(os.Getuid()))
+			}
+			if len(ws) != len(gs) || len(ws) > 0 && !proto.Equal(ws[0], gs[0]) {
+				t.Fatalf("%s: sessions %v, traced %v", where, gs, ws)
+			}
 		default:
 			if !bytes.Equal(w.GetReplyProto(), g.GetReplyProto()) || w.GetHasMore() != g.GetHasMore() {
 				t.Fatalf("%s: %v, traced %v", where, got, r.frame)
