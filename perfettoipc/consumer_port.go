@@ -36,6 +36,9 @@ const (
 	mCloneSession
 )
 
+// maxQueuedEvents bounds the ObserveEvents events waiting for a consumer.
+const maxQueuedEvents = 64
+
 // readBuffersReplyBytes is the packet bytes per ReadBuffers reply, as
 // traced (~32 KiB): far below the frame bound with the slice overhead.
 const readBuffersReplyBytes = 32 << 10
@@ -358,12 +361,35 @@ func (c *consumer) startObserving(sess ConsumerSession) {
 	if call == nil {
 		return
 	}
-	stop, err := sess.Observe(mask, func(ev *ObservableEvents) {
-		_ = call.Reply(&ObserveEventsResponse{Events: ev}, true)
+	// The session emits from its own goroutine, which must never wait for
+	// this consumer: events are queued and sent from here; a consumer that
+	// does not read loses the events beyond the queue (logged).
+	events := make(chan *ObservableEvents, maxQueuedEvents)
+	quit := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case ev := <-events:
+				_ = call.Reply(&ObserveEventsResponse{Events: ev}, true)
+			case <-quit:
+				return
+			}
+		}
+	}()
+	var quitOnce sync.Once
+	end := func() { quitOnce.Do(func() { close(quit) }) }
+	sessStop, err := sess.Observe(mask, func(ev *ObservableEvents) {
+		select {
+		case events <- ev:
+		default:
+			c.conn.host.logf("perfettoipc: pid %d: ObserveEvents: the consumer does not read; an event is dropped", c.conn.Peer().PID)
+		}
 	})
 	if err != nil {
+		end()
 		return // the session ended: nothing more to observe
 	}
+	stop := func() { sessStop(); end() }
 	c.mu.Lock()
 	if c.observe == call {
 		c.stopObserve, stop = stop, c.stopObserve // a replaced observation ends
