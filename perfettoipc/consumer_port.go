@@ -135,7 +135,43 @@ type consumer struct {
 	observe     *Call
 	observeMask uint32
 	stopObserve func()
-	rbuf        []byte // ReadBuffers replies are encoded here (connection goroutine)
+	observeQ    chan obsItem  // the events being sent
+	observeQuit chan struct{} // closed when their sender stopped
+	rbuf        []byte        // ReadBuffers replies are encoded here (connection goroutine)
+}
+
+// obsItem is an event to send, or a mark closed once the events queued
+// before it were sent.
+type obsItem struct {
+	ev   *ObservableEvents
+	mark chan struct{}
+}
+
+// observeSent waits (briefly) until the events queued so far were sent:
+// a session's last events (its instances stopped) go out before
+// EnableTracing's reply, as traced sends them.
+func (c *consumer) observeSent() {
+	c.mu.Lock()
+	q, quit := c.observeQ, c.observeQuit
+	c.mu.Unlock()
+	if q == nil {
+		return
+	}
+	mark := make(chan struct{})
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case q <- obsItem{mark: mark}:
+	case <-quit:
+		return
+	case <-t.C:
+		return
+	}
+	select {
+	case <-mark:
+	case <-quit:
+	case <-t.C:
+	}
 }
 
 // enableWaiter sends EnableTracing's reply when the session ends, unless
@@ -289,7 +325,13 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 		_ = call.Reply(&StartTracingResponse{}, false)
 		c.startObserving(sess) // a deferred session has nothing to observe before
 	case mChangeTraceConfig:
-		if sess == nil || sess.ChangeTraceConfig(args.(*ChangeTraceConfigRequest).GetTraceConfig()) != nil {
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		if err := sess.ChangeTraceConfig(args.(*ChangeTraceConfigRequest).GetTraceConfig()); err != nil {
+			// The reply has no error field: the reason goes to the log.
+			c.conn.host.logf("perfettoipc: pid %d: %v", c.conn.Peer().PID, err)
 			call.Fail()
 			return
 		}
@@ -364,13 +406,17 @@ func (c *consumer) startObserving(sess ConsumerSession) {
 	// The session emits from its own goroutine, which must never wait for
 	// this consumer: events are queued and sent from here; a consumer that
 	// does not read loses the events beyond the queue (logged).
-	events := make(chan *ObservableEvents, maxQueuedEvents)
+	events := make(chan obsItem, maxQueuedEvents)
 	quit := make(chan struct{})
 	go func() {
 		for {
 			select {
-			case ev := <-events:
-				_ = call.Reply(&ObserveEventsResponse{Events: ev}, true)
+			case it := <-events:
+				if it.mark != nil {
+					close(it.mark)
+					continue
+				}
+				_ = call.Reply(&ObserveEventsResponse{Events: it.ev}, true)
 			case <-quit:
 				return
 			}
@@ -380,7 +426,7 @@ func (c *consumer) startObserving(sess ConsumerSession) {
 	end := func() { quitOnce.Do(func() { close(quit) }) }
 	sessStop, err := sess.Observe(mask, func(ev *ObservableEvents) {
 		select {
-		case events <- ev:
+		case events <- obsItem{ev: ev}:
 		default:
 			c.conn.host.logf("perfettoipc: pid %d: ObserveEvents: the consumer does not read; an event is dropped", c.conn.Peer().PID)
 		}
@@ -393,6 +439,7 @@ func (c *consumer) startObserving(sess ConsumerSession) {
 	c.mu.Lock()
 	if c.observe == call {
 		c.stopObserve, stop = stop, c.stopObserve // a replaced observation ends
+		c.observeQ, c.observeQuit = events, quit
 	}
 	c.mu.Unlock()
 	if stop != nil {
@@ -480,6 +527,7 @@ func (c *consumer) waitEnd(call *Call, sess ConsumerSession) {
 	c.mu.Unlock()
 	go func() {
 		<-sess.Done()
+		c.observeSent()
 		resp := &EnableTracingResponse{State: &EnableTracingResponse_Disabled{Disabled: true}}
 		if err := sess.Err(); err != nil {
 			resp.Error = proto.String(err.Error())

@@ -56,7 +56,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	// session runs without it.
 	kept := cfg.DataSources[:0]
 	for _, dc := range cfg.DataSources {
-		if _, builtin := plugins.Lookup(dc.Name); builtin || pc.Producers.has(dc.Name) {
+		if _, builtin := plugins.Lookup(dc.Name); builtin || pc.Producers.has(dc.Name, dc.perfettoProducers) {
 			kept = append(kept, dc)
 		} else {
 			sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): no producer serves data source %q; the session runs without it", peer.PID, dc.Name)
@@ -94,6 +94,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	cs.pc = pc
 	cs.uid = peer.UID
 	cs.uniqueName = stringField(tc, 22)
+	cs.traceConfig = append([]byte(nil), tc...)
 	for _, b := range cfg.Buffers {
 		cs.bufferKB = append(cs.bufferKB, b.SizeKB)
 	}
@@ -200,12 +201,13 @@ type consumerSession struct {
 	mem    *memSink
 	run    func() // starts Run (once)
 
-	id         uint64 // tracing session id, as CloneSession names it
-	bufferKB   []uint32
-	durationMs uint32
-	numSources int
-	uid        uint32 // the consumer's, from its socket
-	uniqueName string // TraceConfig.unique_session_name
+	id          uint64 // tracing session id, as CloneSession names it
+	bufferKB    []uint32
+	durationMs  uint32
+	numSources  int
+	uid         uint32 // the consumer's, from its socket
+	uniqueName  string // TraceConfig.unique_session_name
+	traceConfig []byte // as the consumer sent it (ChangeTraceConfig compares)
 
 	cloneLimit int
 	cloneMu    sync.Mutex
@@ -273,15 +275,6 @@ func (cs *consumerSession) isStarted() bool {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	return cs.started
-}
-
-// ChangeTraceConfig is refused: traced only applies a new
-// producer_name_filter to a running session, and tracepipe supports no
-// producer_name_filter.
-func (cs *consumerSession) ChangeTraceConfig([]byte) error {
-	err := errors.New("ChangeTraceConfig: tracepipe cannot change a running session's config (traced only changes producer_name_filter, which tracepipe does not support)")
-	sinks.Logf(cs.pc.Logger, slog.LevelWarn, "perfetto consumer: %v", err)
-	return err
 }
 
 // Observe sends the session's data source instance changes and
@@ -481,8 +474,9 @@ var traceConfigNames = map[protowire.Number]string{
 
 // ConfigFromTraceConfig maps a serialized Perfetto TraceConfig (untrusted)
 // to a session config: buffers (size_kb, fill_policy, name), data sources
-// (name, target_buffer, target_buffer_name, buffer_exhausted_policy; the
-// whole DataSourceConfig is passed on to Perfetto producers),
+// (name, target_buffer, target_buffer_name, buffer_exhausted_policy,
+// producer_name_filter; the whole DataSourceConfig is passed on to
+// Perfetto producers),
 // duration_ms, write_into_file, file_write_period_ms, max_file_size_bytes,
 // flush_period_ms, flush_timeout_ms and
 // incremental_state_config.clear_period_ms. Every other field is an error
@@ -525,12 +519,13 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 		case 2:
 			i := len(cfg.DataSources)
 			var dsc []byte
+			var filter []string
 			err := walkProto(payload, func(n protowire.Number, _ uint64, p []byte) error {
 				switch n {
 				case 1:
 					dsc = p
 				case 2:
-					bad = append(bad, fmt.Sprintf("data_sources[%d].producer_name_filter", i))
+					filter = append(filter, string(p))
 				case 3:
 					bad = append(bad, fmt.Sprintf("data_sources[%d].producer_name_regex_filter", i))
 				case 4:
@@ -543,7 +538,7 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 			if err != nil {
 				return fmt.Errorf("data_sources[%d]: %w", i, err)
 			}
-			dc := DataSourceConfig{perfettoConfig: append([]byte(nil), dsc...)}
+			dc := DataSourceConfig{perfettoConfig: append([]byte(nil), dsc...), perfettoProducers: filter}
 			err = walkProto(dsc, func(n protowire.Number, v uint64, _ []byte) error {
 				switch n {
 				case 2:

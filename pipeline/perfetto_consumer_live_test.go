@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"slices"
 	"strings"
 	"testing"
@@ -331,5 +332,99 @@ func TestPerfettoConsumerCloneSession(t *testing.T) {
 	a.reply(enable)
 	if got := countDoublePackets(t, a.readAll()); got != packets {
 		t.Fatalf("%d of %d producer packets in the original", got, packets)
+	}
+}
+
+// filteredConfig is a TraceConfig with one buffer and data source
+// test.perfetto_double limited to producers (producer_name_filter).
+func filteredConfig(durationMs uint64, producers ...string) []byte {
+	buf := protowire.AppendTag(nil, 1, protowire.VarintType)
+	buf = protowire.AppendVarint(buf, 4096)
+	b := protowire.AppendTag(nil, 1, protowire.BytesType)
+	b = protowire.AppendBytes(b, buf)
+	dsc := protowire.AppendTag(nil, 1, protowire.BytesType)
+	dsc = protowire.AppendString(dsc, "test.perfetto_double")
+	ds := protowire.AppendTag(nil, 1, protowire.BytesType)
+	ds = protowire.AppendBytes(ds, dsc)
+	for _, p := range producers {
+		ds = protowire.AppendTag(ds, 2, protowire.BytesType)
+		ds = protowire.AppendString(ds, p)
+	}
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendBytes(b, ds)
+	b = protowire.AppendTag(b, 3, protowire.VarintType)
+	return protowire.AppendVarint(b, durationMs)
+}
+
+// markerPackets counts the doubles' packets in a trace (each double
+// writes its own, with the same numbers).
+func markerPackets(t *testing.T, pkts [][]byte) int {
+	t.Helper()
+	n := 0
+	for _, p := range pkts {
+		if _, _, body, ok := scriptedID(p); ok && binary.LittleEndian.Uint32(body) == 0xd0b1e {
+			n++
+		}
+	}
+	return n
+}
+
+// producer_name_filter picks the producers that serve a data source; a
+// ChangeTraceConfig that widens it starts the data source on the newly
+// admitted producer in the running session (traced's one supported
+// change), and any other change is refused.
+func TestPerfettoConsumerProducerFilterChange(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	const na, nb = 120, 80
+	a := dialDouble(t, prodSock, na)
+	a.connect("double-a", &ipc.DataSourceDescriptor{Name: proto.String("test.perfetto_double"), WillNotifyOnStart: proto.Bool(true)})
+	b := dialDouble(t, prodSock, nb)
+	b.connect("double-b", &ipc.DataSourceDescriptor{Name: proto.String("test.perfetto_double"), WillNotifyOnStart: proto.Bool(true)})
+	for _, pd := range []*perfettoDouble{a, b} {
+		served := make(chan error, 1)
+		go pd.serve(served)
+		t.Cleanup(func() {
+			pd.close()
+			if err := <-served; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for len(reg.DataSources()) < 2 {
+		if reg.WaitFor(ctx, []string{"test.perfetto_double"}); ctx.Err() != nil {
+			t.Fatal("the doubles never registered")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: filteredConfig(60_000, "double-a")}, false)
+	if r := c.reply(c.pd.invoke("Flush", &ipc.FlushRequest{TimeoutMs: proto.Uint32(10_000)}, false)); !r.GetSuccess() {
+		t.Fatalf("Flush: %v", r)
+	}
+	if a.count("start_data_source") != 1 || b.count("setup_data_source test.perfetto_double") != 0 {
+		t.Fatalf("filter [double-a]: a got %q, b got %q", a.commands, b.commands)
+	}
+	// Another change than the filter: refused, nothing started.
+	if r := c.reply(c.pd.invoke("ChangeTraceConfig", &ipc.ChangeTraceConfigRequest{TraceConfig: filteredConfig(30_000, "double-a", "double-b")}, false)); r.Success != nil {
+		t.Fatalf("ChangeTraceConfig of the duration: %v", r)
+	}
+	if r := c.reply(c.pd.invoke("ChangeTraceConfig", &ipc.ChangeTraceConfigRequest{TraceConfig: filteredConfig(60_000, "double-a", "double-b")}, false)); !r.GetSuccess() {
+		t.Fatalf("ChangeTraceConfig of the filter: %v", r)
+	}
+	b.waitCommand("start_data_source")
+	if r := c.reply(c.pd.invoke("Flush", &ipc.FlushRequest{TimeoutMs: proto.Uint32(10_000)}, false)); !r.GetSuccess() {
+		t.Fatalf("Flush after the change: %v", r)
+	}
+	c.reply(c.pd.invoke("DisableTracing", &ipc.DisableTracingRequest{}, false))
+	c.reply(enable)
+	if got := markerPackets(t, c.readAll()); got != na+nb {
+		t.Fatalf("%d producer packets, want %d from double-a and %d from double-b", got, na, nb)
+	}
+	if a.count("start_data_source") != 1 || b.count("start_data_source") != 1 {
+		t.Fatalf("a got %q, b got %q", a.commands, b.commands)
 	}
 }
