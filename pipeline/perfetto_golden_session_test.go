@@ -300,7 +300,7 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 				if err := proto.Unmarshal(r.frame.GetMsgInvokeMethod().GetArgsProto(), &ic); err != nil {
 					t.Fatal(err)
 				}
-				fd := sealedSMB(t, int(ic.GetSharedMemorySizeHintBytes()))
+				fd := testsupport.SealedMemfd(t, int(ic.GetSharedMemorySizeHintBytes()))
 				_, _, err := conn.uc.WriteMsgUnix(frame, unix.UnixRights(fd), nil)
 				if err != nil {
 					t.Fatal(err)
@@ -487,23 +487,6 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 		}
 	}
 	t.Logf("%s: %d producer packets as traced's; %d flushes tracepipe sent that traced did not (periodic, or at stop)", capture, len(got), extraFlushes)
-}
-
-// sealedSMB makes a memfd as Perfetto's SDK makes its own SMB (sealed
-// against shrinking, growing and further seals).
-func sealedSMB(t *testing.T, size int) int {
-	t.Helper()
-	fd, err := unix.MemfdCreate("perfetto_shmem", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		t.Fatal(err)
-	}
-	return fd
 }
 
 // ipcEnableConfig is the trace_config of an EnableTracing invoke (nil
