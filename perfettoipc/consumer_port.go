@@ -36,6 +36,9 @@ const (
 	mCloneSession
 )
 
+// maxQueuedEvents bounds the ObserveEvents events waiting for a consumer.
+const maxQueuedEvents = 64
+
 // readBuffersReplyBytes is the packet bytes per ReadBuffers reply, as
 // traced (~32 KiB): far below the frame bound with the slice overhead.
 const readBuffersReplyBytes = 32 << 10
@@ -47,6 +50,11 @@ type ConsumerBackend interface {
 	// session owns it from now on, even on error.
 	EnableTracing(peer Peer, traceConfig []byte, outFD int) (ConsumerSession, error)
 	QueryServiceState(sessionsOnly bool) *TracingServiceState
+	// CloneSession clones a running session for peer, as traced's
+	// CloneSession: the clone is a finished, read-only session that
+	// ReadBuffers drains. A failure is a response with success false and
+	// an error, and a nil session.
+	CloneSession(peer Peer, r *CloneSessionRequest) (ConsumerSession, *CloneSessionResponse)
 }
 
 // ConsumerSession is one session a consumer enabled.
@@ -57,17 +65,26 @@ type ConsumerSession interface {
 	Err() error
 	// Disable stops the session gracefully (final flush, final read).
 	Disable()
-	// Flush flushes the producers, bounded by timeout.
+	// Flush flushes the producers, bounded by timeout (0: the session's
+	// own flush timeout, as traced's default for timeout_ms 0).
 	Flush(timeout time.Duration, flags uint64) error
 	// ReadPackets takes up to about maxBytes of the packets read so far
 	// (at least one packet if there is any), oldest first.
 	ReadPackets(maxBytes int) [][]byte
 	// Free drops what was not read.
 	Free()
-	// TraceStats is the session's TraceStats message, encoded.
-	TraceStats() []byte
+	// TraceStats is the session's TraceStats message as of now, encoded.
+	TraceStats() ([]byte, error)
 	// WritesIntoFile: the session writes a file, ReadBuffers is refused.
 	WritesIntoFile() bool
+	// Start starts a session enabled with deferred_start (StartTracing).
+	Start() error
+	// ChangeTraceConfig applies a new TraceConfig to the running session.
+	ChangeTraceConfig(traceConfig []byte) error
+	// Observe sends the session's events of the types in mask (bits of
+	// ObservableEvents.Type values) to emit, from any goroutine, until
+	// cancel or the session's end; emit must not block for long.
+	Observe(mask uint32, emit func(*ObservableEvents)) (cancel func(), err error)
 }
 
 // NewConsumerPort returns the ConsumerPort service for a Host.
@@ -113,6 +130,48 @@ type consumer struct {
 	// notify is set when EnableTracing's end-of-session reply must go
 	// out; Detach clears it (traced never answers a detached enable).
 	notify *enableWaiter
+	// observe is the ObserveEvents stream (nil: none) and observeMask the
+	// event types it asked for; stopObserve ends the session's side.
+	observe     *Call
+	observeMask uint32
+	stopObserve func()
+	observeQ    chan obsItem  // the events being sent
+	observeQuit chan struct{} // closed when their sender stopped
+	rbuf        []byte        // ReadBuffers replies are encoded here (connection goroutine)
+}
+
+// obsItem is an event to send, or a mark closed once the events queued
+// before it were sent.
+type obsItem struct {
+	ev   *ObservableEvents
+	mark chan struct{}
+}
+
+// observeSent waits (briefly) until the events queued so far were sent:
+// a session's last events (its instances stopped) go out before
+// EnableTracing's reply, as traced sends them.
+func (c *consumer) observeSent() {
+	c.mu.Lock()
+	q, quit := c.observeQ, c.observeQuit
+	c.mu.Unlock()
+	if q == nil {
+		return
+	}
+	mark := make(chan struct{})
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case q <- obsItem{mark: mark}:
+	case <-quit:
+		return
+	case <-t.C:
+		return
+	}
+	select {
+	case <-mark:
+	case <-quit:
+	case <-t.C:
+	}
 }
 
 // enableWaiter sends EnableTracing's reply when the session ends, unless
@@ -147,6 +206,14 @@ func DecodeConsumerArgs(method uint32, b []byte) (proto.Message, error) {
 		m = &GetTraceStatsRequest{}
 	case mQueryServiceState:
 		m = &QueryServiceStateRequest{}
+	case mChangeTraceConfig:
+		m = &ChangeTraceConfigRequest{}
+	case mObserveEvents:
+		m = &ObserveEventsRequest{}
+	case mQueryCapabilities:
+		m = &QueryCapabilitiesRequest{}
+	case mCloneSession:
+		m = &CloneSessionRequest{}
 	default:
 		return nil, nil
 	}
@@ -163,6 +230,13 @@ func (c *consumer) session() ConsumerSession {
 }
 
 func (c *consumer) Close() {
+	c.mu.Lock()
+	stop := c.stopObserve
+	c.stopObserve = nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	if s := c.session(); s != nil {
 		s.Disable()
 	}
@@ -198,7 +272,7 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 			call.Fail()
 			return
 		}
-		readBuffers(call, sess)
+		c.rbuf = readBuffers(call, sess, c.rbuf)
 	case mFreeBuffers:
 		if sess == nil {
 			call.Fail()
@@ -214,9 +288,6 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 		}
 		r := args.(*FlushRequest)
 		timeout := time.Duration(r.GetTimeoutMs()) * time.Millisecond
-		if timeout <= 0 {
-			timeout = 5 * time.Second
-		}
 		// The flush waits for producers: off the connection goroutine.
 		go func() {
 			if err := sess.Flush(timeout, r.GetFlags()); err != nil {
@@ -230,7 +301,15 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 			call.Fail()
 			return
 		}
-		_ = call.Reply(&GetTraceStatsResponse{TraceStats: sess.TraceStats()}, false)
+		// Computed on the session's goroutine: off the connection's.
+		go func() {
+			ts, err := sess.TraceStats()
+			if err != nil {
+				call.Fail()
+				return
+			}
+			_ = call.Reply(&GetTraceStatsResponse{TraceStats: ts}, false)
+		}()
 	case mQueryServiceState:
 		st := c.backend.QueryServiceState(args.(*QueryServiceStateRequest).GetSessionsOnly())
 		queryServiceState(call, st)
@@ -238,10 +317,162 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 		c.detach(call, args.(*DetachRequest).GetKey())
 	case mAttach:
 		c.attach(call, args.(*AttachRequest).GetKey())
+	case mStartTracing:
+		if sess == nil || sess.Start() != nil {
+			call.Fail()
+			return
+		}
+		_ = call.Reply(&StartTracingResponse{}, false)
+		c.startObserving(sess) // a deferred session has nothing to observe before
+	case mChangeTraceConfig:
+		if sess == nil {
+			call.Fail()
+			return
+		}
+		if err := sess.ChangeTraceConfig(args.(*ChangeTraceConfigRequest).GetTraceConfig()); err != nil {
+			// The reply has no error field: the reason goes to the log.
+			c.conn.host.logf("perfettoipc: pid %d: %v", c.conn.Peer().PID, err)
+			call.Fail()
+			return
+		}
+		_ = call.Reply(&ChangeTraceConfigResponse{}, false)
+	case mObserveEvents:
+		c.observeEvents(call, args.(*ObserveEventsRequest))
+	case mQueryCapabilities:
+		_ = call.Reply(&QueryCapabilitiesResponse{Capabilities: Capabilities()}, false)
+	case mCloneSession:
+		c.cloneSession(call, args.(*CloneSessionRequest))
 	default:
-		// StartTracing (deferred_start) is not served.
+		// SaveTraceForBugreport: deprecated in traced too.
 		call.Fail()
 	}
+}
+
+// Capabilities is what tracepipe's consumer port serves, in traced's
+// TracingServiceCapabilities: QueryCapabilities, the observable events
+// ObserveEvents sends and CloneSession; not TraceConfig.output_path (a
+// consumer passes the file descriptor instead).
+func Capabilities() *TracingServiceCapabilities {
+	return &TracingServiceCapabilities{
+		HasQueryCapabilities: proto.Bool(true),
+		ObservableEvents: []ObservableEvents_Type{
+			ObservableEvents_TYPE_DATA_SOURCES_INSTANCES, ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED,
+		},
+		HasTraceConfigOutputPath: proto.Bool(false),
+		HasCloneSession:          proto.Bool(true),
+	}
+}
+
+// observeEvents keeps call as the connection's event stream (replacing,
+// and ending, an earlier one) and starts observing the session, if any.
+// Types are the ObservableEvents.Type values; the mask is their OR as in
+// traced (TYPE_ALL_DATA_SOURCES_STARTED = 2, so bit values, not shifts).
+func (c *consumer) observeEvents(call *Call, r *ObserveEventsRequest) {
+	var mask uint32
+	for _, t := range r.GetEventsToObserve() {
+		mask |= t
+	}
+	c.mu.Lock()
+	old, stop := c.observe, c.stopObserve
+	c.observe, c.observeMask, c.stopObserve = call, mask, nil
+	sess := c.sess
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if old != nil {
+		_ = old.Reply(&ObserveEventsResponse{}, false)
+	}
+	if mask == 0 {
+		c.mu.Lock()
+		c.observe = nil
+		c.mu.Unlock()
+		_ = call.Reply(&ObserveEventsResponse{}, false)
+		return
+	}
+	if sess != nil {
+		c.startObserving(sess)
+	}
+}
+
+// startObserving connects the event stream, if any, to sess.
+func (c *consumer) startObserving(sess ConsumerSession) {
+	c.mu.Lock()
+	call, mask := c.observe, c.observeMask
+	c.mu.Unlock()
+	if call == nil {
+		return
+	}
+	// The session emits from its own goroutine, which must never wait for
+	// this consumer: events are queued and sent from here; a consumer that
+	// does not read loses the events beyond the queue (logged).
+	events := make(chan obsItem, maxQueuedEvents)
+	quit := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case it := <-events:
+				if it.mark != nil {
+					close(it.mark)
+					continue
+				}
+				_ = call.Reply(&ObserveEventsResponse{Events: it.ev}, true)
+			case <-quit:
+				return
+			}
+		}
+	}()
+	var quitOnce sync.Once
+	end := func() { quitOnce.Do(func() { close(quit) }) }
+	sessStop, err := sess.Observe(mask, func(ev *ObservableEvents) {
+		select {
+		case events <- obsItem{ev: ev}:
+		default:
+			c.conn.host.logf("perfettoipc: pid %d: ObserveEvents: the consumer does not read; an event is dropped", c.conn.Peer().PID)
+		}
+	})
+	if err != nil {
+		end()
+		return // the session ended: nothing more to observe
+	}
+	stop := func() { sessStop(); end() }
+	c.mu.Lock()
+	if c.observe == call {
+		c.stopObserve, stop = stop, c.stopObserve // a replaced observation ends
+		c.observeQ, c.observeQuit = events, quit
+	}
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// cloneSession clones another session into this connection's (which
+// must have none), as traced's CloneSession.
+func (c *consumer) cloneSession(call *Call, r *CloneSessionRequest) {
+	c.mu.Lock()
+	busy := c.sess != nil
+	c.mu.Unlock()
+	if busy {
+		_ = call.Reply(&CloneSessionResponse{Success: proto.Bool(false), Error: proto.String("this consumer already has a session")}, false)
+		return
+	}
+	// Cloning flushes and copies the buffers: off the connection goroutine.
+	go func() {
+		sess, resp := c.backend.CloneSession(c.conn.Peer(), r)
+		if sess != nil {
+			c.mu.Lock()
+			if c.sess == nil {
+				c.sess = sess
+			} else {
+				sess.Free()
+				sess = nil
+				resp = &CloneSessionResponse{Success: proto.Bool(false), Error: proto.String("this consumer already has a session")}
+			}
+			c.mu.Unlock()
+		}
+		_ = call.Reply(resp, false)
+	}()
 }
 
 // enable starts the session; EnableTracing's reply comes when it ends.
@@ -284,6 +515,7 @@ func (c *consumer) enable(call *Call, r *EnableTracingRequest, fd int) {
 	c.sess = sess
 	c.traceConfig = r.GetTraceConfig()
 	c.mu.Unlock()
+	c.startObserving(sess)
 	c.waitEnd(call, sess)
 }
 
@@ -295,6 +527,7 @@ func (c *consumer) waitEnd(call *Call, sess ConsumerSession) {
 	c.mu.Unlock()
 	go func() {
 		<-sess.Done()
+		c.observeSent()
 		resp := &EnableTracingResponse{State: &EnableTracingResponse_Disabled{Disabled: true}}
 		if err := sess.Err(); err != nil {
 			resp.Error = proto.String(err.Error())
@@ -365,20 +598,18 @@ func (c *consumer) attach(call *Call, key string) {
 	c.sess, c.traceConfig = e.sess, e.traceConfig
 	c.mu.Unlock()
 	_ = call.Reply(&AttachResponse{TraceConfig: e.traceConfig}, false)
+	c.startObserving(e.sess)
 }
 
 // readBuffers streams what the session read as slices, about 32 KiB of
 // packet bytes per reply, has_more on all but the last. A packet larger
 // than a reply is cut into slices across replies; the last slice of each
 // packet says so. Slices carry no 0x0A preamble (the consumer adds it).
-func readBuffers(call *Call, sess ConsumerSession) {
-	resp := &ReadBuffersResponse{}
+// Each reply is encoded into buf (reused: nothing is allocated per reply
+// or slice once it has grown); it returns buf for the next call.
+func readBuffers(call *Call, sess ConsumerSession, buf []byte) []byte {
+	buf = buf[:0]
 	size := 0
-	send := func(last bool) {
-		_ = call.Reply(resp, !last)
-		resp = &ReadBuffersResponse{}
-		size = 0
-	}
 	for {
 		pkts := sess.ReadPackets(readBuffersReplyBytes)
 		if len(pkts) == 0 {
@@ -388,11 +619,11 @@ func readBuffers(call *Call, sess ConsumerSession) {
 			for {
 				room := readBuffersReplyBytes - size
 				if room <= 0 {
-					send(false)
-					room = readBuffersReplyBytes
+					_ = call.ReplyRaw(buf, true)
+					buf, size, room = buf[:0], 0, readBuffersReplyBytes
 				}
 				n := min(len(p), room)
-				resp.Slices = append(resp.Slices, &ReadBuffersResponse_Slice{Data: p[:n], LastSliceForPacket: proto.Bool(n == len(p))})
+				buf = appendSlice(buf, p[:n], n == len(p))
 				size += n + 8 // a slice's own encoding overhead, roughly
 				p = p[n:]
 				if len(p) == 0 {
@@ -401,7 +632,8 @@ func readBuffers(call *Call, sess ConsumerSession) {
 			}
 		}
 	}
-	send(true)
+	_ = call.ReplyRaw(buf, false)
+	return buf
 }
 
 // serviceStateReplyBytes bounds one QueryServiceState reply; a larger

@@ -17,6 +17,9 @@ func (b stateBackend) EnableTracing(Peer, []byte, int) (ConsumerSession, error) 
 	return nil, fmt.Errorf("no sessions here")
 }
 func (b stateBackend) QueryServiceState(bool) *TracingServiceState { return b.st }
+func (b stateBackend) CloneSession(Peer, *CloneSessionRequest) (ConsumerSession, *CloneSessionResponse) {
+	return nil, &CloneSessionResponse{Success: proto.Bool(false), Error: proto.String("no sessions here")}
+}
 
 // A service state larger than a frame is streamed in parts that merge
 // back into it; every frame stays within the bound.
@@ -67,6 +70,38 @@ type fakeSession struct {
 	pkts [][]byte
 	done chan struct{}
 	once sync.Once
+
+	mu       sync.Mutex
+	started  bool
+	observed []uint32 // masks Observe was called with
+}
+
+func (s *fakeSession) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return fmt.Errorf("already started")
+	}
+	s.started = true
+	return nil
+}
+func (s *fakeSession) ChangeTraceConfig([]byte) error { return fmt.Errorf("not supported") }
+
+// Observe sends one event of each type the mask asks for at once.
+func (s *fakeSession) Observe(mask uint32, emit func(*ObservableEvents)) (func(), error) {
+	s.mu.Lock()
+	s.observed = append(s.observed, mask)
+	s.mu.Unlock()
+	ev := &ObservableEvents{}
+	if mask&uint32(ObservableEvents_TYPE_DATA_SOURCES_INSTANCES) != 0 {
+		ev.InstanceStateChanges = []*ObservableEvents_DataSourceInstanceStateChange{{ProducerName: proto.String("p"),
+			DataSourceName: proto.String("d"), State: ObservableEvents_DATA_SOURCE_INSTANCE_STATE_STARTED.Enum()}}
+	}
+	if mask&uint32(ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED) != 0 {
+		ev.AllDataSourcesStarted = proto.Bool(true)
+	}
+	emit(ev)
+	return func() {}, nil
 }
 
 // end ends the session (once).
@@ -77,7 +112,7 @@ func (s *fakeSession) Err() error                        { return nil }
 func (s *fakeSession) Disable()                          { s.end() }
 func (s *fakeSession) Flush(time.Duration, uint64) error { return nil }
 func (s *fakeSession) Free()                             {}
-func (s *fakeSession) TraceStats() []byte                { return nil }
+func (s *fakeSession) TraceStats() ([]byte, error)       { return nil, nil }
 func (s *fakeSession) WritesIntoFile() bool              { return false }
 func (s *fakeSession) ReadPackets(max int) [][]byte {
 	n, size := 0, 0
@@ -94,6 +129,14 @@ type sessionBackend struct{ s *fakeSession }
 
 func (b sessionBackend) EnableTracing(Peer, []byte, int) (ConsumerSession, error) { return b.s, nil }
 func (b sessionBackend) QueryServiceState(bool) *TracingServiceState              { return nil }
+func (b sessionBackend) CloneSession(_ Peer, r *CloneSessionRequest) (ConsumerSession, *CloneSessionResponse) {
+	if r.GetSessionId() != 7 {
+		return nil, &CloneSessionResponse{Success: proto.Bool(false), Error: proto.String("no session 7")}
+	}
+	clone := &fakeSession{pkts: [][]byte{[]byte("cloned")}, done: make(chan struct{})}
+	clone.end()
+	return clone, &CloneSessionResponse{Success: proto.Bool(true), UuidMsb: proto.Int64(1), UuidLsb: proto.Int64(2)}
+}
 
 // ReadBuffers cuts packets into slices across ~32 KiB replies: a packet
 // larger than a reply straddles several, the last slice of each packet

@@ -6,7 +6,10 @@
 // MaxFrameSize bytes), BindService / InvokeMethod with request ids and
 // streaming replies, SCM_RIGHTS descriptor passing and the peer identity
 // from SO_PEERCRED. Services (ProducerPort, ConsumerPort) are plugged into
-// a Host as method tables; what a method does is theirs.
+// a Host as method tables; what a method does is theirs. Client is the
+// consumer side, for tracepipe's own commands. The hot path (CommitData
+// frames in, ReadBuffers replies out) is read and written in place,
+// without allocating per frame.
 //
 // Everything a peer sends is untrusted: frames are bounded, malformed
 // frames are dropped or end the connection, arguments that fail to decode

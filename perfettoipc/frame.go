@@ -25,15 +25,19 @@ var ErrFrameTooLarge = errors.New("perfettoipc: IPC frame too large")
 // dropped, as Perfetto does, and counted.
 type Deserializer struct {
 	buf     []byte
+	off     int    // start of the bytes not yet returned
+	pending int    // length of the frame nextPayload returned last
 	Dropped uint64 // payloads that were not a valid Frame
 }
 
 // Feed appends received bytes. It fails when the buffered bytes announce a
 // frame above MaxFrameSize; nothing more can be read from that stream.
+// A payload nextPayload returned is invalid from now on.
 func (d *Deserializer) Feed(b []byte) error {
+	d.compact()
 	d.buf = append(d.buf, b...)
-	if len(d.buf) >= headerSize {
-		if n := binary.LittleEndian.Uint32(d.buf); uint64(n) > MaxFrameSize-headerSize {
+	if rest := d.buf[d.off:]; len(rest) >= headerSize {
+		if n := binary.LittleEndian.Uint32(rest); uint64(n) > MaxFrameSize-headerSize {
 			return fmt.Errorf("%w: header announces %d payload bytes (max %d)", ErrFrameTooLarge, n, MaxFrameSize-headerSize)
 		}
 	}
@@ -44,38 +48,21 @@ func (d *Deserializer) Feed(b []byte) error {
 // complete frame. An oversized header is an error (see Feed).
 func (d *Deserializer) Next() (*Frame, error) {
 	for {
-		if len(d.buf) < headerSize {
-			return nil, nil
+		p, err := d.nextPayload()
+		if p == nil || err != nil {
+			return nil, err
 		}
-		n := binary.LittleEndian.Uint32(d.buf)
-		if uint64(n) > MaxFrameSize-headerSize {
-			return nil, fmt.Errorf("%w: header announces %d payload bytes (max %d)", ErrFrameTooLarge, n, MaxFrameSize-headerSize)
+		f := new(Frame)
+		if err := proto.Unmarshal(p, f); err != nil {
+			d.Dropped++
+			continue
 		}
-		end := headerSize + int(n)
-		if len(d.buf) < end {
-			return nil, nil
-		}
-		payload := d.buf[headerSize:end]
-		var f *Frame
-		if n > 0 { // empty frames are skipped
-			f = new(Frame)
-			if err := proto.Unmarshal(payload, f); err != nil {
-				d.Dropped++
-				f = nil
-			}
-		}
-		// Shift the rest down; the buffer stays bounded by one frame plus
-		// one read.
-		rest := copy(d.buf, d.buf[end:])
-		d.buf = d.buf[:rest]
-		if f != nil {
-			return f, nil
-		}
+		return f, nil
 	}
 }
 
 // Buffered is the number of bytes held for an incomplete frame.
-func (d *Deserializer) Buffered() int { return len(d.buf) }
+func (d *Deserializer) Buffered() int { return len(d.buf) - d.off - d.pending }
 
 // AppendFrame appends f's encoding with its length prefix to dst. It fails
 // for a frame above MaxFrameSize, which the peer would refuse.

@@ -1,6 +1,7 @@
 package perfettoipc
 
 import (
+	"bytes"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -178,5 +179,28 @@ func FuzzConsumerPort(f *testing.F) {
 			c.Invoke(m, &Call{conn: c.conn, Args: args, dropReply: true})
 		}
 		c.Close()
+	})
+}
+
+// FuzzParseInvoke checks the in-place InvokeMethod reader against the
+// generated decoder on any payload (seeded with the captures' frames):
+// whatever it takes, the generated code decodes to the same request id,
+// service, method, arguments and drop_reply.
+func FuzzParseInvoke(f *testing.F) {
+	addGoldenSeeds(f, func(payload []byte) { f.Add(payload) })
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		var v invokeView
+		if !parseInvoke(payload, &v) {
+			return
+		}
+		var fr Frame
+		if err := proto.Unmarshal(payload, &fr); err != nil {
+			t.Fatalf("taken in place, refused by the generated decoder: %v", err)
+		}
+		inv := fr.GetMsgInvokeMethod()
+		if inv == nil || fr.GetRequestId() != v.requestID || inv.GetServiceId() != v.serviceID || inv.GetMethodId() != v.method ||
+			!bytes.Equal(inv.GetArgsProto(), v.args) || inv.GetDropReply() != v.dropReply {
+			t.Fatalf("in place %+v, generated %v", v, &fr)
+		}
 	})
 }

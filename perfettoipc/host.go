@@ -28,6 +28,10 @@ type Service struct {
 	// Open is called when a connection binds the service; the handler
 	// serves that connection's invokes until Close.
 	Open func(c *Conn) Handler
+	// Transient, if set, names the methods whose handler never keeps the
+	// Call past Invoke (nor replies later): their Call is reused, so the
+	// hot path (CommitData) allocates nothing per frame.
+	Transient func(method uint32) bool
 }
 
 // Handler serves one connection's calls of a bound service. Invoke and
@@ -195,6 +199,7 @@ type Conn struct {
 	// Read goroutine only.
 	fd    int // the last descriptor received and not taken (-1: none)
 	bound map[uint32]Handler
+	spare *Call // reused for Service.Transient methods
 
 	wmu    sync.Mutex
 	wbuf   []byte
@@ -226,6 +231,7 @@ func (c *Conn) readLoop() {
 		c.Close()
 	}()
 	var d Deserializer
+	var view invokeView
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(maxFDsPerRead*4))
 	for {
@@ -239,15 +245,21 @@ func (c *Conn) readLoop() {
 				return
 			}
 			for {
-				f, ferr := d.Next()
+				p, ferr := d.nextPayload()
 				if ferr != nil {
 					c.host.logf("perfettoipc: pid %d: %v; disconnecting", c.peer.PID, ferr)
 					return
 				}
-				if f == nil {
+				if p == nil {
 					break
 				}
-				c.dispatch(f)
+				if parseInvoke(p, &view) {
+					c.invoke(view.requestID, view.serviceID, view.method, view.args, view.dropReply)
+				} else if f := new(Frame); proto.Unmarshal(p, f) == nil {
+					c.dispatch(f)
+				} else {
+					d.Dropped++
+				}
 				if c.closed.Load() {
 					return
 				}
@@ -286,7 +298,8 @@ func (c *Conn) dispatch(f *Frame) {
 	case *Frame_MsgBindService:
 		c.bind(rid, m.MsgBindService.GetServiceName())
 	case *Frame_MsgInvokeMethod:
-		c.invoke(rid, m.MsgInvokeMethod)
+		inv := m.MsgInvokeMethod
+		c.invoke(rid, inv.GetServiceId(), inv.GetMethodId(), inv.GetArgsProto(), inv.GetDropReply())
 	case *Frame_SetPeerIdentity_:
 		// Identity comes from SO_PEERCRED only on UNIX sockets.
 	default:
@@ -315,11 +328,25 @@ func (c *Conn) bind(rid uint64, name string) {
 	_ = c.send(&Frame{RequestId: proto.Uint64(rid), Msg: &Frame_MsgBindServiceReply{MsgBindServiceReply: reply}}, -1)
 }
 
-func (c *Conn) invoke(rid uint64, m *Frame_InvokeMethod) {
-	call := &Call{conn: c, requestID: rid, Args: m.GetArgsProto(), dropReply: m.GetDropReply()}
-	sid, mid := m.GetServiceId(), m.GetMethodId()
+func (c *Conn) invoke(rid uint64, sid, mid uint32, args []byte, drop bool) {
+	var call *Call
 	hd, ok := c.bound[sid]
-	if !ok || mid == 0 || int(mid) > len(c.host.services[sid-1].Methods) {
+	var svc *Service
+	if ok {
+		svc = c.host.services[sid-1]
+	}
+	if svc != nil && svc.Transient != nil && mid != 0 && int(mid) <= len(svc.Methods) && svc.Transient(mid) {
+		// The handler does not keep this call: one per connection serves them all.
+		if c.spare == nil {
+			c.spare = &Call{}
+		}
+		call = c.spare
+		call.reset(c, rid, args, drop)
+	} else {
+		call = &Call{}
+		call.reset(c, rid, args, drop)
+	}
+	if !ok || mid == 0 || int(mid) > len(svc.Methods) {
 		call.Fail()
 		return
 	}
@@ -329,16 +356,40 @@ func (c *Conn) invoke(rid uint64, m *Frame_InvokeMethod) {
 // send writes one frame, with fd (if >= 0) as SCM_RIGHTS on it. Safe from
 // any goroutine; bounded by the host's WriteTimeout.
 func (c *Conn) send(f *Frame, fd int) error {
+	return c.write(func(b []byte) ([]byte, error) { return AppendFrame(b, f) }, fd)
+}
+
+// sendReply writes an InvokeMethodReply frame, encoded in place.
+func (c *Conn) sendReply(rid uint64, success, hasMore bool, reply []byte, fd int) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.closed.Load() {
 		return net.ErrClosed
 	}
 	var err error
-	c.wbuf, err = AppendFrame(c.wbuf[:0], f)
+	c.wbuf, err = appendReplyFrame(c.wbuf[:0], rid, success, hasMore, reply)
 	if err != nil {
 		return err
 	}
+	return c.flushLocked(fd)
+}
+
+func (c *Conn) write(encode func([]byte) ([]byte, error), fd int) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	var err error
+	c.wbuf, err = encode(c.wbuf[:0])
+	if err != nil {
+		return err
+	}
+	return c.flushLocked(fd)
+}
+
+// flushLocked writes c.wbuf (c.wmu held).
+func (c *Conn) flushLocked(fd int) error {
 	timeout := c.host.WriteTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -371,11 +422,16 @@ func (c *Conn) fail(err error) {
 type Call struct {
 	conn      *Conn
 	requestID uint64
-	// Args is the serialized request message (untrusted).
+	// Args is the serialized request message (untrusted). It is valid
+	// only during Invoke (it may alias the connection's read buffer).
 	Args      []byte
 	dropReply bool
 	mu        sync.Mutex
 	finished  bool
+}
+
+func (c *Call) reset(conn *Conn, rid uint64, args []byte, drop bool) {
+	c.conn, c.requestID, c.Args, c.dropReply, c.finished = conn, rid, args, drop, false
 }
 
 // Conn is the connection the call came on.
@@ -398,21 +454,36 @@ func (c *Call) Reply(m proto.Message, hasMore bool) error { return c.ReplyFD(m, 
 
 // ReplyFD is Reply with a descriptor passed along (SCM_RIGHTS).
 func (c *Call) ReplyFD(m proto.Message, hasMore bool, fd int) error {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return err
+	if c.skip() {
+		return nil
 	}
-	if b == nil {
-		b = []byte{} // traced always sends reply_proto, even empty
+	var b []byte
+	if proto.Size(m) > 0 { // an empty message (most replies) encodes to nothing
+		var err error
+		if b, err = proto.Marshal(m); err != nil {
+			return err
+		}
 	}
-	return c.reply(&Frame_InvokeMethodReply{Success: proto.Bool(true), HasMore: proto.Bool(hasMore), ReplyProto: b}, hasMore, fd)
+	return c.reply(true, hasMore, b, fd)
 }
+
+// ReplyRaw sends a successful reply whose reply_proto is already encoded
+// (valid until ReplyRaw returns).
+func (c *Call) ReplyRaw(reply []byte, hasMore bool) error { return c.reply(true, hasMore, reply, -1) }
 
 // Fail sends a failed reply: as traced, has_more false and no success
 // field.
-func (c *Call) Fail() { _ = c.reply(&Frame_InvokeMethodReply{HasMore: proto.Bool(false)}, false, -1) }
+func (c *Call) Fail() { _ = c.reply(false, false, nil, -1) }
 
-func (c *Call) reply(r *Frame_InvokeMethodReply, hasMore bool, fd int) error {
+// skip says whether a reply would not be sent (drop_reply, or after the
+// final one), before encoding it.
+func (c *Call) skip() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.finished || c.dropReply
+}
+
+func (c *Call) reply(success, hasMore bool, b []byte, fd int) error {
 	c.mu.Lock()
 	if c.finished || c.dropReply {
 		c.mu.Unlock()
@@ -420,5 +491,5 @@ func (c *Call) reply(r *Frame_InvokeMethodReply, hasMore bool, fd int) error {
 	}
 	c.finished = !hasMore
 	c.mu.Unlock()
-	return c.conn.send(&Frame{RequestId: proto.Uint64(c.requestID), Msg: &Frame_MsgInvokeMethodReply{MsgInvokeMethodReply: r}}, fd)
+	return c.conn.sendReply(c.requestID, success, hasMore, b, fd)
 }

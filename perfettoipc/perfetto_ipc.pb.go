@@ -148,6 +148,124 @@ func (DataSourceConfig_SessionInitiator) EnumDescriptor() ([]byte, []int) {
 	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24, 0}
 }
 
+type ObservableEvents_Type int32
+
+const (
+	ObservableEvents_TYPE_UNSPECIFIED              ObservableEvents_Type = 0
+	ObservableEvents_TYPE_DATA_SOURCES_INSTANCES   ObservableEvents_Type = 1
+	ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED ObservableEvents_Type = 2
+	ObservableEvents_TYPE_CLONE_TRIGGER_HIT        ObservableEvents_Type = 4
+)
+
+// Enum value maps for ObservableEvents_Type.
+var (
+	ObservableEvents_Type_name = map[int32]string{
+		0: "TYPE_UNSPECIFIED",
+		1: "TYPE_DATA_SOURCES_INSTANCES",
+		2: "TYPE_ALL_DATA_SOURCES_STARTED",
+		4: "TYPE_CLONE_TRIGGER_HIT",
+	}
+	ObservableEvents_Type_value = map[string]int32{
+		"TYPE_UNSPECIFIED":              0,
+		"TYPE_DATA_SOURCES_INSTANCES":   1,
+		"TYPE_ALL_DATA_SOURCES_STARTED": 2,
+		"TYPE_CLONE_TRIGGER_HIT":        4,
+	}
+)
+
+func (x ObservableEvents_Type) Enum() *ObservableEvents_Type {
+	p := new(ObservableEvents_Type)
+	*p = x
+	return p
+}
+
+func (x ObservableEvents_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ObservableEvents_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_perfetto_ipc_proto_enumTypes[2].Descriptor()
+}
+
+func (ObservableEvents_Type) Type() protoreflect.EnumType {
+	return &file_perfetto_ipc_proto_enumTypes[2]
+}
+
+func (x ObservableEvents_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Do not use.
+func (x *ObservableEvents_Type) UnmarshalJSON(b []byte) error {
+	num, err := protoimpl.X.UnmarshalJSONEnum(x.Descriptor(), b)
+	if err != nil {
+		return err
+	}
+	*x = ObservableEvents_Type(num)
+	return nil
+}
+
+// Deprecated: Use ObservableEvents_Type.Descriptor instead.
+func (ObservableEvents_Type) EnumDescriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52, 0}
+}
+
+type ObservableEvents_DataSourceInstanceState int32
+
+const (
+	ObservableEvents_DATA_SOURCE_INSTANCE_STATE_STOPPED ObservableEvents_DataSourceInstanceState = 1
+	ObservableEvents_DATA_SOURCE_INSTANCE_STATE_STARTED ObservableEvents_DataSourceInstanceState = 2
+)
+
+// Enum value maps for ObservableEvents_DataSourceInstanceState.
+var (
+	ObservableEvents_DataSourceInstanceState_name = map[int32]string{
+		1: "DATA_SOURCE_INSTANCE_STATE_STOPPED",
+		2: "DATA_SOURCE_INSTANCE_STATE_STARTED",
+	}
+	ObservableEvents_DataSourceInstanceState_value = map[string]int32{
+		"DATA_SOURCE_INSTANCE_STATE_STOPPED": 1,
+		"DATA_SOURCE_INSTANCE_STATE_STARTED": 2,
+	}
+)
+
+func (x ObservableEvents_DataSourceInstanceState) Enum() *ObservableEvents_DataSourceInstanceState {
+	p := new(ObservableEvents_DataSourceInstanceState)
+	*p = x
+	return p
+}
+
+func (x ObservableEvents_DataSourceInstanceState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ObservableEvents_DataSourceInstanceState) Descriptor() protoreflect.EnumDescriptor {
+	return file_perfetto_ipc_proto_enumTypes[3].Descriptor()
+}
+
+func (ObservableEvents_DataSourceInstanceState) Type() protoreflect.EnumType {
+	return &file_perfetto_ipc_proto_enumTypes[3]
+}
+
+func (x ObservableEvents_DataSourceInstanceState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Do not use.
+func (x *ObservableEvents_DataSourceInstanceState) UnmarshalJSON(b []byte) error {
+	num, err := protoimpl.X.UnmarshalJSONEnum(x.Descriptor(), b)
+	if err != nil {
+		return err
+	}
+	*x = ObservableEvents_DataSourceInstanceState(num)
+	return nil
+}
+
+// Deprecated: Use ObservableEvents_DataSourceInstanceState.Descriptor instead.
+func (ObservableEvents_DataSourceInstanceState) EnumDescriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52, 1}
+}
+
 // Frame is one IPC message: [u32 LE length][Frame].
 type Frame struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -2438,13 +2556,14 @@ func (x *QueryServiceStateRequest) GetSessionsOnly() bool {
 }
 
 type TracingServiceState struct {
-	state                   protoimpl.MessageState            `protogen:"open.v1"`
-	Producers               []*TracingServiceState_Producer   `protobuf:"bytes,1,rep,name=producers" json:"producers,omitempty"`
-	DataSources             []*TracingServiceState_DataSource `protobuf:"bytes,2,rep,name=data_sources,json=dataSources" json:"data_sources,omitempty"`
-	NumSessions             *int32                            `protobuf:"varint,3,opt,name=num_sessions,json=numSessions" json:"num_sessions,omitempty"`
-	NumSessionsStarted      *int32                            `protobuf:"varint,4,opt,name=num_sessions_started,json=numSessionsStarted" json:"num_sessions_started,omitempty"`
-	TracingServiceVersion   *string                           `protobuf:"bytes,5,opt,name=tracing_service_version,json=tracingServiceVersion" json:"tracing_service_version,omitempty"`
-	SupportsTracingSessions *bool                             `protobuf:"varint,7,opt,name=supports_tracing_sessions,json=supportsTracingSessions" json:"supports_tracing_sessions,omitempty"`
+	state                   protoimpl.MessageState                `protogen:"open.v1"`
+	Producers               []*TracingServiceState_Producer       `protobuf:"bytes,1,rep,name=producers" json:"producers,omitempty"`
+	DataSources             []*TracingServiceState_DataSource     `protobuf:"bytes,2,rep,name=data_sources,json=dataSources" json:"data_sources,omitempty"`
+	TracingSessions         []*TracingServiceState_TracingSession `protobuf:"bytes,6,rep,name=tracing_sessions,json=tracingSessions" json:"tracing_sessions,omitempty"`
+	NumSessions             *int32                                `protobuf:"varint,3,opt,name=num_sessions,json=numSessions" json:"num_sessions,omitempty"`
+	NumSessionsStarted      *int32                                `protobuf:"varint,4,opt,name=num_sessions_started,json=numSessionsStarted" json:"num_sessions_started,omitempty"`
+	TracingServiceVersion   *string                               `protobuf:"bytes,5,opt,name=tracing_service_version,json=tracingServiceVersion" json:"tracing_service_version,omitempty"`
+	SupportsTracingSessions *bool                                 `protobuf:"varint,7,opt,name=supports_tracing_sessions,json=supportsTracingSessions" json:"supports_tracing_sessions,omitempty"`
 	unknownFields           protoimpl.UnknownFields
 	sizeCache               protoimpl.SizeCache
 }
@@ -2489,6 +2608,13 @@ func (x *TracingServiceState) GetProducers() []*TracingServiceState_Producer {
 func (x *TracingServiceState) GetDataSources() []*TracingServiceState_DataSource {
 	if x != nil {
 		return x.DataSources
+	}
+	return nil
+}
+
+func (x *TracingServiceState) GetTracingSessions() []*TracingServiceState_TracingSession {
+	if x != nil {
+		return x.TracingSessions
 	}
 	return nil
 }
@@ -2565,6 +2691,590 @@ func (x *QueryServiceStateResponse) GetServiceState() *TracingServiceState {
 	return nil
 }
 
+type ChangeTraceConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TraceConfig   []byte                 `protobuf:"bytes,1,opt,name=trace_config,json=traceConfig" json:"trace_config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeTraceConfigRequest) Reset() {
+	*x = ChangeTraceConfigRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeTraceConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeTraceConfigRequest) ProtoMessage() {}
+
+func (x *ChangeTraceConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeTraceConfigRequest.ProtoReflect.Descriptor instead.
+func (*ChangeTraceConfigRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ChangeTraceConfigRequest) GetTraceConfig() []byte {
+	if x != nil {
+		return x.TraceConfig
+	}
+	return nil
+}
+
+type ChangeTraceConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeTraceConfigResponse) Reset() {
+	*x = ChangeTraceConfigResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeTraceConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeTraceConfigResponse) ProtoMessage() {}
+
+func (x *ChangeTraceConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeTraceConfigResponse.ProtoReflect.Descriptor instead.
+func (*ChangeTraceConfigResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{48}
+}
+
+type QueryCapabilitiesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryCapabilitiesRequest) Reset() {
+	*x = QueryCapabilitiesRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryCapabilitiesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryCapabilitiesRequest) ProtoMessage() {}
+
+func (x *QueryCapabilitiesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryCapabilitiesRequest.ProtoReflect.Descriptor instead.
+func (*QueryCapabilitiesRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{49}
+}
+
+type TracingServiceCapabilities struct {
+	state                    protoimpl.MessageState  `protogen:"open.v1"`
+	HasQueryCapabilities     *bool                   `protobuf:"varint,1,opt,name=has_query_capabilities,json=hasQueryCapabilities" json:"has_query_capabilities,omitempty"`
+	ObservableEvents         []ObservableEvents_Type `protobuf:"varint,2,rep,name=observable_events,json=observableEvents,enum=tracepipe.perfettoipc.ObservableEvents_Type" json:"observable_events,omitempty"`
+	HasTraceConfigOutputPath *bool                   `protobuf:"varint,3,opt,name=has_trace_config_output_path,json=hasTraceConfigOutputPath" json:"has_trace_config_output_path,omitempty"`
+	HasCloneSession          *bool                   `protobuf:"varint,4,opt,name=has_clone_session,json=hasCloneSession" json:"has_clone_session,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *TracingServiceCapabilities) Reset() {
+	*x = TracingServiceCapabilities{}
+	mi := &file_perfetto_ipc_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TracingServiceCapabilities) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TracingServiceCapabilities) ProtoMessage() {}
+
+func (x *TracingServiceCapabilities) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TracingServiceCapabilities.ProtoReflect.Descriptor instead.
+func (*TracingServiceCapabilities) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *TracingServiceCapabilities) GetHasQueryCapabilities() bool {
+	if x != nil && x.HasQueryCapabilities != nil {
+		return *x.HasQueryCapabilities
+	}
+	return false
+}
+
+func (x *TracingServiceCapabilities) GetObservableEvents() []ObservableEvents_Type {
+	if x != nil {
+		return x.ObservableEvents
+	}
+	return nil
+}
+
+func (x *TracingServiceCapabilities) GetHasTraceConfigOutputPath() bool {
+	if x != nil && x.HasTraceConfigOutputPath != nil {
+		return *x.HasTraceConfigOutputPath
+	}
+	return false
+}
+
+func (x *TracingServiceCapabilities) GetHasCloneSession() bool {
+	if x != nil && x.HasCloneSession != nil {
+		return *x.HasCloneSession
+	}
+	return false
+}
+
+type QueryCapabilitiesResponse struct {
+	state         protoimpl.MessageState      `protogen:"open.v1"`
+	Capabilities  *TracingServiceCapabilities `protobuf:"bytes,1,opt,name=capabilities" json:"capabilities,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryCapabilitiesResponse) Reset() {
+	*x = QueryCapabilitiesResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryCapabilitiesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryCapabilitiesResponse) ProtoMessage() {}
+
+func (x *QueryCapabilitiesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryCapabilitiesResponse.ProtoReflect.Descriptor instead.
+func (*QueryCapabilitiesResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *QueryCapabilitiesResponse) GetCapabilities() *TracingServiceCapabilities {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+type ObservableEvents struct {
+	state                 protoimpl.MessageState                            `protogen:"open.v1"`
+	InstanceStateChanges  []*ObservableEvents_DataSourceInstanceStateChange `protobuf:"bytes,1,rep,name=instance_state_changes,json=instanceStateChanges" json:"instance_state_changes,omitempty"`
+	AllDataSourcesStarted *bool                                             `protobuf:"varint,2,opt,name=all_data_sources_started,json=allDataSourcesStarted" json:"all_data_sources_started,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *ObservableEvents) Reset() {
+	*x = ObservableEvents{}
+	mi := &file_perfetto_ipc_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservableEvents) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservableEvents) ProtoMessage() {}
+
+func (x *ObservableEvents) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservableEvents.ProtoReflect.Descriptor instead.
+func (*ObservableEvents) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ObservableEvents) GetInstanceStateChanges() []*ObservableEvents_DataSourceInstanceStateChange {
+	if x != nil {
+		return x.InstanceStateChanges
+	}
+	return nil
+}
+
+func (x *ObservableEvents) GetAllDataSourcesStarted() bool {
+	if x != nil && x.AllDataSourcesStarted != nil {
+		return *x.AllDataSourcesStarted
+	}
+	return false
+}
+
+type ObserveEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Enum values as numbers: an unknown type from a newer client must not
+	// fail the whole request.
+	EventsToObserve []uint32 `protobuf:"varint,1,rep,name=events_to_observe,json=eventsToObserve" json:"events_to_observe,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ObserveEventsRequest) Reset() {
+	*x = ObserveEventsRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveEventsRequest) ProtoMessage() {}
+
+func (x *ObserveEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveEventsRequest.ProtoReflect.Descriptor instead.
+func (*ObserveEventsRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ObserveEventsRequest) GetEventsToObserve() []uint32 {
+	if x != nil {
+		return x.EventsToObserve
+	}
+	return nil
+}
+
+type ObserveEventsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        *ObservableEvents      `protobuf:"bytes,1,opt,name=events" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveEventsResponse) Reset() {
+	*x = ObserveEventsResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveEventsResponse) ProtoMessage() {}
+
+func (x *ObserveEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveEventsResponse.ProtoReflect.Descriptor instead.
+func (*ObserveEventsResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ObserveEventsResponse) GetEvents() *ObservableEvents {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+type CloneSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Selector:
+	//
+	//	*CloneSessionRequest_SessionId
+	//	*CloneSessionRequest_UniqueSessionName
+	Selector                       isCloneSessionRequest_Selector `protobuf_oneof:"selector"`
+	SkipTraceFilter                *bool                          `protobuf:"varint,2,opt,name=skip_trace_filter,json=skipTraceFilter" json:"skip_trace_filter,omitempty"`
+	ForBugreport                   *bool                          `protobuf:"varint,3,opt,name=for_bugreport,json=forBugreport" json:"for_bugreport,omitempty"`
+	CloneTriggerName               *string                        `protobuf:"bytes,5,opt,name=clone_trigger_name,json=cloneTriggerName" json:"clone_trigger_name,omitempty"`
+	CloneTriggerProducerName       *string                        `protobuf:"bytes,6,opt,name=clone_trigger_producer_name,json=cloneTriggerProducerName" json:"clone_trigger_producer_name,omitempty"`
+	CloneTriggerTrustedProducerUid *int32                         `protobuf:"varint,7,opt,name=clone_trigger_trusted_producer_uid,json=cloneTriggerTrustedProducerUid" json:"clone_trigger_trusted_producer_uid,omitempty"`
+	CloneTriggerBootTimeNs         *uint64                        `protobuf:"varint,8,opt,name=clone_trigger_boot_time_ns,json=cloneTriggerBootTimeNs" json:"clone_trigger_boot_time_ns,omitempty"`
+	CloneTriggerDelayMs            *uint64                        `protobuf:"varint,9,opt,name=clone_trigger_delay_ms,json=cloneTriggerDelayMs" json:"clone_trigger_delay_ms,omitempty"`
+	unknownFields                  protoimpl.UnknownFields
+	sizeCache                      protoimpl.SizeCache
+}
+
+func (x *CloneSessionRequest) Reset() {
+	*x = CloneSessionRequest{}
+	mi := &file_perfetto_ipc_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneSessionRequest) ProtoMessage() {}
+
+func (x *CloneSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneSessionRequest.ProtoReflect.Descriptor instead.
+func (*CloneSessionRequest) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *CloneSessionRequest) GetSelector() isCloneSessionRequest_Selector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *CloneSessionRequest) GetSessionId() uint64 {
+	if x != nil {
+		if x, ok := x.Selector.(*CloneSessionRequest_SessionId); ok {
+			return x.SessionId
+		}
+	}
+	return 0
+}
+
+func (x *CloneSessionRequest) GetUniqueSessionName() string {
+	if x != nil {
+		if x, ok := x.Selector.(*CloneSessionRequest_UniqueSessionName); ok {
+			return x.UniqueSessionName
+		}
+	}
+	return ""
+}
+
+func (x *CloneSessionRequest) GetSkipTraceFilter() bool {
+	if x != nil && x.SkipTraceFilter != nil {
+		return *x.SkipTraceFilter
+	}
+	return false
+}
+
+func (x *CloneSessionRequest) GetForBugreport() bool {
+	if x != nil && x.ForBugreport != nil {
+		return *x.ForBugreport
+	}
+	return false
+}
+
+func (x *CloneSessionRequest) GetCloneTriggerName() string {
+	if x != nil && x.CloneTriggerName != nil {
+		return *x.CloneTriggerName
+	}
+	return ""
+}
+
+func (x *CloneSessionRequest) GetCloneTriggerProducerName() string {
+	if x != nil && x.CloneTriggerProducerName != nil {
+		return *x.CloneTriggerProducerName
+	}
+	return ""
+}
+
+func (x *CloneSessionRequest) GetCloneTriggerTrustedProducerUid() int32 {
+	if x != nil && x.CloneTriggerTrustedProducerUid != nil {
+		return *x.CloneTriggerTrustedProducerUid
+	}
+	return 0
+}
+
+func (x *CloneSessionRequest) GetCloneTriggerBootTimeNs() uint64 {
+	if x != nil && x.CloneTriggerBootTimeNs != nil {
+		return *x.CloneTriggerBootTimeNs
+	}
+	return 0
+}
+
+func (x *CloneSessionRequest) GetCloneTriggerDelayMs() uint64 {
+	if x != nil && x.CloneTriggerDelayMs != nil {
+		return *x.CloneTriggerDelayMs
+	}
+	return 0
+}
+
+type isCloneSessionRequest_Selector interface {
+	isCloneSessionRequest_Selector()
+}
+
+type CloneSessionRequest_SessionId struct {
+	SessionId uint64 `protobuf:"varint,1,opt,name=session_id,json=sessionId,oneof"`
+}
+
+type CloneSessionRequest_UniqueSessionName struct {
+	UniqueSessionName string `protobuf:"bytes,4,opt,name=unique_session_name,json=uniqueSessionName,oneof"`
+}
+
+func (*CloneSessionRequest_SessionId) isCloneSessionRequest_Selector() {}
+
+func (*CloneSessionRequest_UniqueSessionName) isCloneSessionRequest_Selector() {}
+
+type CloneSessionResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Success          *bool                  `protobuf:"varint,1,opt,name=success" json:"success,omitempty"`
+	Error            *string                `protobuf:"bytes,2,opt,name=error" json:"error,omitempty"`
+	UuidMsb          *int64                 `protobuf:"varint,3,opt,name=uuid_msb,json=uuidMsb" json:"uuid_msb,omitempty"`
+	UuidLsb          *int64                 `protobuf:"varint,4,opt,name=uuid_lsb,json=uuidLsb" json:"uuid_lsb,omitempty"`
+	WasWriteIntoFile *bool                  `protobuf:"varint,5,opt,name=was_write_into_file,json=wasWriteIntoFile" json:"was_write_into_file,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CloneSessionResponse) Reset() {
+	*x = CloneSessionResponse{}
+	mi := &file_perfetto_ipc_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloneSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloneSessionResponse) ProtoMessage() {}
+
+func (x *CloneSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloneSessionResponse.ProtoReflect.Descriptor instead.
+func (*CloneSessionResponse) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *CloneSessionResponse) GetSuccess() bool {
+	if x != nil && x.Success != nil {
+		return *x.Success
+	}
+	return false
+}
+
+func (x *CloneSessionResponse) GetError() string {
+	if x != nil && x.Error != nil {
+		return *x.Error
+	}
+	return ""
+}
+
+func (x *CloneSessionResponse) GetUuidMsb() int64 {
+	if x != nil && x.UuidMsb != nil {
+		return *x.UuidMsb
+	}
+	return 0
+}
+
+func (x *CloneSessionResponse) GetUuidLsb() int64 {
+	if x != nil && x.UuidLsb != nil {
+		return *x.UuidLsb
+	}
+	return 0
+}
+
+func (x *CloneSessionResponse) GetWasWriteIntoFile() bool {
+	if x != nil && x.WasWriteIntoFile != nil {
+		return *x.WasWriteIntoFile
+	}
+	return false
+}
+
 type Frame_BindService struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServiceName   *string                `protobuf:"bytes,1,opt,name=service_name,json=serviceName" json:"service_name,omitempty"`
@@ -2574,7 +3284,7 @@ type Frame_BindService struct {
 
 func (x *Frame_BindService) Reset() {
 	*x = Frame_BindService{}
-	mi := &file_perfetto_ipc_proto_msgTypes[47]
+	mi := &file_perfetto_ipc_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +3296,7 @@ func (x *Frame_BindService) String() string {
 func (*Frame_BindService) ProtoMessage() {}
 
 func (x *Frame_BindService) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[47]
+	mi := &file_perfetto_ipc_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +3329,7 @@ type Frame_MethodInfo struct {
 
 func (x *Frame_MethodInfo) Reset() {
 	*x = Frame_MethodInfo{}
-	mi := &file_perfetto_ipc_proto_msgTypes[48]
+	mi := &file_perfetto_ipc_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +3341,7 @@ func (x *Frame_MethodInfo) String() string {
 func (*Frame_MethodInfo) ProtoMessage() {}
 
 func (x *Frame_MethodInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[48]
+	mi := &file_perfetto_ipc_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +3382,7 @@ type Frame_BindServiceReply struct {
 
 func (x *Frame_BindServiceReply) Reset() {
 	*x = Frame_BindServiceReply{}
-	mi := &file_perfetto_ipc_proto_msgTypes[49]
+	mi := &file_perfetto_ipc_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2684,7 +3394,7 @@ func (x *Frame_BindServiceReply) String() string {
 func (*Frame_BindServiceReply) ProtoMessage() {}
 
 func (x *Frame_BindServiceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[49]
+	mi := &file_perfetto_ipc_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +3443,7 @@ type Frame_InvokeMethod struct {
 
 func (x *Frame_InvokeMethod) Reset() {
 	*x = Frame_InvokeMethod{}
-	mi := &file_perfetto_ipc_proto_msgTypes[50]
+	mi := &file_perfetto_ipc_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +3455,7 @@ func (x *Frame_InvokeMethod) String() string {
 func (*Frame_InvokeMethod) ProtoMessage() {}
 
 func (x *Frame_InvokeMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[50]
+	mi := &file_perfetto_ipc_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +3510,7 @@ type Frame_InvokeMethodReply struct {
 
 func (x *Frame_InvokeMethodReply) Reset() {
 	*x = Frame_InvokeMethodReply{}
-	mi := &file_perfetto_ipc_proto_msgTypes[51]
+	mi := &file_perfetto_ipc_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +3522,7 @@ func (x *Frame_InvokeMethodReply) String() string {
 func (*Frame_InvokeMethodReply) ProtoMessage() {}
 
 func (x *Frame_InvokeMethodReply) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[51]
+	mi := &file_perfetto_ipc_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +3568,7 @@ type Frame_RequestError struct {
 
 func (x *Frame_RequestError) Reset() {
 	*x = Frame_RequestError{}
-	mi := &file_perfetto_ipc_proto_msgTypes[52]
+	mi := &file_perfetto_ipc_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +3580,7 @@ func (x *Frame_RequestError) String() string {
 func (*Frame_RequestError) ProtoMessage() {}
 
 func (x *Frame_RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[52]
+	mi := &file_perfetto_ipc_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3615,7 @@ type Frame_SetPeerIdentity struct {
 
 func (x *Frame_SetPeerIdentity) Reset() {
 	*x = Frame_SetPeerIdentity{}
-	mi := &file_perfetto_ipc_proto_msgTypes[53]
+	mi := &file_perfetto_ipc_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +3627,7 @@ func (x *Frame_SetPeerIdentity) String() string {
 func (*Frame_SetPeerIdentity) ProtoMessage() {}
 
 func (x *Frame_SetPeerIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[53]
+	mi := &file_perfetto_ipc_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3681,7 @@ type GetAsyncCommandResponse_SetupTracing struct {
 
 func (x *GetAsyncCommandResponse_SetupTracing) Reset() {
 	*x = GetAsyncCommandResponse_SetupTracing{}
-	mi := &file_perfetto_ipc_proto_msgTypes[54]
+	mi := &file_perfetto_ipc_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3693,7 @@ func (x *GetAsyncCommandResponse_SetupTracing) String() string {
 func (*GetAsyncCommandResponse_SetupTracing) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_SetupTracing) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[54]
+	mi := &file_perfetto_ipc_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3733,7 @@ type GetAsyncCommandResponse_SetupDataSource struct {
 
 func (x *GetAsyncCommandResponse_SetupDataSource) Reset() {
 	*x = GetAsyncCommandResponse_SetupDataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[55]
+	mi := &file_perfetto_ipc_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3745,7 @@ func (x *GetAsyncCommandResponse_SetupDataSource) String() string {
 func (*GetAsyncCommandResponse_SetupDataSource) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_SetupDataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[55]
+	mi := &file_perfetto_ipc_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3075,7 +3785,7 @@ type GetAsyncCommandResponse_StartDataSource struct {
 
 func (x *GetAsyncCommandResponse_StartDataSource) Reset() {
 	*x = GetAsyncCommandResponse_StartDataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[56]
+	mi := &file_perfetto_ipc_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3797,7 @@ func (x *GetAsyncCommandResponse_StartDataSource) String() string {
 func (*GetAsyncCommandResponse_StartDataSource) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_StartDataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[56]
+	mi := &file_perfetto_ipc_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3836,7 @@ type GetAsyncCommandResponse_StopDataSource struct {
 
 func (x *GetAsyncCommandResponse_StopDataSource) Reset() {
 	*x = GetAsyncCommandResponse_StopDataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[57]
+	mi := &file_perfetto_ipc_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3848,7 @@ func (x *GetAsyncCommandResponse_StopDataSource) String() string {
 func (*GetAsyncCommandResponse_StopDataSource) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_StopDataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[57]
+	mi := &file_perfetto_ipc_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3882,7 @@ type GetAsyncCommandResponse_Flush struct {
 
 func (x *GetAsyncCommandResponse_Flush) Reset() {
 	*x = GetAsyncCommandResponse_Flush{}
-	mi := &file_perfetto_ipc_proto_msgTypes[58]
+	mi := &file_perfetto_ipc_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3894,7 @@ func (x *GetAsyncCommandResponse_Flush) String() string {
 func (*GetAsyncCommandResponse_Flush) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_Flush) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[58]
+	mi := &file_perfetto_ipc_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3940,7 @@ type GetAsyncCommandResponse_ClearIncrementalState struct {
 
 func (x *GetAsyncCommandResponse_ClearIncrementalState) Reset() {
 	*x = GetAsyncCommandResponse_ClearIncrementalState{}
-	mi := &file_perfetto_ipc_proto_msgTypes[59]
+	mi := &file_perfetto_ipc_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3952,7 @@ func (x *GetAsyncCommandResponse_ClearIncrementalState) String() string {
 func (*GetAsyncCommandResponse_ClearIncrementalState) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_ClearIncrementalState) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[59]
+	mi := &file_perfetto_ipc_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3985,7 @@ type ReadBuffersResponse_Slice struct {
 
 func (x *ReadBuffersResponse_Slice) Reset() {
 	*x = ReadBuffersResponse_Slice{}
-	mi := &file_perfetto_ipc_proto_msgTypes[60]
+	mi := &file_perfetto_ipc_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3997,7 @@ func (x *ReadBuffersResponse_Slice) String() string {
 func (*ReadBuffersResponse_Slice) ProtoMessage() {}
 
 func (x *ReadBuffersResponse_Slice) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[60]
+	mi := &file_perfetto_ipc_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3331,7 +4041,7 @@ type TracingServiceState_Producer struct {
 
 func (x *TracingServiceState_Producer) Reset() {
 	*x = TracingServiceState_Producer{}
-	mi := &file_perfetto_ipc_proto_msgTypes[61]
+	mi := &file_perfetto_ipc_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +4053,7 @@ func (x *TracingServiceState_Producer) String() string {
 func (*TracingServiceState_Producer) ProtoMessage() {}
 
 func (x *TracingServiceState_Producer) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[61]
+	mi := &file_perfetto_ipc_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +4121,7 @@ type TracingServiceState_DataSource struct {
 
 func (x *TracingServiceState_DataSource) Reset() {
 	*x = TracingServiceState_DataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[62]
+	mi := &file_perfetto_ipc_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3423,7 +4133,7 @@ func (x *TracingServiceState_DataSource) String() string {
 func (*TracingServiceState_DataSource) ProtoMessage() {}
 
 func (x *TracingServiceState_DataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[62]
+	mi := &file_perfetto_ipc_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,6 +4161,166 @@ func (x *TracingServiceState_DataSource) GetProducerId() int32 {
 		return *x.ProducerId
 	}
 	return 0
+}
+
+type TracingServiceState_TracingSession struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Id                *uint64                `protobuf:"varint,1,opt,name=id" json:"id,omitempty"`
+	ConsumerUid       *int32                 `protobuf:"varint,2,opt,name=consumer_uid,json=consumerUid" json:"consumer_uid,omitempty"`
+	State             *string                `protobuf:"bytes,3,opt,name=state" json:"state,omitempty"`
+	UniqueSessionName *string                `protobuf:"bytes,4,opt,name=unique_session_name,json=uniqueSessionName" json:"unique_session_name,omitempty"`
+	BufferSizeKb      []uint32               `protobuf:"varint,5,rep,name=buffer_size_kb,json=bufferSizeKb" json:"buffer_size_kb,omitempty"`
+	DurationMs        *uint32                `protobuf:"varint,6,opt,name=duration_ms,json=durationMs" json:"duration_ms,omitempty"`
+	NumDataSources    *uint32                `protobuf:"varint,7,opt,name=num_data_sources,json=numDataSources" json:"num_data_sources,omitempty"`
+	IsStarted         *bool                  `protobuf:"varint,11,opt,name=is_started,json=isStarted" json:"is_started,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TracingServiceState_TracingSession) Reset() {
+	*x = TracingServiceState_TracingSession{}
+	mi := &file_perfetto_ipc_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TracingServiceState_TracingSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TracingServiceState_TracingSession) ProtoMessage() {}
+
+func (x *TracingServiceState_TracingSession) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TracingServiceState_TracingSession.ProtoReflect.Descriptor instead.
+func (*TracingServiceState_TracingSession) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45, 2}
+}
+
+func (x *TracingServiceState_TracingSession) GetId() uint64 {
+	if x != nil && x.Id != nil {
+		return *x.Id
+	}
+	return 0
+}
+
+func (x *TracingServiceState_TracingSession) GetConsumerUid() int32 {
+	if x != nil && x.ConsumerUid != nil {
+		return *x.ConsumerUid
+	}
+	return 0
+}
+
+func (x *TracingServiceState_TracingSession) GetState() string {
+	if x != nil && x.State != nil {
+		return *x.State
+	}
+	return ""
+}
+
+func (x *TracingServiceState_TracingSession) GetUniqueSessionName() string {
+	if x != nil && x.UniqueSessionName != nil {
+		return *x.UniqueSessionName
+	}
+	return ""
+}
+
+func (x *TracingServiceState_TracingSession) GetBufferSizeKb() []uint32 {
+	if x != nil {
+		return x.BufferSizeKb
+	}
+	return nil
+}
+
+func (x *TracingServiceState_TracingSession) GetDurationMs() uint32 {
+	if x != nil && x.DurationMs != nil {
+		return *x.DurationMs
+	}
+	return 0
+}
+
+func (x *TracingServiceState_TracingSession) GetNumDataSources() uint32 {
+	if x != nil && x.NumDataSources != nil {
+		return *x.NumDataSources
+	}
+	return 0
+}
+
+func (x *TracingServiceState_TracingSession) GetIsStarted() bool {
+	if x != nil && x.IsStarted != nil {
+		return *x.IsStarted
+	}
+	return false
+}
+
+type ObservableEvents_DataSourceInstanceStateChange struct {
+	state          protoimpl.MessageState                    `protogen:"open.v1"`
+	ProducerName   *string                                   `protobuf:"bytes,1,opt,name=producer_name,json=producerName" json:"producer_name,omitempty"`
+	DataSourceName *string                                   `protobuf:"bytes,2,opt,name=data_source_name,json=dataSourceName" json:"data_source_name,omitempty"`
+	State          *ObservableEvents_DataSourceInstanceState `protobuf:"varint,3,opt,name=state,enum=tracepipe.perfettoipc.ObservableEvents_DataSourceInstanceState" json:"state,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ObservableEvents_DataSourceInstanceStateChange) Reset() {
+	*x = ObservableEvents_DataSourceInstanceStateChange{}
+	mi := &file_perfetto_ipc_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservableEvents_DataSourceInstanceStateChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservableEvents_DataSourceInstanceStateChange) ProtoMessage() {}
+
+func (x *ObservableEvents_DataSourceInstanceStateChange) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservableEvents_DataSourceInstanceStateChange.ProtoReflect.Descriptor instead.
+func (*ObservableEvents_DataSourceInstanceStateChange) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52, 0}
+}
+
+func (x *ObservableEvents_DataSourceInstanceStateChange) GetProducerName() string {
+	if x != nil && x.ProducerName != nil {
+		return *x.ProducerName
+	}
+	return ""
+}
+
+func (x *ObservableEvents_DataSourceInstanceStateChange) GetDataSourceName() string {
+	if x != nil && x.DataSourceName != nil {
+		return *x.DataSourceName
+	}
+	return ""
+}
+
+func (x *ObservableEvents_DataSourceInstanceStateChange) GetState() ObservableEvents_DataSourceInstanceState {
+	if x != nil && x.State != nil {
+		return *x.State
+	}
+	return ObservableEvents_DATA_SOURCE_INSTANCE_STATE_STOPPED
 }
 
 var File_perfetto_ipc_proto protoreflect.FileDescriptor
@@ -3636,10 +4506,11 @@ const file_perfetto_ipc_proto_rawDesc = "" +
 	"\vtrace_stats\x18\x01 \x01(\fR\n" +
 	"traceStats\"?\n" +
 	"\x18QueryServiceStateRequest\x12#\n" +
-	"\rsessions_only\x18\x01 \x01(\bR\fsessionsOnly\"\x9a\x05\n" +
+	"\rsessions_only\x18\x01 \x01(\bR\fsessionsOnly\"\x9c\b\n" +
 	"\x13TracingServiceState\x12Q\n" +
 	"\tproducers\x18\x01 \x03(\v23.tracepipe.perfettoipc.TracingServiceState.ProducerR\tproducers\x12X\n" +
-	"\fdata_sources\x18\x02 \x03(\v25.tracepipe.perfettoipc.TracingServiceState.DataSourceR\vdataSources\x12!\n" +
+	"\fdata_sources\x18\x02 \x03(\v25.tracepipe.perfettoipc.TracingServiceState.DataSourceR\vdataSources\x12d\n" +
+	"\x10tracing_sessions\x18\x06 \x03(\v29.tracepipe.perfettoipc.TracingServiceState.TracingSessionR\x0ftracingSessions\x12!\n" +
 	"\fnum_sessions\x18\x03 \x01(\x05R\vnumSessions\x120\n" +
 	"\x14num_sessions_started\x18\x04 \x01(\x05R\x12numSessionsStarted\x126\n" +
 	"\x17tracing_service_version\x18\x05 \x01(\tR\x15tracingServiceVersion\x12:\n" +
@@ -3656,9 +4527,69 @@ const file_perfetto_ipc_proto_rawDesc = "" +
 	"DataSource\x12P\n" +
 	"\rds_descriptor\x18\x01 \x01(\v2+.tracepipe.perfettoipc.DataSourceDescriptorR\fdsDescriptor\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x05R\n" +
-	"producerId\"l\n" +
+	"producerId\x1a\x99\x02\n" +
+	"\x0eTracingSession\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12!\n" +
+	"\fconsumer_uid\x18\x02 \x01(\x05R\vconsumerUid\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12.\n" +
+	"\x13unique_session_name\x18\x04 \x01(\tR\x11uniqueSessionName\x12$\n" +
+	"\x0ebuffer_size_kb\x18\x05 \x03(\rR\fbufferSizeKb\x12\x1f\n" +
+	"\vduration_ms\x18\x06 \x01(\rR\n" +
+	"durationMs\x12(\n" +
+	"\x10num_data_sources\x18\a \x01(\rR\x0enumDataSources\x12\x1d\n" +
+	"\n" +
+	"is_started\x18\v \x01(\bR\tisStarted\"l\n" +
 	"\x19QueryServiceStateResponse\x12O\n" +
-	"\rservice_state\x18\x01 \x01(\v2*.tracepipe.perfettoipc.TracingServiceStateR\fserviceStateB,Z*github.com/tracepipe/tracepipe/perfettoipc"
+	"\rservice_state\x18\x01 \x01(\v2*.tracepipe.perfettoipc.TracingServiceStateR\fserviceState\"=\n" +
+	"\x18ChangeTraceConfigRequest\x12!\n" +
+	"\ftrace_config\x18\x01 \x01(\fR\vtraceConfig\"\x1b\n" +
+	"\x19ChangeTraceConfigResponse\"\x1a\n" +
+	"\x18QueryCapabilitiesRequest\"\x99\x02\n" +
+	"\x1aTracingServiceCapabilities\x124\n" +
+	"\x16has_query_capabilities\x18\x01 \x01(\bR\x14hasQueryCapabilities\x12Y\n" +
+	"\x11observable_events\x18\x02 \x03(\x0e2,.tracepipe.perfettoipc.ObservableEvents.TypeR\x10observableEvents\x12>\n" +
+	"\x1chas_trace_config_output_path\x18\x03 \x01(\bR\x18hasTraceConfigOutputPath\x12*\n" +
+	"\x11has_clone_session\x18\x04 \x01(\bR\x0fhasCloneSession\"r\n" +
+	"\x19QueryCapabilitiesResponse\x12U\n" +
+	"\fcapabilities\x18\x01 \x01(\v21.tracepipe.perfettoipc.TracingServiceCapabilitiesR\fcapabilities\"\xf9\x04\n" +
+	"\x10ObservableEvents\x12{\n" +
+	"\x16instance_state_changes\x18\x01 \x03(\v2E.tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChangeR\x14instanceStateChanges\x127\n" +
+	"\x18all_data_sources_started\x18\x02 \x01(\bR\x15allDataSourcesStarted\x1a\xc5\x01\n" +
+	"\x1dDataSourceInstanceStateChange\x12#\n" +
+	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12(\n" +
+	"\x10data_source_name\x18\x02 \x01(\tR\x0edataSourceName\x12U\n" +
+	"\x05state\x18\x03 \x01(\x0e2?.tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateR\x05state\"|\n" +
+	"\x04Type\x12\x14\n" +
+	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bTYPE_DATA_SOURCES_INSTANCES\x10\x01\x12!\n" +
+	"\x1dTYPE_ALL_DATA_SOURCES_STARTED\x10\x02\x12\x1a\n" +
+	"\x16TYPE_CLONE_TRIGGER_HIT\x10\x04\"i\n" +
+	"\x17DataSourceInstanceState\x12&\n" +
+	"\"DATA_SOURCE_INSTANCE_STATE_STOPPED\x10\x01\x12&\n" +
+	"\"DATA_SOURCE_INSTANCE_STATE_STARTED\x10\x02\"B\n" +
+	"\x14ObserveEventsRequest\x12*\n" +
+	"\x11events_to_observe\x18\x01 \x03(\rR\x0feventsToObserve\"X\n" +
+	"\x15ObserveEventsResponse\x12?\n" +
+	"\x06events\x18\x01 \x01(\v2'.tracepipe.perfettoipc.ObservableEventsR\x06events\"\xef\x03\n" +
+	"\x13CloneSessionRequest\x12\x1f\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x04H\x00R\tsessionId\x120\n" +
+	"\x13unique_session_name\x18\x04 \x01(\tH\x00R\x11uniqueSessionName\x12*\n" +
+	"\x11skip_trace_filter\x18\x02 \x01(\bR\x0fskipTraceFilter\x12#\n" +
+	"\rfor_bugreport\x18\x03 \x01(\bR\fforBugreport\x12,\n" +
+	"\x12clone_trigger_name\x18\x05 \x01(\tR\x10cloneTriggerName\x12=\n" +
+	"\x1bclone_trigger_producer_name\x18\x06 \x01(\tR\x18cloneTriggerProducerName\x12J\n" +
+	"\"clone_trigger_trusted_producer_uid\x18\a \x01(\x05R\x1ecloneTriggerTrustedProducerUid\x12:\n" +
+	"\x1aclone_trigger_boot_time_ns\x18\b \x01(\x04R\x16cloneTriggerBootTimeNs\x123\n" +
+	"\x16clone_trigger_delay_ms\x18\t \x01(\x04R\x13cloneTriggerDelayMsB\n" +
+	"\n" +
+	"\bselector\"\xab\x01\n" +
+	"\x14CloneSessionResponse\x12\x18\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x19\n" +
+	"\buuid_msb\x18\x03 \x01(\x03R\auuidMsb\x12\x19\n" +
+	"\buuid_lsb\x18\x04 \x01(\x03R\auuidLsb\x12-\n" +
+	"\x13was_write_into_file\x18\x05 \x01(\bR\x10wasWriteIntoFileB,Z*github.com/tracepipe/tracepipe/perfettoipc"
 
 var (
 	file_perfetto_ipc_proto_rawDescOnce sync.Once
@@ -3672,105 +4603,125 @@ func file_perfetto_ipc_proto_rawDescGZIP() []byte {
 	return file_perfetto_ipc_proto_rawDescData
 }
 
-var file_perfetto_ipc_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_perfetto_ipc_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_perfetto_ipc_proto_goTypes = []any{
-	(InitializeConnectionRequest_SmbScrapingMode)(0),      // 0: tracepipe.perfettoipc.InitializeConnectionRequest.SmbScrapingMode
-	(DataSourceConfig_SessionInitiator)(0),                // 1: tracepipe.perfettoipc.DataSourceConfig.SessionInitiator
-	(*Frame)(nil),                                         // 2: tracepipe.perfettoipc.Frame
-	(*InitializeConnectionRequest)(nil),                   // 3: tracepipe.perfettoipc.InitializeConnectionRequest
-	(*InitializeConnectionResponse)(nil),                  // 4: tracepipe.perfettoipc.InitializeConnectionResponse
-	(*DataSourceDescriptor)(nil),                          // 5: tracepipe.perfettoipc.DataSourceDescriptor
-	(*RegisterDataSourceRequest)(nil),                     // 6: tracepipe.perfettoipc.RegisterDataSourceRequest
-	(*RegisterDataSourceResponse)(nil),                    // 7: tracepipe.perfettoipc.RegisterDataSourceResponse
-	(*UnregisterDataSourceRequest)(nil),                   // 8: tracepipe.perfettoipc.UnregisterDataSourceRequest
-	(*UnregisterDataSourceResponse)(nil),                  // 9: tracepipe.perfettoipc.UnregisterDataSourceResponse
-	(*UpdateDataSourceRequest)(nil),                       // 10: tracepipe.perfettoipc.UpdateDataSourceRequest
-	(*UpdateDataSourceResponse)(nil),                      // 11: tracepipe.perfettoipc.UpdateDataSourceResponse
-	(*CommitDataResponse)(nil),                            // 12: tracepipe.perfettoipc.CommitDataResponse
-	(*RegisterTraceWriterRequest)(nil),                    // 13: tracepipe.perfettoipc.RegisterTraceWriterRequest
-	(*RegisterTraceWriterResponse)(nil),                   // 14: tracepipe.perfettoipc.RegisterTraceWriterResponse
-	(*UnregisterTraceWriterRequest)(nil),                  // 15: tracepipe.perfettoipc.UnregisterTraceWriterRequest
-	(*UnregisterTraceWriterResponse)(nil),                 // 16: tracepipe.perfettoipc.UnregisterTraceWriterResponse
-	(*NotifyDataSourceStartedRequest)(nil),                // 17: tracepipe.perfettoipc.NotifyDataSourceStartedRequest
-	(*NotifyDataSourceStartedResponse)(nil),               // 18: tracepipe.perfettoipc.NotifyDataSourceStartedResponse
-	(*NotifyDataSourceStoppedRequest)(nil),                // 19: tracepipe.perfettoipc.NotifyDataSourceStoppedRequest
-	(*NotifyDataSourceStoppedResponse)(nil),               // 20: tracepipe.perfettoipc.NotifyDataSourceStoppedResponse
-	(*ActivateTriggersRequest)(nil),                       // 21: tracepipe.perfettoipc.ActivateTriggersRequest
-	(*ActivateTriggersResponse)(nil),                      // 22: tracepipe.perfettoipc.ActivateTriggersResponse
-	(*SyncRequest)(nil),                                   // 23: tracepipe.perfettoipc.SyncRequest
-	(*SyncResponse)(nil),                                  // 24: tracepipe.perfettoipc.SyncResponse
-	(*GetAsyncCommandRequest)(nil),                        // 25: tracepipe.perfettoipc.GetAsyncCommandRequest
-	(*DataSourceConfig)(nil),                              // 26: tracepipe.perfettoipc.DataSourceConfig
-	(*GetAsyncCommandResponse)(nil),                       // 27: tracepipe.perfettoipc.GetAsyncCommandResponse
-	(*EnableTracingRequest)(nil),                          // 28: tracepipe.perfettoipc.EnableTracingRequest
-	(*EnableTracingResponse)(nil),                         // 29: tracepipe.perfettoipc.EnableTracingResponse
-	(*StartTracingRequest)(nil),                           // 30: tracepipe.perfettoipc.StartTracingRequest
-	(*StartTracingResponse)(nil),                          // 31: tracepipe.perfettoipc.StartTracingResponse
-	(*DisableTracingRequest)(nil),                         // 32: tracepipe.perfettoipc.DisableTracingRequest
-	(*DisableTracingResponse)(nil),                        // 33: tracepipe.perfettoipc.DisableTracingResponse
-	(*ReadBuffersRequest)(nil),                            // 34: tracepipe.perfettoipc.ReadBuffersRequest
-	(*ReadBuffersResponse)(nil),                           // 35: tracepipe.perfettoipc.ReadBuffersResponse
-	(*FreeBuffersRequest)(nil),                            // 36: tracepipe.perfettoipc.FreeBuffersRequest
-	(*FreeBuffersResponse)(nil),                           // 37: tracepipe.perfettoipc.FreeBuffersResponse
-	(*FlushRequest)(nil),                                  // 38: tracepipe.perfettoipc.FlushRequest
-	(*FlushResponse)(nil),                                 // 39: tracepipe.perfettoipc.FlushResponse
-	(*DetachRequest)(nil),                                 // 40: tracepipe.perfettoipc.DetachRequest
-	(*DetachResponse)(nil),                                // 41: tracepipe.perfettoipc.DetachResponse
-	(*AttachRequest)(nil),                                 // 42: tracepipe.perfettoipc.AttachRequest
-	(*AttachResponse)(nil),                                // 43: tracepipe.perfettoipc.AttachResponse
-	(*GetTraceStatsRequest)(nil),                          // 44: tracepipe.perfettoipc.GetTraceStatsRequest
-	(*GetTraceStatsResponse)(nil),                         // 45: tracepipe.perfettoipc.GetTraceStatsResponse
-	(*QueryServiceStateRequest)(nil),                      // 46: tracepipe.perfettoipc.QueryServiceStateRequest
-	(*TracingServiceState)(nil),                           // 47: tracepipe.perfettoipc.TracingServiceState
-	(*QueryServiceStateResponse)(nil),                     // 48: tracepipe.perfettoipc.QueryServiceStateResponse
-	(*Frame_BindService)(nil),                             // 49: tracepipe.perfettoipc.Frame.BindService
-	(*Frame_MethodInfo)(nil),                              // 50: tracepipe.perfettoipc.Frame.MethodInfo
-	(*Frame_BindServiceReply)(nil),                        // 51: tracepipe.perfettoipc.Frame.BindServiceReply
-	(*Frame_InvokeMethod)(nil),                            // 52: tracepipe.perfettoipc.Frame.InvokeMethod
-	(*Frame_InvokeMethodReply)(nil),                       // 53: tracepipe.perfettoipc.Frame.InvokeMethodReply
-	(*Frame_RequestError)(nil),                            // 54: tracepipe.perfettoipc.Frame.RequestError
-	(*Frame_SetPeerIdentity)(nil),                         // 55: tracepipe.perfettoipc.Frame.SetPeerIdentity
-	(*GetAsyncCommandResponse_SetupTracing)(nil),          // 56: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
-	(*GetAsyncCommandResponse_SetupDataSource)(nil),       // 57: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
-	(*GetAsyncCommandResponse_StartDataSource)(nil),       // 58: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
-	(*GetAsyncCommandResponse_StopDataSource)(nil),        // 59: tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
-	(*GetAsyncCommandResponse_Flush)(nil),                 // 60: tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
-	(*GetAsyncCommandResponse_ClearIncrementalState)(nil), // 61: tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
-	(*ReadBuffersResponse_Slice)(nil),                     // 62: tracepipe.perfettoipc.ReadBuffersResponse.Slice
-	(*TracingServiceState_Producer)(nil),                  // 63: tracepipe.perfettoipc.TracingServiceState.Producer
-	(*TracingServiceState_DataSource)(nil),                // 64: tracepipe.perfettoipc.TracingServiceState.DataSource
+	(InitializeConnectionRequest_SmbScrapingMode)(0), // 0: tracepipe.perfettoipc.InitializeConnectionRequest.SmbScrapingMode
+	(DataSourceConfig_SessionInitiator)(0),           // 1: tracepipe.perfettoipc.DataSourceConfig.SessionInitiator
+	(ObservableEvents_Type)(0),                       // 2: tracepipe.perfettoipc.ObservableEvents.Type
+	(ObservableEvents_DataSourceInstanceState)(0),    // 3: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
+	(*Frame)(nil),                                          // 4: tracepipe.perfettoipc.Frame
+	(*InitializeConnectionRequest)(nil),                    // 5: tracepipe.perfettoipc.InitializeConnectionRequest
+	(*InitializeConnectionResponse)(nil),                   // 6: tracepipe.perfettoipc.InitializeConnectionResponse
+	(*DataSourceDescriptor)(nil),                           // 7: tracepipe.perfettoipc.DataSourceDescriptor
+	(*RegisterDataSourceRequest)(nil),                      // 8: tracepipe.perfettoipc.RegisterDataSourceRequest
+	(*RegisterDataSourceResponse)(nil),                     // 9: tracepipe.perfettoipc.RegisterDataSourceResponse
+	(*UnregisterDataSourceRequest)(nil),                    // 10: tracepipe.perfettoipc.UnregisterDataSourceRequest
+	(*UnregisterDataSourceResponse)(nil),                   // 11: tracepipe.perfettoipc.UnregisterDataSourceResponse
+	(*UpdateDataSourceRequest)(nil),                        // 12: tracepipe.perfettoipc.UpdateDataSourceRequest
+	(*UpdateDataSourceResponse)(nil),                       // 13: tracepipe.perfettoipc.UpdateDataSourceResponse
+	(*CommitDataResponse)(nil),                             // 14: tracepipe.perfettoipc.CommitDataResponse
+	(*RegisterTraceWriterRequest)(nil),                     // 15: tracepipe.perfettoipc.RegisterTraceWriterRequest
+	(*RegisterTraceWriterResponse)(nil),                    // 16: tracepipe.perfettoipc.RegisterTraceWriterResponse
+	(*UnregisterTraceWriterRequest)(nil),                   // 17: tracepipe.perfettoipc.UnregisterTraceWriterRequest
+	(*UnregisterTraceWriterResponse)(nil),                  // 18: tracepipe.perfettoipc.UnregisterTraceWriterResponse
+	(*NotifyDataSourceStartedRequest)(nil),                 // 19: tracepipe.perfettoipc.NotifyDataSourceStartedRequest
+	(*NotifyDataSourceStartedResponse)(nil),                // 20: tracepipe.perfettoipc.NotifyDataSourceStartedResponse
+	(*NotifyDataSourceStoppedRequest)(nil),                 // 21: tracepipe.perfettoipc.NotifyDataSourceStoppedRequest
+	(*NotifyDataSourceStoppedResponse)(nil),                // 22: tracepipe.perfettoipc.NotifyDataSourceStoppedResponse
+	(*ActivateTriggersRequest)(nil),                        // 23: tracepipe.perfettoipc.ActivateTriggersRequest
+	(*ActivateTriggersResponse)(nil),                       // 24: tracepipe.perfettoipc.ActivateTriggersResponse
+	(*SyncRequest)(nil),                                    // 25: tracepipe.perfettoipc.SyncRequest
+	(*SyncResponse)(nil),                                   // 26: tracepipe.perfettoipc.SyncResponse
+	(*GetAsyncCommandRequest)(nil),                         // 27: tracepipe.perfettoipc.GetAsyncCommandRequest
+	(*DataSourceConfig)(nil),                               // 28: tracepipe.perfettoipc.DataSourceConfig
+	(*GetAsyncCommandResponse)(nil),                        // 29: tracepipe.perfettoipc.GetAsyncCommandResponse
+	(*EnableTracingRequest)(nil),                           // 30: tracepipe.perfettoipc.EnableTracingRequest
+	(*EnableTracingResponse)(nil),                          // 31: tracepipe.perfettoipc.EnableTracingResponse
+	(*StartTracingRequest)(nil),                            // 32: tracepipe.perfettoipc.StartTracingRequest
+	(*StartTracingResponse)(nil),                           // 33: tracepipe.perfettoipc.StartTracingResponse
+	(*DisableTracingRequest)(nil),                          // 34: tracepipe.perfettoipc.DisableTracingRequest
+	(*DisableTracingResponse)(nil),                         // 35: tracepipe.perfettoipc.DisableTracingResponse
+	(*ReadBuffersRequest)(nil),                             // 36: tracepipe.perfettoipc.ReadBuffersRequest
+	(*ReadBuffersResponse)(nil),                            // 37: tracepipe.perfettoipc.ReadBuffersResponse
+	(*FreeBuffersRequest)(nil),                             // 38: tracepipe.perfettoipc.FreeBuffersRequest
+	(*FreeBuffersResponse)(nil),                            // 39: tracepipe.perfettoipc.FreeBuffersResponse
+	(*FlushRequest)(nil),                                   // 40: tracepipe.perfettoipc.FlushRequest
+	(*FlushResponse)(nil),                                  // 41: tracepipe.perfettoipc.FlushResponse
+	(*DetachRequest)(nil),                                  // 42: tracepipe.perfettoipc.DetachRequest
+	(*DetachResponse)(nil),                                 // 43: tracepipe.perfettoipc.DetachResponse
+	(*AttachRequest)(nil),                                  // 44: tracepipe.perfettoipc.AttachRequest
+	(*AttachResponse)(nil),                                 // 45: tracepipe.perfettoipc.AttachResponse
+	(*GetTraceStatsRequest)(nil),                           // 46: tracepipe.perfettoipc.GetTraceStatsRequest
+	(*GetTraceStatsResponse)(nil),                          // 47: tracepipe.perfettoipc.GetTraceStatsResponse
+	(*QueryServiceStateRequest)(nil),                       // 48: tracepipe.perfettoipc.QueryServiceStateRequest
+	(*TracingServiceState)(nil),                            // 49: tracepipe.perfettoipc.TracingServiceState
+	(*QueryServiceStateResponse)(nil),                      // 50: tracepipe.perfettoipc.QueryServiceStateResponse
+	(*ChangeTraceConfigRequest)(nil),                       // 51: tracepipe.perfettoipc.ChangeTraceConfigRequest
+	(*ChangeTraceConfigResponse)(nil),                      // 52: tracepipe.perfettoipc.ChangeTraceConfigResponse
+	(*QueryCapabilitiesRequest)(nil),                       // 53: tracepipe.perfettoipc.QueryCapabilitiesRequest
+	(*TracingServiceCapabilities)(nil),                     // 54: tracepipe.perfettoipc.TracingServiceCapabilities
+	(*QueryCapabilitiesResponse)(nil),                      // 55: tracepipe.perfettoipc.QueryCapabilitiesResponse
+	(*ObservableEvents)(nil),                               // 56: tracepipe.perfettoipc.ObservableEvents
+	(*ObserveEventsRequest)(nil),                           // 57: tracepipe.perfettoipc.ObserveEventsRequest
+	(*ObserveEventsResponse)(nil),                          // 58: tracepipe.perfettoipc.ObserveEventsResponse
+	(*CloneSessionRequest)(nil),                            // 59: tracepipe.perfettoipc.CloneSessionRequest
+	(*CloneSessionResponse)(nil),                           // 60: tracepipe.perfettoipc.CloneSessionResponse
+	(*Frame_BindService)(nil),                              // 61: tracepipe.perfettoipc.Frame.BindService
+	(*Frame_MethodInfo)(nil),                               // 62: tracepipe.perfettoipc.Frame.MethodInfo
+	(*Frame_BindServiceReply)(nil),                         // 63: tracepipe.perfettoipc.Frame.BindServiceReply
+	(*Frame_InvokeMethod)(nil),                             // 64: tracepipe.perfettoipc.Frame.InvokeMethod
+	(*Frame_InvokeMethodReply)(nil),                        // 65: tracepipe.perfettoipc.Frame.InvokeMethodReply
+	(*Frame_RequestError)(nil),                             // 66: tracepipe.perfettoipc.Frame.RequestError
+	(*Frame_SetPeerIdentity)(nil),                          // 67: tracepipe.perfettoipc.Frame.SetPeerIdentity
+	(*GetAsyncCommandResponse_SetupTracing)(nil),           // 68: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
+	(*GetAsyncCommandResponse_SetupDataSource)(nil),        // 69: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
+	(*GetAsyncCommandResponse_StartDataSource)(nil),        // 70: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
+	(*GetAsyncCommandResponse_StopDataSource)(nil),         // 71: tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
+	(*GetAsyncCommandResponse_Flush)(nil),                  // 72: tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
+	(*GetAsyncCommandResponse_ClearIncrementalState)(nil),  // 73: tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
+	(*ReadBuffersResponse_Slice)(nil),                      // 74: tracepipe.perfettoipc.ReadBuffersResponse.Slice
+	(*TracingServiceState_Producer)(nil),                   // 75: tracepipe.perfettoipc.TracingServiceState.Producer
+	(*TracingServiceState_DataSource)(nil),                 // 76: tracepipe.perfettoipc.TracingServiceState.DataSource
+	(*TracingServiceState_TracingSession)(nil),             // 77: tracepipe.perfettoipc.TracingServiceState.TracingSession
+	(*ObservableEvents_DataSourceInstanceStateChange)(nil), // 78: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
 }
 var file_perfetto_ipc_proto_depIdxs = []int32{
-	49, // 0: tracepipe.perfettoipc.Frame.msg_bind_service:type_name -> tracepipe.perfettoipc.Frame.BindService
-	51, // 1: tracepipe.perfettoipc.Frame.msg_bind_service_reply:type_name -> tracepipe.perfettoipc.Frame.BindServiceReply
-	52, // 2: tracepipe.perfettoipc.Frame.msg_invoke_method:type_name -> tracepipe.perfettoipc.Frame.InvokeMethod
-	53, // 3: tracepipe.perfettoipc.Frame.msg_invoke_method_reply:type_name -> tracepipe.perfettoipc.Frame.InvokeMethodReply
-	54, // 4: tracepipe.perfettoipc.Frame.msg_request_error:type_name -> tracepipe.perfettoipc.Frame.RequestError
-	55, // 5: tracepipe.perfettoipc.Frame.set_peer_identity:type_name -> tracepipe.perfettoipc.Frame.SetPeerIdentity
+	61, // 0: tracepipe.perfettoipc.Frame.msg_bind_service:type_name -> tracepipe.perfettoipc.Frame.BindService
+	63, // 1: tracepipe.perfettoipc.Frame.msg_bind_service_reply:type_name -> tracepipe.perfettoipc.Frame.BindServiceReply
+	64, // 2: tracepipe.perfettoipc.Frame.msg_invoke_method:type_name -> tracepipe.perfettoipc.Frame.InvokeMethod
+	65, // 3: tracepipe.perfettoipc.Frame.msg_invoke_method_reply:type_name -> tracepipe.perfettoipc.Frame.InvokeMethodReply
+	66, // 4: tracepipe.perfettoipc.Frame.msg_request_error:type_name -> tracepipe.perfettoipc.Frame.RequestError
+	67, // 5: tracepipe.perfettoipc.Frame.set_peer_identity:type_name -> tracepipe.perfettoipc.Frame.SetPeerIdentity
 	0,  // 6: tracepipe.perfettoipc.InitializeConnectionRequest.smb_scraping_mode:type_name -> tracepipe.perfettoipc.InitializeConnectionRequest.SmbScrapingMode
-	5,  // 7: tracepipe.perfettoipc.RegisterDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
-	5,  // 8: tracepipe.perfettoipc.UpdateDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
+	7,  // 7: tracepipe.perfettoipc.RegisterDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
+	7,  // 8: tracepipe.perfettoipc.UpdateDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
 	1,  // 9: tracepipe.perfettoipc.DataSourceConfig.session_initiator:type_name -> tracepipe.perfettoipc.DataSourceConfig.SessionInitiator
-	58, // 10: tracepipe.perfettoipc.GetAsyncCommandResponse.start_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
-	59, // 11: tracepipe.perfettoipc.GetAsyncCommandResponse.stop_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
-	56, // 12: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_tracing:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
-	60, // 13: tracepipe.perfettoipc.GetAsyncCommandResponse.flush:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
-	57, // 14: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
-	61, // 15: tracepipe.perfettoipc.GetAsyncCommandResponse.clear_incremental_state:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
-	62, // 16: tracepipe.perfettoipc.ReadBuffersResponse.slices:type_name -> tracepipe.perfettoipc.ReadBuffersResponse.Slice
-	63, // 17: tracepipe.perfettoipc.TracingServiceState.producers:type_name -> tracepipe.perfettoipc.TracingServiceState.Producer
-	64, // 18: tracepipe.perfettoipc.TracingServiceState.data_sources:type_name -> tracepipe.perfettoipc.TracingServiceState.DataSource
-	47, // 19: tracepipe.perfettoipc.QueryServiceStateResponse.service_state:type_name -> tracepipe.perfettoipc.TracingServiceState
-	50, // 20: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
-	26, // 21: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	26, // 22: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	5,  // 23: tracepipe.perfettoipc.TracingServiceState.DataSource.ds_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	70, // 10: tracepipe.perfettoipc.GetAsyncCommandResponse.start_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
+	71, // 11: tracepipe.perfettoipc.GetAsyncCommandResponse.stop_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
+	68, // 12: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_tracing:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
+	72, // 13: tracepipe.perfettoipc.GetAsyncCommandResponse.flush:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
+	69, // 14: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
+	73, // 15: tracepipe.perfettoipc.GetAsyncCommandResponse.clear_incremental_state:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
+	74, // 16: tracepipe.perfettoipc.ReadBuffersResponse.slices:type_name -> tracepipe.perfettoipc.ReadBuffersResponse.Slice
+	75, // 17: tracepipe.perfettoipc.TracingServiceState.producers:type_name -> tracepipe.perfettoipc.TracingServiceState.Producer
+	76, // 18: tracepipe.perfettoipc.TracingServiceState.data_sources:type_name -> tracepipe.perfettoipc.TracingServiceState.DataSource
+	77, // 19: tracepipe.perfettoipc.TracingServiceState.tracing_sessions:type_name -> tracepipe.perfettoipc.TracingServiceState.TracingSession
+	49, // 20: tracepipe.perfettoipc.QueryServiceStateResponse.service_state:type_name -> tracepipe.perfettoipc.TracingServiceState
+	2,  // 21: tracepipe.perfettoipc.TracingServiceCapabilities.observable_events:type_name -> tracepipe.perfettoipc.ObservableEvents.Type
+	54, // 22: tracepipe.perfettoipc.QueryCapabilitiesResponse.capabilities:type_name -> tracepipe.perfettoipc.TracingServiceCapabilities
+	78, // 23: tracepipe.perfettoipc.ObservableEvents.instance_state_changes:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
+	56, // 24: tracepipe.perfettoipc.ObserveEventsResponse.events:type_name -> tracepipe.perfettoipc.ObservableEvents
+	62, // 25: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
+	28, // 26: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	28, // 27: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	7,  // 28: tracepipe.perfettoipc.TracingServiceState.DataSource.ds_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
+	3,  // 29: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange.state:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_perfetto_ipc_proto_init() }
@@ -3797,13 +4748,17 @@ func file_perfetto_ipc_proto_init() {
 	file_perfetto_ipc_proto_msgTypes[27].OneofWrappers = []any{
 		(*EnableTracingResponse_Disabled)(nil),
 	}
+	file_perfetto_ipc_proto_msgTypes[55].OneofWrappers = []any{
+		(*CloneSessionRequest_SessionId)(nil),
+		(*CloneSessionRequest_UniqueSessionName)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_perfetto_ipc_proto_rawDesc), len(file_perfetto_ipc_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   63,
+			NumEnums:      4,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

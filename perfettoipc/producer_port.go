@@ -71,7 +71,19 @@ type Backend interface {
 func NewProducerPort(b Backend) *Service {
 	return &Service{Name: "ProducerPort", Methods: ProducerPortMethods, Open: func(c *Conn) Handler {
 		return &Producer{conn: c, backend: b}
-	}}
+	}, Transient: producerTransient}
+}
+
+// producerTransient names the methods answered at once, whose Call the
+// host may reuse: all but InitializeConnection, the registrations and
+// GetAsyncCommand (whose Call is the command stream).
+func producerTransient(method uint32) bool {
+	switch method {
+	case mCommitData, mRegisterTraceWriter, mUnregisterTraceWriter, mNotifyDataSourceStarted,
+		mNotifyDataSourceStopped, mActivateTriggers, mSync:
+		return true
+	}
+	return false
 }
 
 // Producer is one connected Perfetto producer, seen from the service. The
@@ -87,6 +99,7 @@ type Producer struct {
 	sdkVersion  string
 	dataSources map[string]*DataSourceDescriptor
 	writers     map[uint32]uint32 // writer id → target buffer
+	cd          smb.CommitData    // validates CommitData without allocating
 
 	mu         sync.Mutex
 	smb        *smb.SMB
@@ -210,7 +223,13 @@ func (p *Producer) Invoke(method uint32, call *Call) {
 		unix.Close(fd) // only InitializeConnection may carry a descriptor
 		fd = -1
 	}
-	args, err := DecodeProducerArgs(method, call.Args)
+	var args proto.Message
+	var err error
+	if method == mCommitData { // the hot path: validated in place, nothing allocated
+		err = p.cd.Unmarshal(call.Args)
+	} else {
+		args, err = DecodeProducerArgs(method, call.Args)
+	}
 	if err != nil || (!p.initialized && method != mInitializeConnection) {
 		if fd >= 0 {
 			unix.Close(fd)
@@ -259,7 +278,7 @@ func (p *Producer) Invoke(method uint32, call *Call) {
 		_ = call.Reply(&UnregisterDataSourceResponse{}, false)
 	case mCommitData:
 		p.backend.Commit(p, call.Args)
-		_ = call.Reply(&CommitDataResponse{}, false)
+		_ = call.ReplyRaw(nil, false) // CommitDataResponse{}, without allocating it
 	case mGetAsyncCommand:
 		p.mu.Lock()
 		if p.gac != nil {

@@ -130,22 +130,6 @@ func decodeRaw(t *testing.T, raw []byte) *Frame {
 	return &f
 }
 
-// sealedMemfd makes a memfd like the SDK's own SMB (seals 0x7).
-func sealedMemfd(t *testing.T, size int) int {
-	t.Helper()
-	fd, err := unix.MemfdCreate("perfetto_shmem", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		t.Fatal(err)
-	}
-	return fd
-}
-
 // TestGoldenProducerReplay replays each capture's producer frames to the
 // producer port and checks every reply against traced's: method table,
 // success flags, has_more, InitializeConnection's answer, and the
@@ -185,7 +169,7 @@ func TestGoldenProducerReplay(t *testing.T) {
 				if r.c2s {
 					fd := -1
 					if r.fds > 0 {
-						fd = sealedMemfd(t, 256<<10)
+						fd = testsupport.SealedMemfd(t, 256<<10)
 					}
 					methods[g.GetRequestId()] = r.method
 					c.sendRaw(r.rawFrame, fd)

@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 // initProducer binds, initialises (with fd if >= 0) and opens
@@ -81,7 +83,7 @@ func TestUnsealedProducerSMBRefused(t *testing.T) {
 	}
 	// A sealed one is used, and confirmed by an empty setup_tracing.
 	c2 := pair(t, h)
-	sealed := sealedMemfd(t, 64<<10)
+	sealed := testsupport.SealedMemfd(t, 64<<10)
 	r, gac := initProducer(t, c2, true, sealed)
 	unix.Close(sealed)
 	if !r.GetUsingShmemProvidedByProducer() {

@@ -14,6 +14,8 @@ type pendingFlush struct {
 	missed  bool // a live producer was not asked (still busy with an earlier flush)
 	timer   *time.Timer
 	final   bool // the final flush: its outcome is recorded in s.finalFlushOK
+	// requests are the Service.Flush calls answered by this flush.
+	requests []*flushRequest
 }
 
 func (f *pendingFlush) done() bool { return len(f.waiting) == 0 }
@@ -110,6 +112,7 @@ func (s *Service) completeFlush(ok bool) {
 	if f.final {
 		s.finalFlushOK = ok
 	}
+	f.answer(ok)
 }
 
 // finalFlush flushes every producer and serves the session (commits

@@ -58,6 +58,7 @@ func (s *Service) startTimers() {
 func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 	for !cond() {
 		s.snapAdvance()
+		s.loopAdvance()
 		var flushTimeout <-chan time.Time
 		if s.flush != nil {
 			flushTimeout = s.flush.timer.C
@@ -134,6 +135,8 @@ func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 			s.recordingStopped = true
 		case <-s.trig.timeoutC:
 			s.triggerTimedOut()
+		case fn := <-s.calls:
+			fn()
 		}
 	}
 	return true

@@ -33,9 +33,11 @@ type PerfettoConsumers struct {
 	Producers *PerfettoProducers
 	Logger    *slog.Logger // warnings; nil discards them
 
-	mu      sync.Mutex
-	active  int
-	started int
+	mu       sync.Mutex
+	active   int
+	started  int
+	lastID   uint64
+	sessions map[uint64]*consumerSession // running, by tracing session id
 }
 
 // EnableTracing implements perfettoipc.ConsumerBackend.
@@ -54,7 +56,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	// session runs without it.
 	kept := cfg.DataSources[:0]
 	for _, dc := range cfg.DataSources {
-		if _, builtin := plugins.Lookup(dc.Name); builtin || pc.Producers.has(dc.Name) {
+		if _, builtin := plugins.Lookup(dc.Name); builtin || pc.Producers.has(dc.Name, dc.perfettoProducers) {
 			kept = append(kept, dc)
 		} else {
 			sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): no producer serves data source %q; the session runs without it", peer.PID, dc.Name)
@@ -78,30 +80,66 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		cs.mem = &memSink{limit: limit}
 		sink = cs.mem
 	}
-	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger})
+	cs.clones = map[int]*memSink{}
+	cs.cloneLimit = 0
+	for _, b := range cfg.Buffers {
+		cs.cloneLimit += int(b.SizeKB) * 1024
+	}
+	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger, SnapshotSink: cs.cloneSink})
 	if err != nil {
 		_ = sink.Close(context.Background())
 		return nil, err
 	}
 	cs.svc = svc
+	cs.pc = pc
+	cs.uid = peer.UID
+	cs.uniqueName = stringField(tc, 22)
+	cs.traceConfig = append([]byte(nil), tc...)
+	for _, b := range cfg.Buffers {
+		cs.bufferKB = append(cs.bufferKB, b.SizeKB)
+	}
+	cs.durationMs = uint32(min(cfg.Duration.Milliseconds(), 1<<31))
+	cs.numSources = len(cfg.DataSources)
 	ctx, cancel := context.WithCancel(context.Background())
 	cs.cancel = cancel
 	pc.mu.Lock()
 	pc.active++
 	pc.started++
+	pc.lastID++
+	cs.id = pc.lastID
+	if pc.sessions == nil {
+		pc.sessions = map[uint64]*consumerSession{}
+	}
+	pc.sessions[cs.id] = cs
 	pc.mu.Unlock()
-	go func() {
-		defer close(cs.done)
-		defer cancel()
-		res, err := svc.Run(ctx)
-		cs.mu.Lock()
-		cs.res, cs.err = res, err
-		cs.mu.Unlock()
-		pc.mu.Lock()
-		pc.active--
-		pc.mu.Unlock()
-	}()
+	cs.run = func() {
+		go func() {
+			defer close(cs.done)
+			defer cancel()
+			res, err := svc.Run(ctx)
+			svc.ObserveEnd()
+			cs.mu.Lock()
+			cs.res, cs.err = res, err
+			cs.mu.Unlock()
+			pc.ended(cs)
+		}()
+	}
+	if uint64Field(tc, 12) != 0 { // deferred_start: StartTracing runs it
+		return cs, nil
+	}
+	cs.mu.Lock()
+	cs.started = true
+	cs.mu.Unlock()
+	cs.run()
 	return cs, nil
+}
+
+// ended forgets a session whose Run returned (or that never ran).
+func (pc *PerfettoConsumers) ended(cs *consumerSession) {
+	pc.mu.Lock()
+	pc.active--
+	delete(pc.sessions, cs.id)
+	pc.mu.Unlock()
 }
 
 // QueryServiceState implements perfettoipc.ConsumerBackend: the connected
@@ -116,6 +154,16 @@ func (pc *PerfettoConsumers) QueryServiceState(sessionsOnly bool) *perfettoipc.T
 		TracingServiceVersion:   proto.String("tracepipe (Perfetto IPC)"),
 		SupportsTracingSessions: proto.Bool(true),
 	}
+	pc.mu.Lock()
+	ids := make([]uint64, 0, len(pc.sessions))
+	for id := range pc.sessions {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		st.TracingSessions = append(st.TracingSessions, pc.sessions[id].serviceState())
+	}
+	pc.mu.Unlock()
 	if sessionsOnly || pc.Producers == nil {
 		return st
 	}
@@ -146,14 +194,45 @@ func (pc *PerfettoConsumers) QueryServiceState(sessionsOnly bool) *perfettoipc.T
 // consumerSession is one consumer's session (perfettoipc.ConsumerSession).
 type consumerSession struct {
 	svc    *Service
+	pc     *PerfettoConsumers
 	cancel context.CancelFunc
 	done   chan struct{}
 	file   bool
 	mem    *memSink
+	run    func() // starts Run (once)
 
-	mu  sync.Mutex
-	res *Result
-	err error
+	id          uint64 // tracing session id, as CloneSession names it
+	bufferKB    []uint32
+	durationMs  uint32
+	numSources  int
+	uid         uint32 // the consumer's, from its socket
+	uniqueName  string // TraceConfig.unique_session_name
+	traceConfig []byte // as the consumer sent it (ChangeTraceConfig compares)
+
+	cloneLimit int
+	cloneMu    sync.Mutex
+	clones     map[int]*memSink // snapshots being written for CloneSession, by number
+
+	mu      sync.Mutex
+	started bool
+	res     *Result
+	err     error
+}
+
+// serviceState is the session as QueryServiceState lists it (traced's
+// TracingServiceState.TracingSession).
+func (cs *consumerSession) serviceState() *perfettoipc.TracingServiceState_TracingSession {
+	started := cs.isStarted()
+	state := "CONFIGURED"
+	if started {
+		state = "STARTED"
+	}
+	return &perfettoipc.TracingServiceState_TracingSession{
+		Id: proto.Uint64(cs.id), ConsumerUid: proto.Int32(int32(cs.uid)), State: proto.String(state),
+		UniqueSessionName: proto.String(cs.uniqueName), BufferSizeKb: cs.bufferKB,
+		DurationMs: proto.Uint32(cs.durationMs), NumDataSources: proto.Uint32(uint32(cs.numSources)),
+		IsStarted: proto.Bool(started),
+	}
 }
 
 func (cs *consumerSession) Done() <-chan struct{} { return cs.done }
@@ -162,12 +241,80 @@ func (cs *consumerSession) Err() error {
 	defer cs.mu.Unlock()
 	return cs.err
 }
-func (cs *consumerSession) Disable() { cs.cancel() }
 
-// Flush is acknowledged without flushing: a running session flushes on
-// its flush_period and, at its end, finally (perfetto sends
-// DisableTracing right after Flush).
-func (cs *consumerSession) Flush(time.Duration, uint64) error { return nil }
+// Disable ends the session. One never started (deferred_start) runs
+// with its context already cancelled, so that the service releases what
+// New built (SMB mappings, sinks) the one way it knows: its data sources
+// are started and at once stopped.
+func (cs *consumerSession) Disable() {
+	cs.mu.Lock()
+	never := !cs.started
+	cs.started = true // StartTracing after this fails
+	cs.mu.Unlock()
+	cs.cancel()
+	if never {
+		cs.run()
+	}
+}
+
+var errNotStarted = errors.New("the session waits for StartTracing (deferred_start)")
+
+// Start runs a session enabled with deferred_start.
+func (cs *consumerSession) Start() error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.started {
+		return errors.New("the session is already started")
+	}
+	cs.started = true
+	cs.run()
+	return nil
+}
+
+func (cs *consumerSession) isStarted() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.started
+}
+
+// Observe sends the session's data source instance changes and
+// all_data_sources_started as Perfetto's ObservableEvents.
+func (cs *consumerSession) Observe(mask uint32, emit func(*perfettoipc.ObservableEvents)) (func(), error) {
+	if !cs.isStarted() {
+		return nil, errNotStarted
+	}
+	wantInstances := mask&uint32(perfettoipc.ObservableEvents_TYPE_DATA_SOURCES_INSTANCES) != 0
+	wantStarted := mask&uint32(perfettoipc.ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED) != 0
+	return cs.svc.Observe(context.Background(), func(o Observation) {
+		ev := &perfettoipc.ObservableEvents{}
+		if wantInstances {
+			for _, c := range o.Changes {
+				st := perfettoipc.ObservableEvents_DATA_SOURCE_INSTANCE_STATE_STOPPED
+				if c.Started {
+					st = perfettoipc.ObservableEvents_DATA_SOURCE_INSTANCE_STATE_STARTED
+				}
+				ev.InstanceStateChanges = append(ev.InstanceStateChanges, &perfettoipc.ObservableEvents_DataSourceInstanceStateChange{
+					ProducerName: proto.String(c.Producer), DataSourceName: proto.String(c.DataSource), State: st.Enum()})
+			}
+		}
+		if wantStarted && o.AllStarted {
+			ev.AllDataSourcesStarted = proto.Bool(true)
+		}
+		if len(ev.InstanceStateChanges) > 0 || ev.AllDataSourcesStarted != nil {
+			emit(ev)
+		}
+	})
+}
+
+// Flush flushes the running session's data sources (Service.Flush):
+// nil once every one acknowledged within timeout (0: the session's
+// flush_timeout_ms), as traced answers a consumer's Flush.
+func (cs *consumerSession) Flush(timeout time.Duration, _ uint64) error {
+	if !cs.isStarted() {
+		return errNotStarted
+	}
+	return cs.svc.Flush(context.Background(), timeout)
+}
 
 func (cs *consumerSession) ReadPackets(maxBytes int) [][]byte {
 	if cs.mem == nil {
@@ -184,17 +331,37 @@ func (cs *consumerSession) Free() {
 
 func (cs *consumerSession) WritesIntoFile() bool { return cs.file }
 
-// TraceStats is the final TraceStats once the session ended, else the
-// counters of the status snapshot.
-func (cs *consumerSession) TraceStats() []byte {
-	cs.mu.Lock()
-	res := cs.res
-	cs.mu.Unlock()
-	var ts tracefile.TraceStats
-	if res != nil {
-		ts = res.Stats
+// TraceStats is the session's TraceStats as of now while it runs, the
+// final one once it ended.
+func (cs *consumerSession) TraceStats() ([]byte, error) {
+	final := func() *Result {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		return cs.res
 	}
-	return tracefile.AppendTraceStats(nil, &ts)
+	if res := final(); res != nil {
+		return tracefile.AppendTraceStatsMessage(nil, &res.Stats), nil
+	}
+	if !cs.isStarted() {
+		return nil, errNotStarted
+	}
+	ts, err := cs.svc.TraceStats(context.Background())
+	if errors.Is(err, ErrSessionOver) {
+		// It ended meanwhile: its final stats are a moment away.
+		t := time.NewTimer(sinkCloseTime)
+		defer t.Stop()
+		select {
+		case <-cs.done:
+			if res := final(); res != nil {
+				return tracefile.AppendTraceStatsMessage(nil, &res.Stats), nil
+			}
+		case <-t.C:
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return tracefile.AppendTraceStatsMessage(nil, &ts), nil
 }
 
 // memSink keeps the packets a session read until the consumer's
@@ -291,14 +458,14 @@ func (s *fdSink) Stats() sinks.SinkStats {
 // TraceConfig fields the mapping accepts without using them: what the
 // perfetto command adds on the wire, and settings with no effect here.
 var traceConfigIgnored = map[protowire.Number]string{
-	4: "enable_extra_guardrails", 7: "statsd_metadata", 22: "unique_session_name",
+	4: "enable_extra_guardrails", 7: "statsd_metadata", 22: "unique_session_name (used by CloneSession)",
 	23: "data_source_stop_timeout_ms", 27: "trace_uuid_msb", 28: "trace_uuid_lsb", 31: "statsd_logging",
 }
 
 // traceConfigNames names the TraceConfig fields tracepipe does not
 // support, for the error (reference/service.md §9).
 var traceConfigNames = map[protowire.Number]string{
-	5: "lockdown_mode", 6: "producers", 12: "deferred_start", 17: "trigger_config",
+	5: "lockdown_mode", 6: "producers", 17: "trigger_config",
 	18: "activate_triggers", 20: "builtin_data_sources", 24: "compression_type", 29: "output_path",
 	30: "bugreport_score", 33: "trace_filter", 36: "prefer_suspend_clock_for_duration",
 	43: "trace_all_machines", 44: "write_flush_mode", 45: "fflush_post_write", 47: "compression",
@@ -307,8 +474,9 @@ var traceConfigNames = map[protowire.Number]string{
 
 // ConfigFromTraceConfig maps a serialized Perfetto TraceConfig (untrusted)
 // to a session config: buffers (size_kb, fill_policy, name), data sources
-// (name, target_buffer, target_buffer_name, buffer_exhausted_policy; the
-// whole DataSourceConfig is passed on to Perfetto producers),
+// (name, target_buffer, target_buffer_name, buffer_exhausted_policy,
+// producer_name_filter; the whole DataSourceConfig is passed on to
+// Perfetto producers),
 // duration_ms, write_into_file, file_write_period_ms, max_file_size_bytes,
 // flush_period_ms, flush_timeout_ms and
 // incremental_state_config.clear_period_ms. Every other field is an error
@@ -351,12 +519,13 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 		case 2:
 			i := len(cfg.DataSources)
 			var dsc []byte
+			var filter []string
 			err := walkProto(payload, func(n protowire.Number, _ uint64, p []byte) error {
 				switch n {
 				case 1:
 					dsc = p
 				case 2:
-					bad = append(bad, fmt.Sprintf("data_sources[%d].producer_name_filter", i))
+					filter = append(filter, string(p))
 				case 3:
 					bad = append(bad, fmt.Sprintf("data_sources[%d].producer_name_regex_filter", i))
 				case 4:
@@ -369,7 +538,7 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 			if err != nil {
 				return fmt.Errorf("data_sources[%d]: %w", i, err)
 			}
-			dc := DataSourceConfig{perfettoConfig: append([]byte(nil), dsc...)}
+			dc := DataSourceConfig{perfettoConfig: append([]byte(nil), dsc...), perfettoProducers: filter}
 			err = walkProto(dsc, func(n protowire.Number, v uint64, _ []byte) error {
 				switch n {
 				case 2:
@@ -399,6 +568,9 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 			cfg.FlushPeriod = time.Duration(v) * time.Millisecond
 		case 14:
 			cfg.FlushTimeout = time.Duration(v) * time.Millisecond
+		case 12:
+			// deferred_start: EnableTracing holds the session until
+			// StartTracing (PerfettoConsumers.EnableTracing).
 		case 21:
 			if p := uint64Field(payload, 1); p > 0 {
 				cfg.IncrementalState.ClearPeriod = time.Duration(max(p, 100)) * time.Millisecond

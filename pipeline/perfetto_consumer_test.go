@@ -274,7 +274,7 @@ func TestPerfettoConsumerRejectsUnsupportedFields(t *testing.T) {
 	c := dialConsumer(t, consSock)
 	defer c.pd.close()
 	tc := traceConfig(100, false)
-	tc = protowire.AppendTag(tc, 12, protowire.VarintType) // deferred_start
+	tc = protowire.AppendTag(tc, 5, protowire.VarintType) // lockdown_mode
 	tc = protowire.AppendVarint(tc, 1)
 	tc = protowire.AppendTag(tc, 29, protowire.BytesType) // output_path
 	tc = protowire.AppendString(tc, "/etc/passwd")
@@ -285,7 +285,7 @@ func TestPerfettoConsumerRejectsUnsupportedFields(t *testing.T) {
 	if proto.Unmarshal(r.GetReplyProto(), &er) != nil || !er.GetDisabled() {
 		t.Fatalf("reply %v", r)
 	}
-	for _, want := range []string{"deferred_start", "output_path", "field 999"} {
+	for _, want := range []string{"lockdown_mode", "output_path", "field 999"} {
 		if !strings.Contains(er.GetError(), want) {
 			t.Errorf("error %q does not name %s", er.GetError(), want)
 		}

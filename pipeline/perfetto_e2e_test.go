@@ -46,6 +46,8 @@ type perfettoDouble struct {
 	// lastConfig is the DataSourceConfig of the last setup_data_source.
 	lastConfig []byte
 	flushFlags []uint64 // each flush command's flags, in order
+	// ignoreFlush: flush commands are noted and never acknowledged.
+	ignoreFlush bool
 }
 
 func dialDouble(t *testing.T, path string, packets int) *perfettoDouble {
@@ -218,6 +220,9 @@ func (pd *perfettoDouble) handle(cmd *ipc.GetAsyncCommandResponse, fds []int) er
 		pd.mu.Lock()
 		pd.flushFlags = append(pd.flushFlags, c.Flush.GetFlags())
 		pd.mu.Unlock()
+		if pd.ignoreFlush {
+			return nil
+		}
 		if err := pd.writer.Flush(); err != nil {
 			return err
 		}

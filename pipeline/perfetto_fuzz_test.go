@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -38,6 +39,25 @@ func FuzzConfigFromTraceConfig(f *testing.F) {
 		cfg, err := ConfigFromTraceConfig(tc)
 		if err == nil && (len(cfg.Buffers) == 0 || !cfg.Perfetto.Enabled) {
 			t.Fatalf("accepted a config without buffers: %+v", cfg)
+		}
+	})
+}
+
+// FuzzWithoutProducerFilters strips the producer_name_filters of any
+// bytes as a consumer's ChangeTraceConfig (seeded with a filtered config
+// and the captures' configs): an error or a TraceConfig without filters,
+// which stripping again leaves as it is; never a panic.
+func FuzzWithoutProducerFilters(f *testing.F) {
+	f.Add(filteredConfig(2000, "double-a", "double-b"))
+	f.Add(traceConfig(2000, true, "linux.sys_stats"))
+	f.Fuzz(func(t *testing.T, tc []byte) {
+		out, err := withoutProducerFilters(tc)
+		if err != nil {
+			return
+		}
+		again, err := withoutProducerFilters(out)
+		if err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("stripping twice: %x then %x (%v)", out, again, err)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -222,14 +223,18 @@ func (r *PerfettoProducers) WaitFor(ctx context.Context, names []string) []strin
 }
 
 // matching returns the connected producers that registered name, with
-// their descriptors, in connection order.
-func (r *PerfettoProducers) matching(name string) ([]*perfettoConn, []*perfettoipc.DataSourceDescriptor) {
+// their descriptors, in connection order; with a filter (a consumer's
+// producer_name_filter), only those whose producer_name it lists.
+func (r *PerfettoProducers) matching(name string, filter ...string) ([]*perfettoConn, []*perfettoipc.DataSourceDescriptor) {
 	r.mu.Lock()
 	conns := append([]*perfettoConn(nil), r.conns...)
 	r.mu.Unlock()
 	var cs []*perfettoConn
 	var ds []*perfettoipc.DataSourceDescriptor
 	for _, c := range conns {
+		if len(filter) > 0 && !slices.Contains(filter, c.pp.Name()) {
+			continue
+		}
 		for _, d := range c.pp.DataSources() {
 			if d.GetName() == name {
 				cs = append(cs, c)
@@ -257,12 +262,13 @@ func (r *PerfettoProducers) serves(name string) bool {
 	return len(conns) > 0
 }
 
-// has says whether a connected producer registered name (false for a nil set).
-func (r *PerfettoProducers) has(name string) bool {
+// has says whether a connected producer (named in filter, if any)
+// registered name (false for a nil set).
+func (r *PerfettoProducers) has(name string, filter []string) bool {
 	if r == nil {
 		return false
 	}
-	conns, _ := r.matching(name)
+	conns, _ := r.matching(name, filter...)
 	return len(conns) > 0
 }
 
@@ -274,7 +280,7 @@ func (s *Service) addPerfettoProducers(i int) error {
 	spec := producerSpec{index: i, name: dc.Name, target: dc.TargetBuffer, source: dc.Name,
 		abortOnStartError: dc.OnStartError == OnStartErrorAbort}
 	r := s.opts.Perfetto
-	conns, descs := r.matching(spec.name)
+	conns, descs := r.matching(spec.name, dc.perfettoProducers...)
 	if len(conns) == 0 {
 		var have []string
 		for _, d := range r.DataSources() {
@@ -288,40 +294,51 @@ func (s *Service) addPerfettoProducers(i int) error {
 	}
 	session := r.nextSession.Add(1)
 	for k, c := range conns {
-		sp := spec
-		sp.id = uint16(len(s.producers) + 1)
-		sp.source = fmt.Sprintf("perfetto producer %q pid %d", c.pp.Name(), c.pp.Peer().PID)
-		own := c.pp.SMB()
-		if own == nil {
-			return fmt.Errorf("data_sources[%d]: %s has no shared memory buffer", spec.index, sp.source)
-		}
-		// The service maps the producer's memfd itself, so that its view
-		// lives and dies with the session, not with the connection.
-		fd, err := unix.FcntlInt(uintptr(own.Fd()), unix.F_DUPFD_CLOEXEC, 0)
+		p, err := s.newPerfettoProducer(spec, c, descs[k], session)
 		if err != nil {
-			return fmt.Errorf("data_sources[%d]: %s: duplicating its SMB: %w", spec.index, sp.source, err)
+			return err
 		}
-		view, err := smb.MapFD(fd, own.PageSize())
-		if err != nil {
-			unix.Close(fd)
-			return fmt.Errorf("data_sources[%d]: %s: mapping its SMB: %w", spec.index, sp.source, err)
-		}
-		peer := c.pp.Peer()
-		client := buffer.ClientIdentity{UID: int32(peer.UID), PID: peer.PID}
-		p := newProducer(sp, view, client, s.commits, s.notes, s.finished)
-		p.side = &perfettoSide{
-			conn: c, p: p, desc: descs[k], session: session,
-			raw:      s.cfg.DataSources[spec.index].perfettoConfig,
-			instance: r.nextInstance.Add(1),
-			duration: s.cfg.Duration,
-			acks:     make(chan uint64, 4),
-			started:  make(chan struct{}), stopped: make(chan struct{}),
-		}
-		p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
-		p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
 		s.producers = append(s.producers, p)
 	}
 	return nil
+}
+
+// newPerfettoProducer builds the producer through which connection c
+// serves data_sources[spec.index] in tracing session session.
+func (s *Service) newPerfettoProducer(spec producerSpec, c *perfettoConn, desc *perfettoipc.DataSourceDescriptor, session uint64) (*producer, error) {
+	r := s.opts.Perfetto
+	sp := spec
+	sp.id = uint16(len(s.producers) + 1)
+	sp.source = fmt.Sprintf("perfetto producer %q pid %d", c.pp.Name(), c.pp.Peer().PID)
+	own := c.pp.SMB()
+	if own == nil {
+		return nil, fmt.Errorf("data_sources[%d]: %s has no shared memory buffer", spec.index, sp.source)
+	}
+	// The service maps the producer's memfd itself, so that its view
+	// lives and dies with the session, not with the connection.
+	fd, err := unix.FcntlInt(uintptr(own.Fd()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("data_sources[%d]: %s: duplicating its SMB: %w", spec.index, sp.source, err)
+	}
+	view, err := smb.MapFD(fd, own.PageSize())
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("data_sources[%d]: %s: mapping its SMB: %w", spec.index, sp.source, err)
+	}
+	peer := c.pp.Peer()
+	client := buffer.ClientIdentity{UID: int32(peer.UID), PID: peer.PID}
+	p := newProducer(sp, view, client, s.commits, s.notes, s.finished)
+	p.side = &perfettoSide{
+		conn: c, p: p, desc: desc, session: session,
+		raw:      s.cfg.DataSources[spec.index].perfettoConfig,
+		instance: r.nextInstance.Add(1),
+		duration: s.cfg.Duration,
+		acks:     make(chan uint64, 4),
+		started:  make(chan struct{}), stopped: make(chan struct{}),
+	}
+	p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
+	p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
+	return p, nil
 }
 
 // perfettoSide is the side of a data source instance served by a Perfetto

@@ -145,6 +145,11 @@ type Service struct {
 	ran    bool
 	snap   snapState    // clone snapshots (snapshot.go)
 	trig   triggerState // triggers (triggers.go)
+	// Calls from other goroutines and the flushes they asked for
+	// (loopcall.go).
+	calls     chan func()
+	flushWant []*flushRequest
+	observers []*observer // observe.go
 }
 
 // bufferState is one configured buffer and what the service tracks of it.
@@ -183,6 +188,7 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		out:       make(chan *batch, outputBatches),
 		outDone:   make(chan struct{}),
 		sinkStop:  make(chan struct{}),
+		calls:     make(chan func(), loopCallQueue),
 	}
 	s.outCtx, s.outCancel = context.WithCancel(context.Background())
 	s.snap.init()

@@ -230,6 +230,12 @@ func AppendTraceStats(dst []byte, ts *TraceStats) []byte {
 	})
 }
 
+// AppendTraceStatsMessage appends ts as a bare TraceStats message (no
+// packet field around it), as GetTraceStatsResponse.trace_stats holds it.
+func AppendTraceStatsMessage(dst []byte, ts *TraceStats) []byte {
+	return appendTraceStatsBody(dst, ts)
+}
+
 func appendTraceStatsBody(b []byte, ts *TraceStats) []byte {
 	for i := range ts.BufferStats {
 		b = wire.AppendNested(b, tsBufferStats, func(b []byte) []byte {

@@ -99,6 +99,9 @@ func newRootCmd() *cobra.Command {
 		newServeCmd(),   // serve_cmd.go: receive relay and NATS streams
 	)
 	root.AddCommand(newControlCmds()...) // control_cmd.go: sessions, trigger, snapshot, rotate, stop
+
+	// perfetto_sources_cmd.go: what Perfetto producers registered.
+	root.AddCommand(newPerfettoSourcesCmd())
 	classifyUsageErrors(root)
 	return root
 }
