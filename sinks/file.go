@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"sync"
@@ -209,6 +210,9 @@ func (s *FileSink) open() error {
 	} else {
 		var err error
 		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("sinks: file sink: %s already exists and a sink never overwrites: remove it, choose another path, or put {timestamp} in the path: %w", name, err)
+		}
 		if err != nil {
 			return fmt.Errorf("sinks: file sink: creating %s: %w", name, err)
 		}

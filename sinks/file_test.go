@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -407,5 +408,20 @@ func TestFileSinkWriteAllocs(t *testing.T) {
 			t.Errorf("%s: Write allocates %.1f times per call", comp, n)
 		}
 		s.Close(bg)
+	}
+}
+
+// An existing file is never overwritten, and the error says what to do.
+func TestFileSinkRefusesExistingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.pftrace")
+	if err := os.WriteFile(path, []byte("keep me"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := newFileSink(FileOptions{Path: path, FsyncPeriod: -1}, fileHooks{})
+	if err == nil || !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), "{timestamp}") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("error %v: want one that wraps fs.ErrExist, names %s and suggests {timestamp}", err, path)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "keep me" {
+		t.Fatalf("the existing file was changed: %q", b)
 	}
 }
