@@ -217,7 +217,11 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v: stopping… (Ctrl-C again to abort)\n", sig)
 					cancel()
 				case sigAbort:
-					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v again: aborting; the file ends at its last complete packet, without the final TraceStats\n", sig)
+					if cfg.WriteIntoFile {
+						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v again: aborting; the file ends at its last complete packet, without the final TraceStats\n", sig)
+					} else {
+						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v again: aborting; nothing is written (write_into_file is false: the buffers are read only at the end)\n", sig)
+					}
 					abortProcess(exitAborted)
 				}
 			}
