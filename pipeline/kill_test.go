@@ -47,7 +47,37 @@ func killChild(path string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if _, err := s.Run(context.Background()); err != nil {
+	// Every loss the service counts goes to stderr as it happens: a
+	// killed child writes no final TraceStats, and a test that finds a
+	// gap must be able to tell a counted loss from a silent one.
+	done := make(chan struct{})
+	go func() {
+		var seen uint64
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			st := s.Status()
+			if st.Losses == seen {
+				continue
+			}
+			seen = st.Losses
+			var rows []string
+			for _, r := range tracefile.LossReport(st.Stats) {
+				if r.Value > 0 && r.Severity == tracefile.SeverityDataLoss {
+					rows = append(rows, fmt.Sprintf("%s[%d]=%d", r.Name, r.Index, r.Value))
+				}
+			}
+			fmt.Fprintf(os.Stderr, "counted loss at %v: %s\n", st.Elapsed.Round(time.Millisecond), strings.Join(rows, " "))
+		}
+	}()
+	_, err = s.Run(context.Background())
+	close(done)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,8 @@ sinks: [{type: file, path: %q, max_file_size: 1MiB}]
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), killChildEnv+"="+cfgPath)
 		cmd.Stdout = io.Discard
+		var childErr bytes.Buffer // the child's counted losses (killChild)
+		cmd.Stderr = &childErr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +75,7 @@ sinks: [{type: file, path: %q, max_file_size: 1MiB}]
 					continue
 				}
 				if seq != next[info.SequenceID] {
-					t.Fatalf("run %d (killed at %v): %s (file %d of %d, packet %d of %d): sequence %d has seq %d, want %d (not a prefix)", run, wait, f, i+1, len(files), j, len(pkts), info.SequenceID, seq, next[info.SequenceID])
+					t.Fatalf("run %d (killed at %v): %s (file %d of %d, packet %d of %d): sequence %d has seq %d, want %d (not a prefix); the child's stderr: %q", run, wait, f, i+1, len(files), j, len(pkts), info.SequenceID, seq, next[info.SequenceID], childErr.String())
 				}
 				next[info.SequenceID]++
 				packets++
