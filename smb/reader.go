@@ -107,6 +107,9 @@ type ReaderStats struct {
 	// again because a scrape had already handed them out Complete (their
 	// bytes cannot have changed since).
 	CommitsAlreadyScraped uint64
+	// ScrapeHolesFilled counts chunks a scrape's second walk handed out:
+	// chunks a writer finished behind the first walk (see Scrape).
+	ScrapeHolesFilled uint64
 	// PayloadBytes counts payload bytes handed out.
 	PayloadBytes uint64
 	// WriterAborts counts chunks ended by the drop sentinel.
@@ -126,6 +129,7 @@ func (s *ReaderStats) Each(fn func(name string, v uint64)) {
 	fn("chunks_scraped", s.ChunksScraped)
 	fn("scrape_skipped", s.ScrapeSkipped)
 	fn("commits_already_scraped", s.CommitsAlreadyScraped)
+	fn("scrape_holes_filled", s.ScrapeHolesFilled)
 	fn("payload_bytes", s.PayloadBytes)
 	fn("writer_aborts", s.WriterAborts)
 	fn("patch_groups", s.PatchGroups)
@@ -164,6 +168,8 @@ type Reader struct {
 	// read would otherwise come back as a stale recommit and be counted
 	// as chunks_discarded (data loss) although nothing was lost.
 	scraped map[uint32]uint64
+	// newest is Scrape's per-writer newest chunk id of its first walk.
+	newest []newestScraped
 }
 
 // NewReader returns a reader of s.

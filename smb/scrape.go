@@ -13,8 +13,60 @@ package smb
 // are read, after an atomic load of the header's packets word, so
 // scraping never races with the writer.
 //
+// The walk goes page by page while the producer writes on, so a writer
+// can finish a chunk the walk has passed (skipped then: nothing finished
+// in it) and go on in one the walk has not reached. Handing out the later
+// chunk alone would leave a hole the trace buffer reads past, and the
+// earlier chunk's commit would then be discarded as stale: lost packets.
+// So a second walk hands out every Complete chunk of a writer older than
+// the newest chunk of that writer the first walk handed out; such a chunk
+// is Complete by then, because a writer returns a chunk before it writes
+// into the next one, and only this goroutine frees chunks.
+//
 // Scrape must run on the same goroutine as ReadCommit.
 func (r *Reader) Scrape(onChunk func(*ChunkView)) {
+	r.newest = r.newest[:0]
+	r.scrapeWalk(onChunk, false)
+	if len(r.newest) > 0 {
+		r.scrapeWalk(onChunk, true)
+	}
+}
+
+// newestScraped is, for one writer, the newest chunk id a scrape's first
+// walk handed out.
+type newestScraped struct {
+	writer uint16
+	id     uint32
+}
+
+// noteScraped records that the first walk handed out chunk id of writer.
+func (r *Reader) noteScraped(writer uint16, id uint32) {
+	for i := range r.newest {
+		if n := &r.newest[i]; n.writer == writer {
+			if int32(n.id-id) < 0 {
+				n.id = id
+			}
+			return
+		}
+	}
+	r.newest = append(r.newest, newestScraped{writer, id})
+}
+
+// behindScraped reports whether chunk id of writer is older than the
+// newest chunk of that writer the first walk handed out.
+func (r *Reader) behindScraped(writer uint16, id uint32) bool {
+	for _, n := range r.newest {
+		if n.writer == writer {
+			return int32(id-n.id) < 0
+		}
+	}
+	return false
+}
+
+// scrapeWalk is one walk over the SMB. The first (holes false) hands out
+// what Scrape promises; the second (holes true) only the Complete chunks
+// behind a writer's newest scraped chunk that are not handed out yet.
+func (r *Reader) scrapeWalk(onChunk func(*ChunkView), holes bool) {
 	s := r.smb
 	for p := range s.NumPages() {
 		bm := s.PageBitmap(p)
@@ -27,11 +79,17 @@ func (r *Reader) Scrape(onChunk func(*ChunkView)) {
 			if st != ChunkBeingWritten && st != ChunkComplete {
 				continue
 			}
+			complete := st == ChunkComplete
+			if holes && !complete {
+				continue
+			}
 			chunk := s.chunkBytes(p, l, i)
 			h := DecodeHeaderWords(load32(chunk, 0), load32(chunk, 4))
-			complete := st == ChunkComplete
 			if complete && r.wasScraped(uint32(p), i, h) {
 				continue // handed out whole by an earlier scrape
+			}
+			if holes && !r.behindScraped(h.WriterID, h.ChunkID) {
+				continue // newer than the first walk: the next scrape or its commit
 			}
 			count := int(h.Count)
 			if !complete {
@@ -46,6 +104,11 @@ func (r *Reader) Scrape(onChunk func(*ChunkView)) {
 			}
 			if complete {
 				r.markScraped(uint32(p), i, h)
+			}
+			if !holes {
+				r.noteScraped(h.WriterID, h.ChunkID)
+			} else {
+				r.stats.ScrapeHolesFilled++
 			}
 			v := &r.view
 			v.Page, v.Index = uint32(p), i
