@@ -80,6 +80,9 @@ func TestScrapeLeavesNoHoleBehindAWriter(t *testing.T) {
 		buf.BeginRead()
 		var p buffer.Packet
 		for buf.ReadNextTracePacket(&p) {
+			if p.PreviousPacketDropped != 0 {
+				t.Errorf("writer %d packet %d: previous packet dropped (%#x)", p.Seq.WriterID, len(got[p.Seq.WriterID]), p.PreviousPacketDropped)
+			}
 			got[p.Seq.WriterID] = append(got[p.Seq.WriterID], p.AppendTo(nil))
 		}
 	}
