@@ -409,3 +409,22 @@ func TestRegisteredList(t *testing.T) {
 		}
 	}
 }
+
+// A bare 0 is the one number that means the same in every unit: the
+// README's "duration: 0 (until signal)" is accepted as written, and a
+// sink's duration key too; any other bare number is still refused above.
+func TestBareZeroDuration(t *testing.T) {
+	cfg := loadYAML(t, `
+duration: 0
+flush_period: 0
+buffers:
+  - {name: main, size_kb: 1024}
+data_sources:
+  - name: test.fake
+sinks:
+  - {type: file, path: out.pftrace, fsync_period: 0}
+`)
+	if cfg.Duration != 0 || cfg.FlushPeriod != 0 || cfg.Sinks[0].FsyncPeriod != 0 {
+		t.Fatalf("duration %v, flush_period %v, fsync_period %v: want 0", cfg.Duration, cfg.FlushPeriod, cfg.Sinks[0].FsyncPeriod)
+	}
+}

@@ -128,6 +128,10 @@ func (d *decoder) decodeValue(path, key string, raw any, v reflect.Value) {
 		return
 	}
 	if v.Type() == durationType {
+		if n, ok := toInt(raw); ok && n == 0 {
+			v.SetInt(0) // a bare 0 is 0 in every unit ("duration: 0")
+			return
+		}
 		s, ok := raw.(string)
 		dur, err := time.ParseDuration(s)
 		if !ok || err != nil {

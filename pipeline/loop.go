@@ -150,6 +150,9 @@ func (s *Service) drain() {
 // startProducers starts every data source at once, each on its control
 // goroutine; their outcomes arrive as notes while the session records.
 func (s *Service) startProducers() {
+	// The start bound runs from here: a start_tracing session starts its
+	// sources when a trigger acts, maybe long after Run armed the timer.
+	s.timers.start.Reset(startTimeout)
 	for _, p := range s.producers {
 		p.state = stateStarting
 		go p.run()
@@ -234,6 +237,9 @@ func (s *Service) startTimedOut() {
 	for _, p := range s.producers {
 		if p.state == stateStarting {
 			p.side.close() // a plugin hung in its handshake or Start
+			// An in-process Start that returns after all is stopped then,
+			// not left running into an SMB nobody reads.
+			p.requestStop()
 			s.startFailed(p, fmt.Errorf("did not start within %v", startTimeout))
 		}
 	}

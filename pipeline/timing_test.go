@@ -186,3 +186,59 @@ sinks: [{type: file, path: %q}]
 		})
 	}
 }
+
+// TestStartBoundCountsFromTheStartTrigger: in a start_tracing session the
+// data sources start when the trigger acts, so the start bound runs from
+// there. A source hung in Start is given up startTimeout after the
+// trigger (not after Run: the timer had long fired, with nothing starting,
+// and a later Start was left unbounded until the session stopped).
+func TestStartBoundCountsFromTheStartTrigger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		hangGates.Store(t.Name(), gate)
+		defer hangGates.Delete(t.Name())
+		const late = startTimeout + 2*time.Second // the trigger comes after the timer armed at Run
+		out := filepath.Join(t.TempDir(), "hang.pftrace")
+		cfg := loadYAML(t, fmt.Sprintf(`
+duration: 0
+write_into_file: true
+file_write_period: 200ms
+buffers: [{size_kb: 4096}]
+trigger_config:
+  trigger_mode: start_tracing
+  trigger_timeout: 1m
+  triggers: [{name: go, stop_delay: 30s}]
+data_sources:
+  - name: test.hang
+    config: {hang: start, packets: 10, gate: %q}
+  - name: test.scripted
+    config: {writers: 1, packets: 50}
+sinks: [{type: file, path: %q}]
+`, t.Name(), out))
+		s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var triggered time.Time
+		go func() {
+			time.Sleep(late)
+			triggered = time.Now()
+			s.ActivateTriggers("", "go")
+		}()
+		// The source is given up startTimeout after the trigger. The other
+		// source has long written its packets and ended (Finite) by then,
+		// so the session ends there (stop_delay would end it at 30 s).
+		res, err := s.Run(context.Background())
+		ended := time.Now()
+		close(gate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := ended.Sub(triggered); d < startTimeout || d > startTimeout+time.Second {
+			t.Errorf("the session ended %v after the start trigger, want startTimeout (%v): the source hung in Start is given up then", d, startTimeout)
+		}
+		if len(res.StartErrors) != 1 || !strings.Contains(res.StartErrors[0].Error(), "did not start within") {
+			t.Errorf("start errors %v, want data_sources[0]: did not start within %v", res.StartErrors, startTimeout)
+		}
+	})
+}

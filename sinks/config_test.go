@@ -107,3 +107,19 @@ func TestNewEndToEnd(t *testing.T) {
 	}
 	s2.Close(bg)
 }
+
+// A bare 0 for a sink's duration key is accepted (0 in every unit, the
+// key's default); any other bare number still names the key.
+func TestSectionDurationBareZero(t *testing.T) {
+	for _, v := range []any{0, int64(0), uint64(0), float64(0)} {
+		sec := NewSection(map[string]any{"ack_timeout": v})
+		if d := sec.Duration("ack_timeout", 0); d != 0 || sec.Err() != nil {
+			t.Errorf("%T 0: %v, %v", v, d, sec.Err())
+		}
+	}
+	sec := NewSection(map[string]any{"ack_timeout": 10})
+	sec.Duration("ack_timeout", 0)
+	if err := sec.Err(); err == nil || !strings.Contains(err.Error(), `ack_timeout: want a duration like "10s", got 10`) {
+		t.Errorf("bare 10: %v", err)
+	}
+}

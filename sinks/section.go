@@ -102,6 +102,14 @@ func (s *Section) Duration(key string, def time.Duration) time.Duration {
 		if p, err := time.ParseDuration(d); err == nil {
 			return p
 		}
+	case int, int64, uint64:
+		if d == 0 || d == int64(0) || d == uint64(0) {
+			return 0 // a bare 0 is 0 in every unit
+		}
+	case float64:
+		if d == 0 {
+			return 0
+		}
 	}
 	s.Bad(key, "want a duration like \"10s\", got %v", v)
 	return def
