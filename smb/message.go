@@ -40,6 +40,9 @@ func (p TracePacket) Finish() error {
 	if w.shift == 0 || !w.finishCompact() {
 		w.finishPacket()
 	}
+	if w.err == nil {
+		return nil // without takeErr's store (a write barrier check)
+	}
 	return w.takeErr()
 }
 
@@ -87,15 +90,17 @@ func tag(field uint32, wireType uint32) uint64 { return uint64(field)<<3 | uint6
 // values below 2^56 at most eight (putVarint56, inlined).
 func (m Message) AppendVarint(field uint32, v uint64) {
 	if w := m.w; w != nil && m.key == w.top {
-		if wp := w.wp; len(w.buf)-w.shift-wp >= 20 && field < 1<<11 && v < 1<<56 {
-			b := (*[20]byte)(w.buf[wp:])
+		if buf, wp := w.buf, w.wp; len(buf)-w.shift-wp >= 20 && field < 1<<11 && v < 1<<56 {
+			b := (*[20]byte)(buf[wp : wp+20])
 			n := putTag14((*[2]byte)(b[:2]), tag(field, 0))
 			if v < 1<<7 {
 				b[n] = byte(v)
 				w.wp = wp + n + 1
 				return
 			}
-			w.wp = wp + n + putVarint56((*[8]byte)(b[n:n+8]), v)
+			x, k := varintWord(v)
+			putVarintWord((*[8]byte)(b[n:n+8]), x, k)
+			w.wp = wp + n + k
 			return
 		}
 	}
@@ -155,10 +160,11 @@ func (m Message) AppendDouble(field uint32, v float64) { m.AppendFixed64(field, 
 // path is AppendString's.
 func (m Message) AppendBytes(field uint32, b []byte) {
 	if w := m.w; w != nil && m.key == w.top {
-		if wp := w.wp; len(w.buf)-w.shift-wp >= 20+len(b) && field < 1<<11 {
-			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
-			wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(b)))
-			w.wp = wp + copy(w.buf[wp:], b)
+		if buf, wp := w.buf, w.wp; len(buf)-w.shift-wp >= 20+len(b) && field < 1<<11 {
+			h := (*[12]byte)(buf[wp : wp+12])
+			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
+			n += putVarint10((*[10]byte)(h[n:n+10]), uint64(len(b)))
+			w.wp = wp + n + copy(buf[wp+n:], b)
 			return
 		}
 	}
@@ -175,10 +181,11 @@ func (m Message) appendBytesSlow(field uint32, b []byte) {
 // AppendString appends a string field.
 func (m Message) AppendString(field uint32, s string) {
 	if w := m.w; w != nil && m.key == w.top {
-		if wp := w.wp; len(w.buf)-w.shift-wp >= 20+len(s) && field < 1<<11 {
-			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
-			wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(s)))
-			w.wp = wp + copy(w.buf[wp:], s)
+		if buf, wp := w.buf, w.wp; len(buf)-w.shift-wp >= 20+len(s) && field < 1<<11 {
+			h := (*[12]byte)(buf[wp : wp+12])
+			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
+			n += putVarint10((*[10]byte)(h[n:n+10]), uint64(len(s)))
+			w.wp = wp + n + copy(buf[wp+n:], s)
 			return
 		}
 	}
@@ -204,23 +211,33 @@ func (m Message) AppendRaw(b []byte) {
 // message, or by finishing the packet): in place if its chunk is still
 // owned, else through a patch in CommitData.ChunksToPatch.
 func (m Message) BeginNested(field uint32) Message {
+	if w := m.w; w != nil && m.key == w.top && w.shift == compactRoot && field < 1<<11 {
+		// The packet's first nested message, compact-first (compact.go),
+		// where the 4-byte layout would have had room for it in this chunk.
+		// Only the root is open (len(w.frames) == 1).
+		if buf, wp := w.buf, w.wp; len(buf)-compactRoot-wp >= 10+PacketHeaderSize {
+			h := (*[3]byte)(buf[wp : wp+3])
+			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
+			h[n] = 0
+			slot := wp + n + compactRoot // where the 4-byte layout has the size
+			w.frames = w.frames[:2]
+			w.frames[1] = frame{start: w.posBase + slot + PacketHeaderSize, slot: slot, kind: slotInChunk}
+			w.wp = wp + n + 1
+			w.shift = compactNested
+			w.top = msgKey(w.packetGen, 1)
+			return Message{w: w, key: w.top}
+		}
+	}
+	// Everything else ends in one call, as in AppendVarint.
+	return m.beginNestedSlow(field)
+}
+
+func (m Message) beginNestedSlow(field uint32) Message {
 	w := m.prep()
 	if w == nil {
 		return Message{}
 	}
 	if w.shift != 0 {
-		// The packet's first nested message, compact-first (compact.go),
-		// where the 4-byte layout would have had room for it in this chunk.
-		if wp := w.wp; w.shift == compactRoot && len(w.buf)-compactRoot-wp >= 10+PacketHeaderSize && field < 1<<11 {
-			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
-			w.buf[wp] = 0
-			slot := wp + compactRoot // where the 4-byte layout has the size
-			w.frames = append(w.frames, frame{start: w.posBase + slot + PacketHeaderSize, slot: slot, kind: slotInChunk})
-			w.wp = wp + 1
-			w.shift = compactNested
-			w.top = msgKey(w.packetGen, 1)
-			return Message{w: w, key: w.top}
-		}
 		w.expand()
 	}
 	kind := slotInChunk

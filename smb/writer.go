@@ -1,8 +1,10 @@
 package smb
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 )
 
@@ -318,18 +320,45 @@ func putVarintLong(b *[10]byte, v uint64) int {
 
 // putVarint56 encodes v (v < 2^56: at most eight bytes) at the start of b
 // and returns its length, touching no byte after the varint (the golden SMB
-// keeps the stale bytes there). It is small enough to inline into
-// AppendVarint; a branch-free spread of the 7-bit groups over one word,
-// merged with the bytes after it, measured slower in TrackEvent64B.
+// keeps the stale bytes there). Its two parts inline into AppendVarint:
+// varintWord spreads the value over one word, putVarintWord stores its n
+// bytes with two overlapping stores and no load. A byte loop costs 9
+// instructions a byte; merging the word with the bytes after it (a load)
+// measured slower.
 func putVarint56(b *[8]byte, v uint64) int {
-	i := 0
-	for v >= 0x80 {
-		b[i&7] = byte(v) | 0x80
-		v >>= 7
-		i++
+	if v < 1<<7 {
+		b[0] = byte(v)
+		return 1
 	}
-	b[i&7] = byte(v)
-	return i + 1
+	x, n := varintWord(v)
+	putVarintWord(b, x, n)
+	return n
+}
+
+// varintWord returns the varint encoding of v (2^7 <= v < 2^56) as the
+// low n bytes of a little-endian word, and n. The 7-bit groups are spread
+// in three steps (28-bit halves, 14-bit quarters, 7-bit eighths), then the
+// continuation bits are set below the last byte. n is
+// protowire.SizeVarint's.
+func varintWord(v uint64) (uint64, int) {
+	n := int(9*uint32(bits.Len64(v))+64) / 64
+	x := v&(1<<28-1) | (v&^(1<<28-1))<<4
+	x = x&0x00003fff00003fff | (x&0x0fffc0000fffc000)<<2
+	x = x&0x007f007f007f007f | (x&0x3f803f803f803f80)<<1
+	return x | 0x8080808080808080>>(64-8*(n-1)), n
+}
+
+// putVarintWord stores the low n bytes (2 <= n <= 8) of x at the start of
+// b, and no other byte: two 4-byte stores (n >= 4) or two 2-byte stores,
+// overlapping in the middle.
+func putVarintWord(b *[8]byte, x uint64, n int) {
+	if n >= 4 {
+		binary.LittleEndian.PutUint32(b[:4], uint32(x))
+		binary.LittleEndian.PutUint32(b[n-4:], uint32(x>>(8*(n-4))))
+		return
+	}
+	binary.LittleEndian.PutUint16(b[:2], uint16(x))
+	binary.LittleEndian.PutUint16(b[n-2:], uint16(x>>(8*(n-2))))
 }
 
 // putTag14 encodes a field tag below 2^14 (fields below 2048) at the start
@@ -461,12 +490,21 @@ func (w *TraceWriter) finishPacket() {
 
 // packetDone is the end of every finished packet: the count is inflated so
 // scraping sees the packet complete, and completed patches are sent.
+// It inlines into its callers; patches, rare, are sent out of line.
 func (w *TraceWriter) packetDone() {
 	if w.wp < len(w.buf) {
 		w.count++
 		w.inflated = true
 		w.publish()
 	}
+	if w.patchHead != len(w.patchStore) {
+		w.sendReadyPatches()
+	}
+}
+
+// sendReadyPatches sends the patches at the front of the patch list once
+// the first of them is known.
+func (w *TraceWriter) sendReadyPatches() {
 	if w.patchHead < len(w.patchStore) && w.patchStore[w.patchHead].patched {
 		w.arb.sendPatches(w)
 	}
@@ -563,7 +601,9 @@ func (w *TraceWriter) NewTracePacket() TracePacket {
 		// fields): beginPacket's work, compact-first (compact.go). The
 		// size bytes it would zero are all written when the packet ends.
 		w.fragmented = false
-		w.err = nil
+		if w.err != nil { // a packet ended by End keeps its error until now
+			w.err = nil
+		}
 		w.packetGen++
 		w.top = msgKey(w.packetGen, 0)
 		w.inPacket = true
