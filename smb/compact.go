@@ -94,6 +94,12 @@ func (w *TraceWriter) finishCompact() bool {
 	w.inPacket = false
 	w.packetGen++ // handles of the finished packet go inert
 	w.top = noMessage
-	w.packetDone()
+	// packetDone, inline: one call less on the commonest way a packet ends.
+	if w.wp < len(w.buf) {
+		w.inflateCount()
+	}
+	if w.patchHead != len(w.patchStore) {
+		w.sendReadyPatches()
+	}
 	return true
 }

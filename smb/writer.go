@@ -490,16 +490,21 @@ func (w *TraceWriter) finishPacket() {
 
 // packetDone is the end of every finished packet: the count is inflated so
 // scraping sees the packet complete, and completed patches are sent.
-// It inlines into its callers; patches, rare, are sent out of line.
+// finishCompact, the hot path, has these lines inline.
 func (w *TraceWriter) packetDone() {
 	if w.wp < len(w.buf) {
-		w.count++
-		w.inflated = true
-		w.publish()
+		w.inflateCount()
 	}
 	if w.patchHead != len(w.patchStore) {
 		w.sendReadyPatches()
 	}
+}
+
+// inflateCount counts the next packet in the chunk header already.
+func (w *TraceWriter) inflateCount() {
+	w.count++
+	w.inflated = true
+	w.publish()
 }
 
 // sendReadyPatches sends the patches at the front of the patch list once
