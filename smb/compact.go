@@ -70,9 +70,10 @@ func (w *TraceWriter) finishCompact() bool {
 		}
 		b[slot] = byte(c)
 		// compactLastNested leaves the content's last 3 bytes twice.
-		t := b[wp-3 : wp+6]
-		t[3], t[4], t[5] = t[0], t[1], t[2]
-		t[6], t[7], t[8] = t[0], t[1], t[2]
+		t := (*[9]byte)(b[wp-3 : wp+6])
+		t0, t1, t2 := t[0], t[1], t[2]
+		t[3], t[4], t[5] = t0, t1, t2
+		t[6], t[7], t[8] = t0, t1, t2
 		w.frames = w.frames[:1]
 	} else {
 		// finishPacket's move leaves the last 3 bytes of the 4-byte

@@ -612,8 +612,7 @@ func (w *TraceWriter) NewTracePacket() TracePacket {
 		w.packetGen++
 		w.top = msgKey(w.packetGen, 0)
 		w.inPacket = true
-		w.frames = w.frames[:1]
-		w.frames[0] = frame{}
+		w.frames = w.frames[:1] // frames[0], the root's, is never written
 		w.fragHdr = h
 		w.buf[h] = 0
 		w.fragStart = h + PacketHeaderSize
