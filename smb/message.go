@@ -82,15 +82,23 @@ func (m Message) prepNormal() *TraceWriter {
 
 func tag(field uint32, wireType uint32) uint64 { return uint64(field)<<3 | uint64(wireType) }
 
+// fastRoom is the room the fast paths of AppendVarint, AppendString and
+// AppendBytes need after the write offset: 20 bytes (a tag of up to 10,
+// a varint of up to 10) plus the most a compact-first packet is behind
+// the 4-byte layout (compactNested), so that they write compact-first
+// only where the 4-byte layout would have written in this chunk too,
+// without reading w.shift. Near the end of a chunk the slow path decides.
+const fastRoom = 20 + compactNested
+
 // AppendVarint appends a varint field (int32/int64/uint32/uint64/enum
 // encodings; pass negative int64 values converted with uint64()).
 //
-// With 20 bytes of room (nearly always) the tag and the value are encoded
+// With fastRoom bytes of room (nearly always) the tag and the value are encoded
 // here without a call: tags of fields below 2048 take one or two bytes,
-// values below 2^56 at most eight (putVarint56, inlined).
+// values below 2^56 at most eight (varintWord and putVarintWord, inlined).
 func (m Message) AppendVarint(field uint32, v uint64) {
 	if w := m.w; w != nil && m.key == w.top {
-		if buf, wp := w.buf, w.wp; len(buf)-w.shift-wp >= 20 && field < 1<<11 && v < 1<<56 {
+		if buf, wp := w.buf, w.wp; len(buf)-wp >= fastRoom && field < 1<<11 && v < 1<<56 {
 			b := (*[20]byte)(buf[wp : wp+20])
 			n := putTag14((*[2]byte)(b[:2]), tag(field, 0))
 			if v < 1<<7 {
@@ -160,7 +168,7 @@ func (m Message) AppendDouble(field uint32, v float64) { m.AppendFixed64(field, 
 // path is AppendString's.
 func (m Message) AppendBytes(field uint32, b []byte) {
 	if w := m.w; w != nil && m.key == w.top {
-		if buf, wp := w.buf, w.wp; len(buf)-w.shift-wp >= 20+len(b) && field < 1<<11 {
+		if buf, wp := w.buf, w.wp; len(buf)-wp >= fastRoom+len(b) && field < 1<<11 {
 			h := (*[12]byte)(buf[wp : wp+12])
 			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
 			n += putVarint10((*[10]byte)(h[n:n+10]), uint64(len(b)))
@@ -181,7 +189,7 @@ func (m Message) appendBytesSlow(field uint32, b []byte) {
 // AppendString appends a string field.
 func (m Message) AppendString(field uint32, s string) {
 	if w := m.w; w != nil && m.key == w.top {
-		if buf, wp := w.buf, w.wp; len(buf)-w.shift-wp >= 20+len(s) && field < 1<<11 {
+		if buf, wp := w.buf, w.wp; len(buf)-wp >= fastRoom+len(s) && field < 1<<11 {
 			h := (*[12]byte)(buf[wp : wp+12])
 			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
 			n += putVarint10((*[10]byte)(h[n:n+10]), uint64(len(s)))
