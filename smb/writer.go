@@ -335,30 +335,32 @@ func putVarint56(b *[8]byte, v uint64) int {
 	return n
 }
 
-// varintWord returns the varint encoding of v (2^7 <= v < 2^56) as the
-// low n bytes of a little-endian word, and n. The 7-bit groups are spread
-// in three steps (28-bit halves, 14-bit quarters, 7-bit eighths), then the
-// continuation bits are set below the last byte. n is
-// protowire.SizeVarint's.
+// varintWord returns v (2^7 <= v < 2^56) as varint bytes in the low n
+// bytes of a little-endian word, and n: the 7-bit groups are spread in
+// three steps (28-bit halves, 14-bit quarters, 7-bit eighths) and every
+// byte gets its continuation bit; putVarintWord clears the last one as it
+// stores it. n is protowire.SizeVarint's.
 func varintWord(v uint64) (uint64, int) {
 	n := int(9*uint32(bits.Len64(v))+64) / 64
 	x := v&(1<<28-1) | (v&^(1<<28-1))<<4
 	x = x&0x00003fff00003fff | (x&0x0fffc0000fffc000)<<2
 	x = x&0x007f007f007f007f | (x&0x3f803f803f803f80)<<1
-	return x | 0x8080808080808080>>(64-8*(n-1)), n
+	return x | 0x8080808080808080, n
 }
 
-// putVarintWord stores the low n bytes (2 <= n <= 8) of x at the start of
-// b, and no other byte: two 4-byte stores (n >= 4) or two 2-byte stores,
-// overlapping in the middle.
+// putVarintWord stores the low n bytes (2 <= n <= 8) of varintWord's x at
+// the start of b, and no other byte: two 4-byte stores (n >= 4) or two
+// 2-byte stores, overlapping in the middle; the second ends at the last
+// byte and clears its continuation bit (an XOR: an AND-NOT made the
+// compiler split the store into three).
 func putVarintWord(b *[8]byte, x uint64, n int) {
 	if n >= 4 {
 		binary.LittleEndian.PutUint32(b[:4], uint32(x))
-		binary.LittleEndian.PutUint32(b[n-4:], uint32(x>>(8*(n-4))))
+		binary.LittleEndian.PutUint32(b[n-4:], uint32(x>>(8*(n-4)))^0x80000000)
 		return
 	}
 	binary.LittleEndian.PutUint16(b[:2], uint16(x))
-	binary.LittleEndian.PutUint16(b[n-2:], uint16(x>>(8*(n-2))))
+	binary.LittleEndian.PutUint16(b[n-2:], uint16(x>>(8*(n-2)))^0x8000)
 }
 
 // putTag14 encodes a field tag below 2^14 (fields below 2048) at the start
