@@ -168,11 +168,13 @@ func (m Message) AppendDouble(field uint32, v float64) { m.AppendFixed64(field, 
 // path is AppendString's.
 func (m Message) AppendBytes(field uint32, b []byte) {
 	if w := m.w; w != nil && m.key == w.top {
-		if buf, wp := w.buf, w.wp; len(buf)-wp >= fastRoom+len(b) && field < 1<<11 {
-			h := (*[12]byte)(buf[wp : wp+12])
+		if buf, wp := w.buf, w.wp; len(b) < 128 && len(buf)-wp >= fastRoom+len(b) && field < 1<<11 {
+			h := (*[3]byte)(buf[wp : wp+3])
 			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
-			n += putVarint10((*[10]byte)(h[n:n+10]), uint64(len(b)))
-			w.wp = wp + n + copy(buf[wp+n:], b)
+			h[n] = byte(len(b))
+			wp += n + 1
+			copy(buf[wp:wp+len(b)], b)
+			w.wp = wp + len(b)
 			return
 		}
 	}
@@ -187,13 +189,20 @@ func (m Message) appendBytesSlow(field uint32, b []byte) {
 }
 
 // AppendString appends a string field.
+//
+// A string under 128 bytes (its length one byte) is written here when the
+// chunk has room; a longer one takes the out-of-line path, which for a
+// compact-first packet (compact.go) is no loss: the packet is over 127
+// bytes, so it would have been moved into the 4-byte layout at Finish.
 func (m Message) AppendString(field uint32, s string) {
 	if w := m.w; w != nil && m.key == w.top {
-		if buf, wp := w.buf, w.wp; len(buf)-wp >= fastRoom+len(s) && field < 1<<11 {
-			h := (*[12]byte)(buf[wp : wp+12])
+		if buf, wp := w.buf, w.wp; len(s) < 128 && len(buf)-wp >= fastRoom+len(s) && field < 1<<11 {
+			h := (*[3]byte)(buf[wp : wp+3])
 			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
-			n += putVarint10((*[10]byte)(h[n:n+10]), uint64(len(s)))
-			w.wp = wp + n + copy(buf[wp+n:], s)
+			h[n] = byte(len(s))
+			wp += n + 1
+			copy(buf[wp:wp+len(s)], s)
+			w.wp = wp + len(s)
 			return
 		}
 	}
