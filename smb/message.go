@@ -30,21 +30,7 @@ type TracePacket struct {
 	Message
 }
 
-// Finish ends the packet and returns the error (if any) hit while writing
-// it, for example a Stall writer's timeout. Finishing twice is a no-op.
-func (p TracePacket) Finish() error {
-	w := p.w
-	if w == nil || p.gen() != w.packetGen || !w.inPacket {
-		return nil
-	}
-	if w.shift == 0 || !w.finishCompact() {
-		w.finishPacket()
-	}
-	if w.err == nil {
-		return nil // without takeErr's store (a write barrier check)
-	}
-	return w.takeErr()
-}
+// Finish is in compact.go: its body is compact-first's end.
 
 // prep checks m is still open and closes its open children. The common
 // case, writing to the innermost open message, is one inlined comparison

@@ -461,10 +461,7 @@ func (w *TraceWriter) beginPacket() {
 // fragment) and inflates the count so scraping sees the packet complete.
 func (w *TraceWriter) finishPacket() {
 	if w.shift != 0 {
-		if w.finishCompact() {
-			return
-		}
-		w.expand()
+		w.expand() // compact-first's own end is TracePacket.Finish
 	}
 	if len(w.frames) == 2 && w.compactLastNested() {
 		return
@@ -492,7 +489,7 @@ func (w *TraceWriter) finishPacket() {
 
 // packetDone is the end of every finished packet: the count is inflated so
 // scraping sees the packet complete, and completed patches are sent.
-// finishCompact, the hot path, has these lines inline.
+// TracePacket.Finish, the hot path, has these lines inline.
 func (w *TraceWriter) packetDone() {
 	if w.wp < len(w.buf) {
 		w.inflateCount()
@@ -592,6 +589,15 @@ func (w *TraceWriter) takeErr() error {
 	err := w.err
 	w.err = nil
 	return err
+}
+
+// takeErrIfAny is takeErr without the store (a write-barrier check) when
+// there is no error.
+func (w *TraceWriter) takeErrIfAny() error {
+	if w.err == nil {
+		return nil
+	}
+	return w.takeErr()
 }
 
 // NewTracePacket starts a packet written field by field into the SMB. A
