@@ -36,11 +36,12 @@ const (
 func (w *TraceWriter) expand() {
 	b, h, wp := w.buf, w.fragHdr, w.wp
 	if w.shift == compactNested {
-		slot := w.frames[1].slot
+		slot := w.nestedSlot
 		// Nested content, then the fields before it, move forward.
 		copy(b[slot+PacketHeaderSize:], b[slot-compactRoot+1:wp])
 		clear(b[slot : slot+PacketHeaderSize])
 		copy(b[h+PacketHeaderSize:], b[h+1:slot-compactRoot])
+		w.frames = append(w.frames[:1], frame{start: w.posBase + slot + PacketHeaderSize, slot: slot, kind: slotInChunk})
 	} else {
 		copy(b[h+PacketHeaderSize:], b[h+1:wp])
 	}
@@ -69,7 +70,7 @@ func (p TracePacket) Finish() error {
 		n := wp - h - 1 // packet size
 		done := true
 		if w.shift == compactNested {
-			slot := w.frames[1].slot - compactRoot
+			slot := w.nestedSlot - compactRoot
 			if c := wp - slot - 1; c >= 3 && c <= 127 { // nested content size
 				b[slot] = byte(c)
 				// compactLastNested leaves the content's last 3 bytes twice.
@@ -77,7 +78,6 @@ func (p TracePacket) Finish() error {
 				t0, t1, t2 := t[0], t[1], t[2]
 				t[3], t[4], t[5] = t0, t1, t2
 				t[6], t[7], t[8] = t0, t1, t2
-				w.frames = w.frames[:1]
 			} else {
 				done = false
 			}

@@ -44,11 +44,14 @@ func (m Message) prep() *TraceWriter {
 
 func (m Message) prepSlow() *TraceWriter {
 	w := m.w
-	if w == nil || m.gen() != w.packetGen || !w.inPacket || m.level() >= len(w.frames) {
+	if w == nil || m.gen() != w.packetGen || !w.inPacket {
 		return nil
 	}
 	if w.shift != 0 {
-		w.expand() // closing a message needs the 4-byte layout
+		w.expand() // closing a message needs the 4-byte layout (and its frames)
+	}
+	if m.level() >= len(w.frames) {
+		return nil
 	}
 	for m.level() < len(w.frames)-1 {
 		w.endFrame()
@@ -217,14 +220,12 @@ func (m Message) BeginNested(field uint32) Message {
 	if w := m.w; w != nil && m.key == w.top && w.shift == compactRoot && field < 1<<11 {
 		// The packet's first nested message, compact-first (compact.go),
 		// where the 4-byte layout would have had room for it in this chunk.
-		// Only the root is open (len(w.frames) == 1).
+		// Its frame is added by expand, if the packet gets there.
 		if buf, wp := w.buf, w.wp; len(buf)-compactRoot-wp >= 10+PacketHeaderSize {
 			h := (*[3]byte)(buf[wp : wp+3])
 			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
 			h[n] = 0
-			slot := wp + n + compactRoot // where the 4-byte layout has the size
-			w.frames = w.frames[:2]
-			w.frames[1] = frame{start: w.posBase + slot + PacketHeaderSize, slot: slot, kind: slotInChunk}
+			w.nestedSlot = wp + n + compactRoot // where the 4-byte layout has the size
 			w.wp = wp + n + 1
 			w.shift = compactNested
 			w.top = msgKey(w.packetGen, 1)

@@ -78,8 +78,10 @@ type TraceWriter struct {
 	// shift is 0, or compactRoot / compactNested while the packet is
 	// written compact-first (compact.go): wp is then that many bytes
 	// behind where the 4-byte layout would have it; every other field
-	// holds its 4-byte-layout value.
-	shift int
+	// holds its 4-byte-layout value, except that the one nested message's
+	// frame is only nestedSlot (its 4-byte-layout slot) until expand.
+	shift      int
+	nestedSlot int
 	// normalLayoutOnly turns compact-first writing off, so tests can hold
 	// it against the 4-byte layout.
 	normalLayoutOnly bool
