@@ -32,9 +32,13 @@ const (
 )
 
 // expand moves a compact-first packet into the 4-byte layout: the bytes
-// and zeroed size fields the 4-byte layout would hold at this point.
+// and zeroed size fields the 4-byte layout would hold at this point, and
+// the fields NewTracePacket's fast path leaves to it (fragStart, posBase:
+// nothing is written before a compact-first packet's fields).
 func (w *TraceWriter) expand() {
 	b, h, wp := w.buf, w.fragHdr, w.wp
+	w.fragStart = h + PacketHeaderSize
+	w.posBase = -w.fragStart
 	if w.shift == compactNested {
 		slot := w.nestedSlot
 		// Nested content, then the fields before it, move forward.

@@ -74,12 +74,13 @@ type TraceWriter struct {
 	fragHdr    int  // offset in buf of the current fragment's 4-byte size
 	fragStart  int  // offset in buf of the current fragment's first byte
 	posBase    int  // posBase+wp = bytes of the packet written so far
-	frames     []frame
+	frames     []frame // the root's (always zero) and open nested messages'; len 1 between packets
 	// shift is 0, or compactRoot / compactNested while the packet is
 	// written compact-first (compact.go): wp is then that many bytes
 	// behind where the 4-byte layout would have it; every other field
-	// holds its 4-byte-layout value, except that the one nested message's
-	// frame is only nestedSlot (its 4-byte-layout slot) until expand.
+	// holds its 4-byte-layout value, except fragStart and posBase, and the
+	// one nested message's frame, only nestedSlot (its 4-byte-layout
+	// slot): expand sets them.
 	shift      int
 	nestedSlot int
 	// normalLayoutOnly turns compact-first writing off, so tests can hold
@@ -622,11 +623,10 @@ func (w *TraceWriter) NewTracePacket() TracePacket {
 		w.packetGen++
 		w.top = msgKey(w.packetGen, 0)
 		w.inPacket = true
-		w.frames = w.frames[:1] // frames[0], the root's, is never written
+		// len(w.frames) is 1 between packets, and frames[0], the root's,
+		// is never written. fragStart and posBase are set by expand.
 		w.fragHdr = h
 		w.buf[h] = 0
-		w.fragStart = h + PacketHeaderSize
-		w.posBase = -(h + PacketHeaderSize)
 		w.inflated = false
 		w.reachedMax = w.count >= MaxPacketsPerChunk
 		w.wp = h + 1
