@@ -74,7 +74,9 @@ type TraceWriter struct {
 	fragHdr    int  // offset in buf of the current fragment's 4-byte size
 	fragStart  int  // offset in buf of the current fragment's first byte
 	posBase    int  // posBase+wp = bytes of the packet written so far
-	frames     []frame // the root's (always zero) and open nested messages'; len 1 between packets
+	// frames: the root's (always zero) and the open nested messages';
+	// one long between packets.
+	frames []frame
 	// shift is 0, or compactRoot / compactNested while the packet is
 	// written compact-first (compact.go): wp is then that many bytes
 	// behind where the 4-byte layout would have it; every other field
