@@ -72,7 +72,6 @@ func (p TracePacket) Finish() error {
 	}
 	if b, h, wp := w.buf, w.fragHdr, w.wp; w.shift != 0 && wp-h-1 <= 127 {
 		n := wp - h - 1 // packet size
-		done := true
 		if w.shift == compactNested {
 			slot := w.nestedSlot - compactRoot
 			if c := wp - slot - 1; c >= 3 && c <= 127 { // nested content size
@@ -83,7 +82,8 @@ func (p TracePacket) Finish() error {
 				t[3], t[4], t[5] = t0, t1, t2
 				t[6], t[7], t[8] = t0, t1, t2
 			} else {
-				done = false
+				w.finishPacket()
+				return w.takeErrIfAny()
 			}
 		} else {
 			// finishPacket's move leaves the last 3 bytes of the 4-byte
@@ -100,21 +100,19 @@ func (p TracePacket) Finish() error {
 				t[3], t[4], t[5] = t[0], t[1], t[2]
 			}
 		}
-		if done {
-			b[h] = byte(n)
-			w.shift = 0
-			w.inPacket = false
-			w.packetGen++ // handles of the finished packet go inert
-			w.top = noMessage
-			// packetDone, inline.
-			if wp < len(b) {
-				w.inflateCount()
-			}
-			if w.patchHead != len(w.patchStore) {
-				w.sendReadyPatches()
-			}
-			return w.takeErrIfAny()
+		b[h] = byte(n)
+		w.shift = 0
+		w.inPacket = false
+		w.packetGen++ // handles of the finished packet go inert
+		w.top = noMessage
+		// packetDone, inline.
+		if wp < len(b) {
+			w.inflateCount()
 		}
+		if w.patchHead != len(w.patchStore) {
+			w.sendReadyPatches()
+		}
+		return w.takeErrIfAny()
 	}
 	w.finishPacket()
 	return w.takeErrIfAny()
