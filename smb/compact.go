@@ -23,8 +23,9 @@ package smb
 // AppendVarint, AppendString, AppendBytes and TracePacket.Finish.
 //
 // While compact, w.shift says how many bytes wp is behind its 4-byte-layout
-// position; room checks subtract it, so a field is written compact-first
-// only where the 4-byte layout would have written it in this chunk too.
+// position; room checks allow for it (the Append fast paths for the most
+// it can be, fastRoom), so a field is written compact-first only where the
+// 4-byte layout would have written it in this chunk too.
 
 const (
 	compactRoot   = 3 // the packet's size is 1 byte instead of 4

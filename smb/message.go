@@ -82,9 +82,10 @@ const fastRoom = 20 + compactNested
 // AppendVarint appends a varint field (int32/int64/uint32/uint64/enum
 // encodings; pass negative int64 values converted with uint64()).
 //
-// With fastRoom bytes of room (nearly always) the tag and the value are encoded
-// here without a call: tags of fields below 2048 take one or two bytes,
-// values below 2^56 at most eight (varintWord and putVarintWord, inlined).
+// With fastRoom bytes of room (nearly always) the tag and the value are
+// encoded here without a call: tags of fields below 2048 take one or two
+// bytes, values below 2^56 at most eight (varintWord and putVarintWord,
+// inlined).
 func (m Message) AppendVarint(field uint32, v uint64) {
 	if w := m.w; w != nil && m.key == w.top {
 		if buf, wp := w.buf, w.wp; len(buf)-wp >= fastRoom && field < 1<<11 && v < 1<<56 {
