@@ -323,28 +323,15 @@ func putVarintLong(b *[10]byte, v uint64) int {
 	return i + 1
 }
 
-// putVarint56 encodes v (v < 2^56: at most eight bytes) at the start of b
-// and returns its length, touching no byte after the varint (the golden SMB
-// keeps the stale bytes there). Its two parts inline into AppendVarint:
-// varintWord spreads the value over one word, putVarintWord stores its n
-// bytes with two overlapping stores and no load. A byte loop costs 9
-// instructions a byte; merging the word with the bytes after it (a load)
-// measured slower.
-func putVarint56(b *[8]byte, v uint64) int {
-	if v < 1<<7 {
-		b[0] = byte(v)
-		return 1
-	}
-	x, n := varintWord(v)
-	putVarintWord(b, x, n)
-	return n
-}
-
 // varintWord returns v (2^7 <= v < 2^56) as varint bytes in the low n
 // bytes of a little-endian word, and n: the 7-bit groups are spread in
 // three steps (28-bit halves, 14-bit quarters, 7-bit eighths) and every
 // byte gets its continuation bit; putVarintWord clears the last one as it
-// stores it. n is protowire.SizeVarint's.
+// stores it. n is protowire.SizeVarint's. Both inline into AppendVarint,
+// which thus writes a 2..8-byte varint with two stores and no load (a
+// byte loop cost 9 instructions a byte; merging the word with the bytes
+// after it, a load, measured slower), touching no byte after the varint:
+// the golden SMB keeps the stale bytes there.
 func varintWord(v uint64) (uint64, int) {
 	n := int(9*uint32(bits.Len64(v))+64) / 64
 	x := v&(1<<28-1) | (v&^(1<<28-1))<<4
