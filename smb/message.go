@@ -30,18 +30,7 @@ type TracePacket struct {
 	Message
 }
 
-// Finish ends the packet and returns the error (if any) hit while writing
-// it, for example a Stall writer's timeout. Finishing twice is a no-op.
-func (p TracePacket) Finish() error {
-	w := p.w
-	if w == nil || p.gen() != w.packetGen || !w.inPacket {
-		return nil
-	}
-	if w.shift == 0 || !w.finishCompact() {
-		w.finishPacket()
-	}
-	return w.takeErr()
-}
+// Finish is in compact.go: its body is compact-first's end.
 
 // prep checks m is still open and closes its open children. The common
 // case, writing to the innermost open message, is one inlined comparison
@@ -55,11 +44,14 @@ func (m Message) prep() *TraceWriter {
 
 func (m Message) prepSlow() *TraceWriter {
 	w := m.w
-	if w == nil || m.gen() != w.packetGen || !w.inPacket || m.level() >= len(w.frames) {
+	if w == nil || m.gen() != w.packetGen || !w.inPacket {
 		return nil
 	}
 	if w.shift != 0 {
-		w.expand() // closing a message needs the 4-byte layout
+		w.expand() // closing a message needs the 4-byte layout (and its frames)
+	}
+	if m.level() >= len(w.frames) {
+		return nil
 	}
 	for m.level() < len(w.frames)-1 {
 		w.endFrame()
@@ -79,23 +71,34 @@ func (m Message) prepNormal() *TraceWriter {
 
 func tag(field uint32, wireType uint32) uint64 { return uint64(field)<<3 | uint64(wireType) }
 
+// fastRoom is the room the fast paths of AppendVarint, AppendString and
+// AppendBytes need after the write offset: 20 bytes (a tag of up to 10,
+// a varint of up to 10) plus the most a compact-first packet is behind
+// the 4-byte layout (compactNested), so that they write compact-first
+// only where the 4-byte layout would have written in this chunk too,
+// without reading w.shift. Near the end of a chunk the slow path decides.
+const fastRoom = 20 + compactNested
+
 // AppendVarint appends a varint field (int32/int64/uint32/uint64/enum
 // encodings; pass negative int64 values converted with uint64()).
 //
-// With 20 bytes of room (nearly always) the tag and the value are encoded
-// here without a call: tags of fields below 2048 take one or two bytes,
-// values below 2^56 at most eight (putVarint56, inlined).
+// With fastRoom bytes of room (nearly always) the tag and the value are
+// encoded here without a call: tags of fields below 2048 take one or two
+// bytes, values below 2^56 at most eight (varintWord and putVarintWord,
+// inlined).
 func (m Message) AppendVarint(field uint32, v uint64) {
 	if w := m.w; w != nil && m.key == w.top {
-		if wp := w.wp; len(w.buf)-w.shift-wp >= 20 && field < 1<<11 && v < 1<<56 {
-			b := (*[20]byte)(w.buf[wp:])
+		if buf, wp := w.buf, w.wp; len(buf)-wp >= fastRoom && field < 1<<11 && v < 1<<56 {
+			b := (*[20]byte)(buf[wp : wp+20])
 			n := putTag14((*[2]byte)(b[:2]), tag(field, 0))
 			if v < 1<<7 {
 				b[n] = byte(v)
 				w.wp = wp + n + 1
 				return
 			}
-			w.wp = wp + n + putVarint56((*[8]byte)(b[n:n+8]), v)
+			x, k := varintWord(v)
+			putVarintWord((*[8]byte)(b[n:n+8]), x, k)
+			w.wp = wp + n + k
 			return
 		}
 	}
@@ -155,10 +158,13 @@ func (m Message) AppendDouble(field uint32, v float64) { m.AppendFixed64(field, 
 // path is AppendString's.
 func (m Message) AppendBytes(field uint32, b []byte) {
 	if w := m.w; w != nil && m.key == w.top {
-		if wp := w.wp; len(w.buf)-w.shift-wp >= 20+len(b) && field < 1<<11 {
-			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
-			wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(b)))
-			w.wp = wp + copy(w.buf[wp:], b)
+		if buf, wp := w.buf, w.wp; len(b) < 128 && len(buf)-wp >= fastRoom+len(b) && field < 1<<11 {
+			h := (*[3]byte)(buf[wp : wp+3])
+			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
+			h[n] = byte(len(b))
+			wp += n + 1
+			copy(buf[wp:wp+len(b)], b)
+			w.wp = wp + len(b)
 			return
 		}
 	}
@@ -173,12 +179,20 @@ func (m Message) appendBytesSlow(field uint32, b []byte) {
 }
 
 // AppendString appends a string field.
+//
+// A string under 128 bytes (its length one byte) is written here when the
+// chunk has room; a longer one takes the out-of-line path, which for a
+// compact-first packet (compact.go) is no loss: the packet is over 127
+// bytes, so it would have been moved into the 4-byte layout at Finish.
 func (m Message) AppendString(field uint32, s string) {
 	if w := m.w; w != nil && m.key == w.top {
-		if wp := w.wp; len(w.buf)-w.shift-wp >= 20+len(s) && field < 1<<11 {
-			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
-			wp += putVarint10((*[10]byte)(w.buf[wp:]), uint64(len(s)))
-			w.wp = wp + copy(w.buf[wp:], s)
+		if buf, wp := w.buf, w.wp; len(s) < 128 && len(buf)-wp >= fastRoom+len(s) && field < 1<<11 {
+			h := (*[3]byte)(buf[wp : wp+3])
+			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
+			h[n] = byte(len(s))
+			wp += n + 1
+			copy(buf[wp:wp+len(s)], s)
+			w.wp = wp + len(s)
 			return
 		}
 	}
@@ -204,23 +218,31 @@ func (m Message) AppendRaw(b []byte) {
 // message, or by finishing the packet): in place if its chunk is still
 // owned, else through a patch in CommitData.ChunksToPatch.
 func (m Message) BeginNested(field uint32) Message {
+	if w := m.w; w != nil && m.key == w.top && w.shift == compactRoot && field < 1<<11 {
+		// The packet's first nested message, compact-first (compact.go),
+		// where the 4-byte layout would have had room for it in this chunk.
+		// Its frame is added by expand, if the packet gets there.
+		if buf, wp := w.buf, w.wp; len(buf)-compactRoot-wp >= 10+PacketHeaderSize {
+			h := (*[3]byte)(buf[wp : wp+3])
+			n := putTag14((*[2]byte)(h[:2]), tag(field, 2))
+			h[n] = 0
+			w.nestedSlot = wp + n + compactRoot // where the 4-byte layout has the size
+			w.wp = wp + n + 1
+			w.shift = compactNested
+			w.top = msgKey(w.packetGen, 1)
+			return Message{w: w, key: w.top}
+		}
+	}
+	// Everything else ends in one call, as in AppendVarint.
+	return m.beginNestedSlow(field)
+}
+
+func (m Message) beginNestedSlow(field uint32) Message {
 	w := m.prep()
 	if w == nil {
 		return Message{}
 	}
 	if w.shift != 0 {
-		// The packet's first nested message, compact-first (compact.go),
-		// where the 4-byte layout would have had room for it in this chunk.
-		if wp := w.wp; w.shift == compactRoot && len(w.buf)-compactRoot-wp >= 10+PacketHeaderSize && field < 1<<11 {
-			wp += putTag14((*[2]byte)(w.buf[wp:]), tag(field, 2))
-			w.buf[wp] = 0
-			slot := wp + compactRoot // where the 4-byte layout has the size
-			w.frames = append(w.frames, frame{start: w.posBase + slot + PacketHeaderSize, slot: slot, kind: slotInChunk})
-			w.wp = wp + 1
-			w.shift = compactNested
-			w.top = msgKey(w.packetGen, 1)
-			return Message{w: w, key: w.top}
-		}
 		w.expand()
 	}
 	kind := slotInChunk

@@ -347,11 +347,17 @@ func ParseFragments(payload []byte, count int) (end, n int, aborted bool, why Re
 		if off == len(payload) {
 			return off, n, false, RejectFragmentOverrun
 		}
-		var size uint64
-		var vl int
-		if c := payload[off]; c < 0x80 {
-			size, vl = uint64(c), 1 // most fragments: packets under 128 bytes
-		} else if size, vl = protowire.ConsumeVarint(payload[off:]); vl < 0 {
+		if c := int(payload[off]); c < 0x80 {
+			// Most fragments: packets under 128 bytes.
+			if c >= len(payload)-off {
+				return off, n, false, RejectFragmentOverrun
+			}
+			off += 1 + c
+			n++
+			continue
+		}
+		size, vl := protowire.ConsumeVarint(payload[off:])
+		if vl < 0 {
 			return off, n, false, RejectBadVarint
 		}
 		if size == DropPacketSize {

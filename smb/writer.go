@@ -1,8 +1,10 @@
 package smb
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 )
 
@@ -72,12 +74,17 @@ type TraceWriter struct {
 	fragHdr    int  // offset in buf of the current fragment's 4-byte size
 	fragStart  int  // offset in buf of the current fragment's first byte
 	posBase    int  // posBase+wp = bytes of the packet written so far
-	frames     []frame
+	// frames: the root's (always zero) and the open nested messages';
+	// one long between packets.
+	frames []frame
 	// shift is 0, or compactRoot / compactNested while the packet is
 	// written compact-first (compact.go): wp is then that many bytes
 	// behind where the 4-byte layout would have it; every other field
-	// holds its 4-byte-layout value.
-	shift int
+	// holds its 4-byte-layout value, except fragStart and posBase, and the
+	// one nested message's frame, only nestedSlot (its 4-byte-layout
+	// slot): expand sets them.
+	shift      int
+	nestedSlot int
 	// normalLayoutOnly turns compact-first writing off, so tests can hold
 	// it against the 4-byte layout.
 	normalLayoutOnly bool
@@ -316,20 +323,36 @@ func putVarintLong(b *[10]byte, v uint64) int {
 	return i + 1
 }
 
-// putVarint56 encodes v (v < 2^56: at most eight bytes) at the start of b
-// and returns its length, touching no byte after the varint (the golden SMB
-// keeps the stale bytes there). It is small enough to inline into
-// AppendVarint; a branch-free spread of the 7-bit groups over one word,
-// merged with the bytes after it, measured slower in TrackEvent64B.
-func putVarint56(b *[8]byte, v uint64) int {
-	i := 0
-	for v >= 0x80 {
-		b[i&7] = byte(v) | 0x80
-		v >>= 7
-		i++
+// varintWord returns v (2^7 <= v < 2^56) as varint bytes in the low n
+// bytes of a little-endian word, and n: the 7-bit groups are spread in
+// three steps (28-bit halves, 14-bit quarters, 7-bit eighths) and every
+// byte gets its continuation bit; putVarintWord clears the last one as it
+// stores it. n is protowire.SizeVarint's. Both inline into AppendVarint,
+// which thus writes a 2..8-byte varint with two stores and no load (a
+// byte loop cost 9 instructions a byte; merging the word with the bytes
+// after it, a load, measured slower), touching no byte after the varint:
+// the golden SMB keeps the stale bytes there.
+func varintWord(v uint64) (uint64, int) {
+	n := int(9*uint32(bits.Len64(v))+64) / 64
+	x := v&(1<<28-1) | (v&^(1<<28-1))<<4
+	x = x&0x00003fff00003fff | (x&0x0fffc0000fffc000)<<2
+	x = x&0x007f007f007f007f | (x&0x3f803f803f803f80)<<1
+	return x | 0x8080808080808080, n
+}
+
+// putVarintWord stores the low n bytes (2 <= n <= 8) of varintWord's x at
+// the start of b, and no other byte: two 4-byte stores (n >= 4) or two
+// 2-byte stores, overlapping in the middle; the second ends at the last
+// byte and clears its continuation bit (an XOR: an AND-NOT made the
+// compiler split the store into three).
+func putVarintWord(b *[8]byte, x uint64, n int) {
+	if n >= 4 {
+		binary.LittleEndian.PutUint32(b[:4], uint32(x))
+		binary.LittleEndian.PutUint32(b[n-4:], uint32(x>>(8*(n-4)))^0x80000000)
+		return
 	}
-	b[i&7] = byte(v)
-	return i + 1
+	binary.LittleEndian.PutUint16(b[:2], uint16(x))
+	binary.LittleEndian.PutUint16(b[n-2:], uint16(x>>(8*(n-2)))^0x8000)
 }
 
 // putTag14 encodes a field tag below 2^14 (fields below 2048) at the start
@@ -430,10 +453,7 @@ func (w *TraceWriter) beginPacket() {
 // fragment) and inflates the count so scraping sees the packet complete.
 func (w *TraceWriter) finishPacket() {
 	if w.shift != 0 {
-		if w.finishCompact() {
-			return
-		}
-		w.expand()
+		w.expand() // compact-first's own end is TracePacket.Finish
 	}
 	if len(w.frames) == 2 && w.compactLastNested() {
 		return
@@ -461,12 +481,26 @@ func (w *TraceWriter) finishPacket() {
 
 // packetDone is the end of every finished packet: the count is inflated so
 // scraping sees the packet complete, and completed patches are sent.
+// TracePacket.Finish, the hot path, has these lines inline.
 func (w *TraceWriter) packetDone() {
 	if w.wp < len(w.buf) {
-		w.count++
-		w.inflated = true
-		w.publish()
+		w.inflateCount()
 	}
+	if w.patchHead != len(w.patchStore) {
+		w.sendReadyPatches()
+	}
+}
+
+// inflateCount counts the next packet in the chunk header already.
+func (w *TraceWriter) inflateCount() {
+	w.count++
+	w.inflated = true
+	w.publish()
+}
+
+// sendReadyPatches sends the patches at the front of the patch list once
+// the first of them is known.
+func (w *TraceWriter) sendReadyPatches() {
 	if w.patchHead < len(w.patchStore) && w.patchStore[w.patchHead].patched {
 		w.arb.sendPatches(w)
 	}
@@ -549,6 +583,15 @@ func (w *TraceWriter) takeErr() error {
 	return err
 }
 
+// takeErrIfAny is takeErr without the store (a write-barrier check) when
+// there is no error.
+func (w *TraceWriter) takeErrIfAny() error {
+	if w.err == nil {
+		return nil
+	}
+	return w.takeErr()
+}
+
 // NewTracePacket starts a packet written field by field into the SMB. A
 // packet still open is finished first. The packet ends with Finish (or
 // with the next NewTracePacket, WritePacket or Flush).
@@ -563,16 +606,16 @@ func (w *TraceWriter) NewTracePacket() TracePacket {
 		// fields): beginPacket's work, compact-first (compact.go). The
 		// size bytes it would zero are all written when the packet ends.
 		w.fragmented = false
-		w.err = nil
+		if w.err != nil { // a packet ended by End keeps its error until now
+			w.err = nil
+		}
 		w.packetGen++
 		w.top = msgKey(w.packetGen, 0)
 		w.inPacket = true
-		w.frames = w.frames[:1]
-		w.frames[0] = frame{}
+		// len(w.frames) is 1 between packets, and frames[0], the root's,
+		// is never written. fragStart and posBase are set by expand.
 		w.fragHdr = h
 		w.buf[h] = 0
-		w.fragStart = h + PacketHeaderSize
-		w.posBase = -(h + PacketHeaderSize)
 		w.inflated = false
 		w.reachedMax = w.count >= MaxPacketsPerChunk
 		w.wp = h + 1
