@@ -133,6 +133,13 @@ func (b *TraceBuffer) readNext(p *Packet) bool {
 // and packed in their ents, so finding the first is cheap.
 func (b *TraceBuffer) firstLive() int {
 	o := b.oldest()
+	if b.usedSize > 0 {
+		if pw := b.recPriWri(o); pw != 0 {
+			if s := b.lookupSeq(pw); s != nil && s.n() > 0 {
+				return o // unread data from the oldest record on (a backlog): no search
+			}
+		}
+	}
 	first, firstPos := -1, 0
 	for _, s := range b.seqs {
 		for _, e := range s.ents[s.head:] {
