@@ -137,17 +137,25 @@ func (ps *pluginSide) clearIncrementalState() { _ = ps.plugin.ClearIncrementalSt
 // stop asks the plugin to stop. If the plugin process exited meanwhile,
 // the error says how it exited (and what it wrote last), not what the
 // dead connection made of the Stop call.
+//
+// Once the data source stopped and every commit arrived, the child's exit
+// (gRPC shutdown, process exit, reaping: a few milliseconds) goes on in
+// the background while the session scrapes, reads and closes its sinks;
+// close waits for it, so no plugin process outlives the session.
 func (ps *pluginSide) stop() error {
 	if ps.plugin == nil {
 		return nil
 	}
-	err := ps.plugin.Stop()
-	if err != nil {
-		// A process that broke the connection by dying is reaped within
-		// moments; a hung one is not waited for.
-		if _, exited := ps.plugin.WaitExit(stopExitWait); exited {
-			return ps.exitErr()
-		}
+	err := ps.plugin.StopSource()
+	if err == nil {
+		go ps.plugin.End()
+		return nil
+	}
+	ps.plugin.End() // ended even when Stop failed
+	// A process that broke the connection by dying is reaped within
+	// moments; a hung one is not waited for.
+	if _, exited := ps.plugin.WaitExit(stopExitWait); exited {
+		return ps.exitErr()
 	}
 	return err
 }
@@ -177,7 +185,9 @@ func (ps *pluginSide) exitErr() error {
 	return fmt.Errorf("%s", msg)
 }
 
-// close ends the plugin process if it is still running.
+// close ends the plugin process if it is still running: at once, unless
+// it is already exiting after a successful stop, which is waited for
+// (bounded by host's graceful exit timeout).
 func (ps *pluginSide) close() {
 	ps.cancel()
 	ps.mu.Lock()

@@ -435,6 +435,18 @@ func (p *Plugin) ClearIncrementalState() error {
 // Done: an OnCommit that blocks keeps the stream goroutine alive). The
 // child is ended even when Stop fails.
 func (p *Plugin) Stop() error {
+	err := p.StopSource()
+	p.end(false)
+	return err
+}
+
+// StopSource is the first half of Stop: it stops the data source and waits
+// (up to 5 s) for the commit stream to drain and end, but leaves the child
+// to exit later: End (or Kill) ends it. After StopSource returned without
+// error, OnCommit has been called for every commit, so the caller can go on
+// with the data while the child exits (which takes milliseconds: the gRPC
+// shutdown, the process exit, the reaping).
+func (p *Plugin) StopSource() error {
 	err := p.call("stop", func(ctx context.Context) error {
 		_, err := p.rpc.Stop(ctx, &wire.StopRequest{})
 		return err
@@ -447,12 +459,17 @@ func (p *Plugin) Stop() error {
 			err = fmt.Errorf("plugin %s: stop: the commit stream did not end within %v", p.path, stopDrainTimeout)
 		}
 	}
-	p.end(false)
 	return err
 }
 
+// End ends the child gracefully, as Stop does after StopSource (SIGKILL
+// after 3 s), and returns once it is gone. A Kill or End already under way
+// is waited for. It is idempotent and safe to call at any time.
+func (p *Plugin) End() { p.end(false) }
+
 // Kill ends the child at once (SIGKILL) and the commit stream with it. It
-// is idempotent and safe to call at any time. It does not wait for a
+// is idempotent and safe to call at any time; while End (or Stop) is
+// already ending the child, Kill waits for that instead. It does not wait for a
 // running OnCommit call to return: wait for Done before releasing what
 // OnCommit uses.
 func (p *Plugin) Kill() { p.end(true) }
