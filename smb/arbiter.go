@@ -174,10 +174,17 @@ func (a *Arbiter) tryAcquire(h ChunkHeader) (page int, idx uint32, chunk []byte,
 }
 
 // acquire gets a chunk under the writer's policy. For Stall it retries
-// with back-off (8 µs doubling up to 1 ms, every other retry flushing
-// pending commits instead of sleeping) until the stall timeout. The cap
-// is low because a service that frees chunks does so within a commit's
-// round trip: a writer sleeping longer than that only loses throughput.
+// with back-off (8 µs doubling up to 1 ms) until the stall timeout; the
+// first retry, and every other one after it, flushes pending commits
+// instead of sleeping. Flushing first matters: with CommitBatched up to
+// half the SMB can be written but not yet committed when the writer runs
+// out of chunks, and the service can free none of it before it hears of
+// it, so a writer that slept first would leave the service idle for its
+// sleep (in a plugin an 8 µs sleep lasts about a millisecond: the Go runtime
+// of an otherwise idle process waits for timers in epoll, whose timeout
+// is in milliseconds). The cap is low because a service that frees
+// chunks does so within a commit's round trip: a writer sleeping longer
+// than that only loses throughput.
 func (a *Arbiter) acquire(h ChunkHeader, policy BufferExhaustedPolicy) (int, uint32, []byte, error) {
 	if p, c, chunk, ok := a.tryAcquire(h); ok {
 		return p, c, chunk, nil
@@ -188,7 +195,7 @@ func (a *Arbiter) acquire(h ChunkHeader, policy BufferExhaustedPolicy) (int, uin
 	start := time.Now()
 	backoff := 8 * time.Microsecond
 	for retry := 1; ; retry++ {
-		if retry%2 == 0 {
+		if retry%2 == 1 {
 			a.FlushPendingCommits()
 		} else {
 			time.Sleep(backoff)

@@ -228,3 +228,51 @@ var _ interface {
 	WritePacket([]byte) error
 	Flush() error
 } = (*TraceWriter)(nil)
+
+// TestStalledWriterCommitsBeforeSleeping: with CommitBatched, a writer
+// that runs out of chunks still holds commits the service has not heard
+// of (fewer than half the SMB). It must hand them over before it sleeps:
+// on synctest's clock the second delivery happens at the very instant the
+// writer stalls, not one back-off sleep later.
+func TestStalledWriterCommitsBeforeSleeping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := NewHeapSMB(8*4096, 4096) // eight Div1 chunks: a commit goes out at four pending
+		t0 := time.Now()
+		var at []time.Duration
+		recs := make(chan []byte, 64)
+		arb, _ := NewArbiter(s, ArbiterOptions{Commit: CommitBatched, OnCommit: func(cd *CommitData) {
+			at = append(at, time.Since(t0))
+			recs <- cd.AppendMarshal(nil)
+		}})
+		w, _ := arb.NewTraceWriter(1, Stall)
+		ra := newReassembler()
+		done := make(chan struct{})
+		go func() { // a service that frees chunks as soon as it hears of them
+			r := NewReader(s)
+			var cd CommitData
+			for rec := range recs {
+				if err := cd.Unmarshal(rec); err != nil {
+					t.Error(err)
+				}
+				r.ReadCommit(&cd, ra.addChunk, ra.applyPatch)
+			}
+			close(done)
+		}()
+		// Nine chunks of data: the ninth needs a chunk the service frees
+		// only once it gets the second commit (chunks 5 to 8).
+		big := filled(9*4000, 'q')
+		if err := w.WritePacket(big); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		close(recs)
+		<-done
+		if len(at) < 2 || at[0] != 0 || at[1] != 0 {
+			t.Fatalf("commits delivered at %v: the stalled writer slept before handing over what it had written", at)
+		}
+		got, _ := ra.packets(1)
+		if len(got.packets) != 1 || got.lost != 0 {
+			t.Fatalf("got %d packets, lost %d", len(got.packets), got.lost)
+		}
+	})
+}
