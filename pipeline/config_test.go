@@ -84,6 +84,7 @@ incremental_state:
   clear_period: 5s
 producers:
   smb_size_kb: 1024
+  plugin_smb_size_kb: 2048
   smb_page_size_kb: 16
 buffers:
   - name: main
@@ -134,6 +135,7 @@ clear_period = "5s"
 
 [producers]
 smb_size_kb = 1024
+plugin_smb_size_kb = 2048
 smb_page_size_kb = 16
 
 [[buffers]]
@@ -181,7 +183,7 @@ const goodJSON = `{
   "flush_timeout": "3s",
   "stats_period": "20s",
   "incremental_state": {"clear_period": "5s"},
-  "producers": {"smb_size_kb": 1024, "smb_page_size_kb": 16},
+  "producers": {"smb_size_kb": 1024, "plugin_smb_size_kb": 2048, "smb_page_size_kb": 16},
   "buffers": [
     {"name": "main", "size_kb": 16384, "fill_policy": "ring_buffer"},
     {"name": "side", "size_kb": 1024, "fill_policy": "discard"}
@@ -221,7 +223,7 @@ func wantGood(t *testing.T, dir string) *Config {
 		FlushTimeout:     3 * time.Second,
 		StatsPeriod:      20 * time.Second,
 		IncrementalState: IncrementalStateConfig{ClearPeriod: 5 * time.Second},
-		Producers:        ProducersConfig{SMBSizeKB: 1024, SMBPageSizeKB: 16},
+		Producers:        ProducersConfig{SMBSizeKB: 1024, PluginSMBSizeKB: 2048, SMBPageSizeKB: 16},
 		Buffers: []BufferConfig{
 			{Name: "main", SizeKB: 16384, FillPolicy: FillPolicyRingBuffer},
 			{Name: "side", SizeKB: 1024, FillPolicy: FillPolicyDiscard},
@@ -488,7 +490,7 @@ max_file_size = 7000000
 	if c.FileWritePeriod != 5*time.Second || c.FlushTimeout != 5*time.Second || c.StatsPeriod != 10*time.Second {
 		t.Errorf("period defaults: %v %v %v", c.FileWritePeriod, c.FlushTimeout, c.StatsPeriod)
 	}
-	if c.Producers != (ProducersConfig{SMBSizeKB: 256, SMBPageSizeKB: 4}) {
+	if c.Producers != (ProducersConfig{SMBSizeKB: 256, PluginSMBSizeKB: 4096, SMBPageSizeKB: 4}) {
 		t.Errorf("producers %+v", c.Producers)
 	}
 	if c.Buffers[0].FillPolicy != "ring_buffer" || c.DataSources[0].BufferExhaustedPolicy != "drop" || c.DataSources[0].TargetBuffer != 0 {
@@ -571,6 +573,7 @@ incremental_state:
   clear_period: 0s
 producers:
   smb_size_kb: 256
+  plugin_smb_size_kb: 4096
   smb_page_size_kb: 4
 sinks:
   - type: file
@@ -692,12 +695,20 @@ func TestProducersMatchSMBRules(t *testing.T) {
 	sizes := []uint32{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 100, 128, 256, 1000, 1024, 4096, 32764, 32768, 32769, 65536}
 	for page := uint32(1); page <= 80; page++ {
 		for _, size := range sizes {
-			c := &Config{Producers: ProducersConfig{SMBSizeKB: size, SMBPageSizeKB: page}}
-			k := &checker{}
-			c.checkProducers(k)
 			s, p := smb.EnsureValidShmSizes(size*1024, page*1024)
-			if abi := s == size*1024 && p == page*1024; abi != (len(k.problems) == 0) {
-				t.Errorf("size %d KiB page %d KiB: service keeps it %v, config problems %v", size, page, abi, k.problems)
+			abi := s == size*1024 && p == page*1024
+			// The same rules for in-process and plugin data sources' SMBs
+			// (the other size is the page itself, always valid with it).
+			for _, pc := range []ProducersConfig{
+				{SMBSizeKB: size, PluginSMBSizeKB: page, SMBPageSizeKB: page},
+				{SMBSizeKB: page, PluginSMBSizeKB: size, SMBPageSizeKB: page},
+			} {
+				c := &Config{Producers: pc}
+				k := &checker{}
+				c.checkProducers(k)
+				if abi != (len(k.problems) == 0) {
+					t.Errorf("%+v: service keeps size %d KiB page %d KiB %v, config problems %v", pc, size, page, abi, k.problems)
+				}
 			}
 		}
 	}

@@ -127,11 +127,16 @@ func (c *Config) checkProducers(k *checker) {
 	if !pageOK {
 		k.bad("producers.smb_page_size_kb", "must be 4, 8, 16 or 32 (a power-of-two multiple of 4 KiB, at most the service's 32 KiB page; smb-abi §1.1), got %d", page)
 	}
-	switch {
-	case size > MaxSMBSizeKB:
-		k.bad("producers.smb_size_kb", "must be <= 32768 (32 MiB, the largest SMB the service creates; smb-abi §1.1), got %d", size)
-	case pageOK && size%page != 0:
-		k.bad("producers.smb_size_kb", "must be a multiple of smb_page_size_kb (%d) (smb-abi §1.1), got %d", page, size)
+	for _, f := range []struct {
+		key  string
+		size uint32
+	}{{"producers.smb_size_kb", size}, {"producers.plugin_smb_size_kb", c.Producers.PluginSMBSizeKB}} {
+		switch {
+		case f.size > MaxSMBSizeKB:
+			k.bad(f.key, "must be <= 32768 (32 MiB, the largest SMB the service creates; smb-abi §1.1), got %d", f.size)
+		case pageOK && f.size%page != 0:
+			k.bad(f.key, "must be a multiple of smb_page_size_kb (%d) (smb-abi §1.1), got %d", page, f.size)
+		}
 	}
 }
 

@@ -201,3 +201,43 @@ sinks: [{type: file, path: %q}]
 		t.Fatalf("%d packets, final flush %d", n, res.Stats.FinalFlushOutcome)
 	}
 }
+
+// A plugin data source gets producers.plugin_smb_size_kb, an in-process
+// one producers.smb_size_kb (each its default when unset).
+func TestPluginSMBSize(t *testing.T) {
+	plugin := syntheticPlugin(t)
+	for _, c := range []struct {
+		producers          string
+		inProcess, plugged int
+	}{
+		{"", 256 << 10, 4096 << 10},
+		{"producers: {smb_size_kb: 64, plugin_smb_size_kb: 512}", 64 << 10, 512 << 10},
+	} {
+		cfg := loadYAML(t, fmt.Sprintf(`
+buffers: [{size_kb: 1024}]
+%s
+data_sources:
+  - name: tracepipe.synthetic
+    config: {max_packets: 1}
+  - name: tracepipe.synthetic
+    plugin: %q
+    config: {max_packets: 1}
+sinks: [{type: file, path: %q}]
+`, c.producers, plugin, filepath.Join(t.TempDir(), "out.pftrace")))
+		s, err := New(cfg, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.producers[0].smb.Size(); got != c.inProcess {
+			t.Errorf("%q: in-process SMB %d bytes, want %d", c.producers, got, c.inProcess)
+		}
+		if got := s.producers[1].smb.Size(); got != c.plugged {
+			t.Errorf("%q: plugin SMB %d bytes, want %d", c.producers, got, c.plugged)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if _, err := s.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+}
