@@ -21,7 +21,8 @@ const runLong = `Record a trace: start the configured data sources, collect thei
 through shared memory buffers into the trace buffers, and stream them to the
 configured sinks (a Perfetto trace file by default).
 
-The config is the file given with -c (YAML, TOML or JSON), or the embedded
+The config is the file given as the argument or with -c (YAML, TOML or
+JSON), or the embedded
 default (configs/default.yaml: 10 s, process tree, system counters and a
 synthetic load, streamed to out/trace-<timestamp>.pftrace). TRACEPIPE_*
 environment variables and --set flags override it, in that order.
@@ -50,14 +51,17 @@ func newRunCmd() *cobra.Command {
 		perfetto     bool
 	)
 	c := &cobra.Command{
-		Use:   "run [-c FILE] [-o OUTPUT] [--duration D] [--set key=value]...",
-		Short: "Record a trace with a config (the embedded default when -c is omitted)",
+		Use:   "run [CONFIG | -c CONFIG] [-o OUTPUT] [--duration D] [--set key=value]...",
+		Short: "Record a trace with a config (the embedded default when none is given)",
 		Long:  runLong,
 		Example: `  tracepipe run
-  tracepipe run -c configs/long_streaming.yaml -o /tmp/long.pftrace
+  tracepipe run configs/long_streaming.yaml -o /tmp/long.pftrace
   tracepipe run --duration 1m --set data_sources[2].config.rate=50000`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := configArg(cmd, &path, args); err != nil {
+				return err
+			}
 			for _, s := range sets {
 				if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
 					return usageError{fmt.Errorf("--set %q: want key=value", s)}
@@ -88,6 +92,20 @@ func newRunCmd() *cobra.Command {
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
 	addLogFormatFlag(c, &logFormat)
 	return c
+}
+
+// configArg takes the config file from the one positional argument of
+// run and validate (`tracepipe run my.yaml`, the way one first tries it),
+// as -c does; both at once is a usage error.
+func configArg(cmd *cobra.Command, path *string, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if cmd.Flags().Changed("config") {
+		return usageError{fmt.Errorf("the config is given twice: -c %s and %s (give one)", *path, args[0])}
+	}
+	*path = args[0]
+	return nil
 }
 
 // loadRunConfig loads the config; output, if set, replaces the first

@@ -14,7 +14,8 @@ import (
 )
 
 const validateLong = `Load a tracepipe config the way 'tracepipe run' does and check it: the file
-(YAML, TOML or JSON; the embedded default when -c is omitted), then
+given as the argument or with -c (YAML, TOML or JSON; the embedded default
+when none is given), then
 TRACEPIPE_ environment overrides, then --set flags, in that order.
 
 Prints "config OK: N buffers, M data sources, K sinks", or every problem
@@ -30,13 +31,16 @@ func newValidateCmd() *cobra.Command {
 		printCfg bool
 	)
 	c := &cobra.Command{
-		Use:   "validate [-c FILE] [--set key=value]... [--print]",
+		Use:   "validate [CONFIG | -c CONFIG] [--set key=value]... [--print]",
 		Short: "Load and check a config; optionally print the effective config",
 		Long:  validateLong,
-		Example: `  tracepipe validate -c configs/default.yaml
+		Example: `  tracepipe validate configs/default.yaml
   tracepipe validate --set duration=10s --print`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := configArg(cmd, &path, args); err != nil {
+				return err
+			}
 			for _, s := range sets {
 				if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
 					return usageError{fmt.Errorf("--set %q: want key=value", s)}

@@ -73,6 +73,29 @@ func TestValidateGood(t *testing.T) {
 	}
 }
 
+// The config may be the one positional argument, as with -c; both at once,
+// or two files, are usage errors that say so.
+func TestValidateConfigArgument(t *testing.T) {
+	path := goodConfig(t)
+	stdout, stderr, code := runCLI(t, "validate", path)
+	if code != exitOK || strings.TrimSpace(stdout) != "config OK: 2 buffers, 1 data sources, 1 sinks" {
+		t.Fatalf("validate FILE: exit %d, stderr %q, stdout %q", code, stderr, stdout)
+	}
+	if _, stderr, code := runCLI(t, "validate", "-c", path, path); code != exitUsage || !strings.Contains(stderr, "the config is given twice") {
+		t.Errorf("-c and an argument: exit %d, stderr %q", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, "validate", path, path); code != exitUsage || !strings.Contains(stderr, "accepts at most 1 arg") {
+		t.Errorf("two arguments: exit %d, stderr %q", code, stderr)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("duration: 1s\nbuffers: [{size_kb: 3}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := runCLI(t, "run", bad); code == exitOK || !strings.Contains(stderr, "buffers[0].size_kb") {
+		t.Errorf("run BAD: exit %d, stderr %q (want the bad key named)", code, stderr)
+	}
+}
+
 func TestValidateEmbeddedDefault(t *testing.T) {
 	stdout, stderr, code := runCLI(t, "validate")
 	m := configOK.FindStringSubmatch(stdout)
