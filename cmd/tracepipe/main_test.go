@@ -85,7 +85,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"stats", "--no-such-flag", "x"},
 		{"inspect", "--packets", "many", "x"},
 		{"inspect", "--packets", "-1", "x"},
-		{"validate", "extra-arg"},
+		{"validate", "a.yaml", "extra-arg.yaml"}, // one config at most
+		{"run", "-c", "a.yaml", "b.yaml"},        // the config twice
 		{"validate", "--set", "novalue"},
 		{"protovm", "compile"}, // required -i missing
 	} {
