@@ -74,7 +74,11 @@ func TestObserveEventsStartTracing(t *testing.T) {
 		}
 	}
 	rid := c.invoke(1, mChangeTraceConfig, &ChangeTraceConfigRequest{TraceConfig: []byte{}}, false, -1)
-	if f := c.recv(); f.GetRequestId() != rid || f.GetMsgInvokeMethodReply().Success != nil {
+	f = c.recv()
+	for f.GetRequestId() == obs { // the start's events may still be on their way
+		f = c.recv()
+	}
+	if f.GetRequestId() != rid || f.GetMsgInvokeMethodReply().Success != nil {
 		t.Fatalf("ChangeTraceConfig: %v", f)
 	}
 	sess.end()
