@@ -128,6 +128,18 @@ const exitAborted = 130
 // sends SIGINT to the whole foreground group), not a demand to abort.
 const sameRequestWindow = time.Second
 
+// removeEmpty removes the files of an aborted session that are still
+// empty (a sink that has not written yet, as every sink without
+// write_into_file): left behind, an empty .pftrace opens as no trace, and
+// the next run with the same path is refused ("already exists").
+func removeEmpty(files []string, stderr io.Writer) {
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil && st.Mode().IsRegular() && st.Size() == 0 && os.Remove(f) == nil {
+			fmt.Fprintf(stderr, "tracepipe: removed %s: nothing was written to it\n", f)
+		}
+	}
+}
+
 // abortProcess ends the process on a second stop request; tests replace
 // it.
 var abortProcess = func(code int) { os.Exit(code) }
@@ -240,6 +252,7 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 					} else {
 						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v again: aborting; nothing is written (write_into_file is false: the buffers are read only at the end)\n", sig)
 					}
+					removeEmpty(svc.Files(), stderr)
 					abortProcess(exitAborted)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -116,6 +117,49 @@ func TestRunDuplicateSignalIsOneRequest(t *testing.T) {
 		t.Errorf("no stop message: %s", stderr)
 	}
 	completeTrace(t, out)
+}
+
+// A second Ctrl-C without write_into_file writes nothing, and the empty
+// file the sink had created is removed rather than left to block the next
+// run with the same path.
+func TestRunAbortRemovesEmptyFile(t *testing.T) {
+	dir := t.TempDir()
+	out, cfg := filepath.Join(dir, "abort.pftrace"), filepath.Join(dir, "abort.yaml")
+	// A plugin hung in Start keeps the graceful stop going for the 5 s
+	// stop bound, whenever the first Ctrl-C comes.
+	text := fmt.Sprintf(`duration: 10m
+buffers: [{size_kb: 1024}]
+data_sources:
+  - name: tracepipe.synthetic
+    config: {writers: 1, rate: 1000}
+  - name: fault.source
+    plugin: %q
+    config: {mode: hang_start}
+sinks: [{type: file, path: %q}]
+`, faultPlugin(t), out)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, stderr := startCLI(t, "run", cfg)
+	waitFile(t, out)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	// The second Ctrl-C must come after the window that makes a
+	// duplicate signal the same request.
+	time.Sleep(sameRequestWindow + 100*time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != exitAborted {
+		t.Fatalf("exit %d, want %d; stderr %s", code, exitAborted, stderr)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there after the abort (%v); stderr %s", out, err, stderr)
+	}
+	if !strings.Contains(stderr.String(), "removed "+out+": nothing was written to it") {
+		t.Errorf("no removal message: %s", stderr)
+	}
 }
 
 // The user report: started with & from a script, SIGINT is ignored. A run
