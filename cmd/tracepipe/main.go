@@ -46,7 +46,7 @@ trace_processor) open.
                  every packet boundary, ending with a TraceStats packet
 
 Commands:
-  run        record a trace with a config (the embedded default without -c)
+  run        record a trace with a config (the embedded default when none is given)
   validate   load and check a config, optionally print the effective config
   stats      print the data-loss table of a trace's last TraceStats packet
   inspect    summarise a trace: sequences, sizes, time range, first packets
