@@ -26,7 +26,7 @@ import (
 //	buffers[i].fill_policy         ring_buffer
 //	data_sources[i].buffer_exhausted_policy  drop
 //	producers.smb_size_kb          256  (Perfetto's kDefaultShmSize)
-//	producers.plugin_smb_size_kb   4096 (plugins: see ProducersConfig)
+//	producers.plugin_smb_size_kb   the larger of smb_size_kb and 4096 (see ProducersConfig)
 //	producers.smb_page_size_kb     4    (Perfetto's kDefaultShmPageSize)
 //	sinks[i].max_file_size         max_file_size, for file sinks that set none
 //
@@ -141,7 +141,7 @@ type IncrementalStateConfig struct {
 // source runs about a tenth slower with 256 KiB than with 4 MiB.
 type ProducersConfig struct {
 	SMBSizeKB       uint32 `koanf:"smb_size_kb"`        // in-process data sources; default 256 (Perfetto's default SMB size); a multiple of the page size, ≤ 32768
-	PluginSMBSizeKB uint32 `koanf:"plugin_smb_size_kb"` // plugin data sources; default 4096; same rules
+	PluginSMBSizeKB uint32 `koanf:"plugin_smb_size_kb"` // plugin data sources; default the larger of smb_size_kb and 4096 (a config that raised smb_size_kb for its plugins keeps it); same rules
 	SMBPageSizeKB   uint32 `koanf:"smb_page_size_kb"`   // default 4; 4, 8, 16 or 32
 }
 
@@ -176,7 +176,7 @@ const (
 	DefaultFlushTimeout    = 5 * time.Second        // flush_timeout
 	DefaultStatsPeriod     = 10 * time.Second       // stats_period
 	DefaultSMBSizeKB       = 256                    // producers.smb_size_kb
-	DefaultPluginSMBSizeKB = 4096                   // producers.plugin_smb_size_kb
+	DefaultPluginSMBSizeKB = 4096                   // producers.plugin_smb_size_kb, unless smb_size_kb is larger
 	DefaultSMBPageSizeKB   = 4                      // producers.smb_page_size_kb
 	MinPeriod              = 100 * time.Millisecond // file_write_period, flush_period, clear_period
 	MinStatsPeriod         = time.Second            // stats_period
@@ -210,11 +210,17 @@ func (c *Config) SetDefaults() {
 	if c.Producers.SMBSizeKB == 0 {
 		c.Producers.SMBSizeKB = DefaultSMBSizeKB
 	}
-	if c.Producers.PluginSMBSizeKB == 0 {
-		c.Producers.PluginSMBSizeKB = DefaultPluginSMBSizeKB
-	}
 	if c.Producers.SMBPageSizeKB == 0 {
 		c.Producers.SMBPageSizeKB = DefaultSMBPageSizeKB
+	}
+	if c.Producers.PluginSMBSizeKB == 0 {
+		// The larger of smb_size_kb and 4 MiB, so that a config that
+		// raised smb_size_kb for its plugins keeps it; an invalid
+		// smb_size_kb is not copied (it is reported under its own key).
+		c.Producers.PluginSMBSizeKB = DefaultPluginSMBSizeKB
+		if s, pg := c.Producers.SMBSizeKB, c.Producers.SMBPageSizeKB; s > DefaultPluginSMBSizeKB && s <= MaxSMBSizeKB && s%pg == 0 {
+			c.Producers.PluginSMBSizeKB = s
+		}
 	}
 	for i := range c.Buffers {
 		b := &c.Buffers[i]

@@ -237,6 +237,8 @@ func TestBadConfigs(t *testing.T) {
 			want: "producers.smb_size_kb: must be a multiple of smb_page_size_kb (32) (smb-abi §1.1), got 48", valErr: true},
 		{name: "plugin smb size not a multiple of the page", content: okYAML + "producers: {smb_page_size_kb: 8, plugin_smb_size_kb: 1028}\n",
 			want: "producers.plugin_smb_size_kb: must be a multiple of smb_page_size_kb (8) (smb-abi §1.1), got 1028", valErr: true},
+		{name: "smb size not a multiple, plugin size derived from it", content: okYAML + "producers: {smb_page_size_kb: 8, smb_size_kb: 8196}\n",
+			want: "producers.smb_size_kb: must be a multiple of smb_page_size_kb (8) (smb-abi §1.1), got 8196", valErr: true},
 		{name: "plugin smb size too big", content: okYAML + "producers: {plugin_smb_size_kb: 65536}\n",
 			want: "producers.plugin_smb_size_kb: must be <= 32768 (32 MiB, the largest SMB the service creates; smb-abi §1.1), got 65536", valErr: true},
 		{name: "smb too large", content: okYAML + "producers: {smb_size_kb: 65536}\n",

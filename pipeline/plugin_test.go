@@ -203,7 +203,9 @@ sinks: [{type: file, path: %q}]
 }
 
 // A plugin data source gets producers.plugin_smb_size_kb, an in-process
-// one producers.smb_size_kb (each its default when unset).
+// one producers.smb_size_kb. Unset, the plugin's is the larger of
+// smb_size_kb and 4 MiB: a config that raised smb_size_kb for its plugins
+// (before the key existed) does not see them shrink.
 func TestPluginSMBSize(t *testing.T) {
 	plugin := syntheticPlugin(t)
 	for _, c := range []struct {
@@ -212,6 +214,8 @@ func TestPluginSMBSize(t *testing.T) {
 	}{
 		{"", 256 << 10, 4096 << 10},
 		{"producers: {smb_size_kb: 64, plugin_smb_size_kb: 512}", 64 << 10, 512 << 10},
+		{"producers: {smb_size_kb: 8192}", 8192 << 10, 8192 << 10},
+		{"producers: {smb_size_kb: 64}", 64 << 10, 4096 << 10},
 	} {
 		cfg := loadYAML(t, fmt.Sprintf(`
 buffers: [{size_kb: 1024}]
