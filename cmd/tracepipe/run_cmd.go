@@ -22,10 +22,10 @@ through shared memory buffers into the trace buffers, and stream them to the
 configured sinks (a Perfetto trace file by default).
 
 The config is the file given as the argument or with -c (YAML, TOML or
-JSON), or the embedded
-default (configs/default.yaml: 10 s, process tree, system counters and a
-synthetic load, streamed to out/trace-<timestamp>.pftrace). TRACEPIPE_*
-environment variables and --set flags override it, in that order.
+JSON), or the embedded default (configs/default.yaml: 10 s, process tree,
+system counters and a synthetic load, streamed to
+out/trace-<timestamp>.pftrace). TRACEPIPE_* environment variables and --set
+flags override it, in that order.
 
 On a terminal a status line shows elapsed time, bytes in and out, packets,
 losses and buffer fill; otherwise run is quiet until the summary. SIGINT or
