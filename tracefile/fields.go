@@ -36,6 +36,7 @@ const (
 	FieldFirstPacketOnSequence = 87
 	FieldTraceUUID             = 89
 	FieldMachineID             = 98
+	FieldRemoteClockSync       = 107
 	FieldTraceProvenance       = 124
 	FieldProtoVMs              = 125
 	FieldTraceAttributes       = 126
@@ -76,6 +77,7 @@ var packetFieldNames = map[int32]string{
 	FieldFirstPacketOnSequence: "first_packet_on_sequence",
 	FieldTraceUUID:             "trace_uuid",
 	FieldMachineID:             "machine_id",
+	FieldRemoteClockSync:       "remote_clock_sync",
 	FieldTraceProvenance:       "trace_provenance",
 	FieldProtoVMs:              "protovms",
 	FieldTraceAttributes:       "trace_attributes",

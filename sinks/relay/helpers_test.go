@@ -136,8 +136,28 @@ func appendUvarint(b []byte, v uint64) []byte {
 	return append(b, byte(v))
 }
 
-// readPackets decodes every packet of a trace file.
+// readPackets decodes every packet of a trace file that a sender wrote:
+// the receiver's own packets in a merged file (its clock snapshot and
+// system_info, the remote_clock_sync rounds) are left out; receivedPackets
+// keeps them.
 func readPackets(t testing.TB, name string) []tracefile.PacketInfo {
+	t.Helper()
+	var out []tracefile.PacketInfo
+	for _, p := range receivedPackets(t, name) {
+		if !receiverPacket(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// receiverPacket reports whether a merged file's packet is the receiver's.
+func receiverPacket(p tracefile.PacketInfo) bool {
+	return p.PayloadField == tracefile.FieldRemoteClockSync || p.MachineID == 0 && p.SequenceID == 1
+}
+
+// receivedPackets decodes every packet of a trace file.
+func receivedPackets(t testing.TB, name string) []tracefile.PacketInfo {
 	t.Helper()
 	f, err := os.Open(name)
 	if err != nil {

@@ -17,8 +17,11 @@ import (
 // error frame. Version 2 adds the snapshot tail to the hello (a clone
 // snapshot sent as a trace of its own); a sender uses it only for
 // snapshots, so an ordinary session still reaches a version-1 receiver.
+// Version 3 adds the clock-sync frames (clocksync.go), sent only to a
+// receiver whose hello ack says 3 or more; the hello itself is unchanged
+// (a sender never needs to announce 3).
 const (
-	ProtocolVersion    = 2
+	ProtocolVersion    = 3
 	MinProtocolVersion = 1
 )
 
@@ -37,6 +40,10 @@ const (
 	frameBatch    = 3 // sender → receiver: seq:u64 then Trace records
 	frameAck      = 4 // receiver → sender: seq:u64, every batch ≤ seq stored
 	frameError    = 5 // either way: a UTF-8 message, then the connection ends
+	// From version 3 (clocksync.go):
+	frameClockSync = 6 // sender → receiver: round, phase, clock snapshot
+	frameClockPong = 7 // receiver → sender: round (answers a ping)
+	frameLast      = frameClockPong
 )
 
 const (
@@ -210,7 +217,7 @@ func (fr *frameReader) next() (byte, []byte, error) {
 	}
 	typ := fr.hdr[0]
 	n := binary.BigEndian.Uint32(fr.hdr[1:])
-	if typ < frameHello || typ > frameError {
+	if typ < frameHello || typ > frameLast {
 		return 0, nil, fmt.Errorf("%w: stream offset %d: unknown frame type %d", ErrProtocol, fr.off, typ)
 	}
 	if n > MaxFrame {

@@ -184,6 +184,7 @@ func (s *Server) handle(c net.Conn) error {
 	} else {
 		s.logf("relay: %s: session %s of %s (machine %016x)", c.RemoteAddr(), h.ID.SessionString(), h.ID.Hostname, h.ID.Machine)
 	}
+	cs := newClockSyncReceiver(st, s.opts.Logger, c.RemoteAddr().String()) // clocksync.go
 	for {
 		typ, p, err := fr.next()
 		if err != nil {
@@ -197,6 +198,7 @@ func (s *Server) handle(c net.Conn) error {
 		}
 		switch typ {
 		case frameBatch:
+			cs.batch()
 			seq, recs, packets, nbytes, err := DecodeBatch(p)
 			if err != nil {
 				return s.refuse(c, err)
@@ -207,6 +209,13 @@ func (s *Server) handle(c net.Conn) error {
 			out = appendSeqFrame(out[:0], frameAck, seq)
 			if _, err := c.Write(out); err != nil {
 				return fmt.Errorf("writing ack: %w", err)
+			}
+		case frameClockSync:
+			if err := cs.frame(c, p); err != nil {
+				if errors.Is(err, ErrProtocol) {
+					return s.refuse(c, err)
+				}
+				return err
 			}
 		case frameError:
 			return fmt.Errorf("sender: %s", errorText(p))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/sinks/remote"
+	"github.com/tracepipe/tracepipe/tracefile"
 )
 
 // Options configure a relay Sink. Zero values take the defaults below.
@@ -33,6 +34,13 @@ type Options struct {
 	// session by at most this much.
 	CloseTimeout time.Duration
 	Logger       *slog.Logger
+	// ClockSyncPeriod is the time between clock-sync rounds after the one
+	// that opens each connection (0: DefaultClockSyncPeriod; < 0: no
+	// clock sync, as a sender before protocol version 3). See clocksync.go.
+	ClockSyncPeriod time.Duration
+	// clocks reads the clocks of a round (nil: remote.ReadClocks); tests
+	// skew it to play a machine whose clocks differ.
+	clocks func([]tracefile.Clock) []tracefile.Clock
 }
 
 // Defaults of Options.
@@ -62,6 +70,8 @@ type Sink struct {
 
 	Connects atomic.Uint64 // successful hellos
 	Failures atomic.Uint64 // failed connections or sessions
+
+	clock ClockSyncStats
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -142,6 +152,9 @@ func (s *Sink) Close(ctx context.Context) error {
 	return nil
 }
 
+// ClockSync returns the sink's clock-sync counters.
+func (s *Sink) ClockSync() *ClockSyncStats { return &s.clock }
+
 // Stats returns the outbox's counters.
 func (s *Sink) Stats() sinks.SinkStats { return s.out.Stats() }
 
@@ -212,6 +225,7 @@ func (s *Sink) session() (bool, error) {
 	if len(p) != 10 {
 		return false, fmt.Errorf("%w: hello ack of %d bytes, want 10", ErrProtocol, len(p))
 	}
+	ver := binary.BigEndian.Uint16(p)
 	last, _ := decodeSeq("hello ack", p[2:])
 	if sealed := s.out.Sealed(); last > sealed {
 		// Trusting it would make the receiver drop our next batches as
@@ -223,6 +237,8 @@ func (s *Sink) session() (bool, error) {
 	s.out.Ack(last)
 	var sent atomic.Uint64 // highest batch written on this connection
 	sent.Store(last)
+	cs := s.newClockSyncer(ver) // clocksync.go; nil without clock sync
+	defer cs.stop()
 
 	go func() { // acks
 		for {
@@ -242,6 +258,11 @@ func (s *Sink) session() (bool, error) {
 					return
 				}
 				s.out.Ack(seq)
+			case frameClockPong:
+				if err := cs.pong(p); err != nil {
+					cancel(err)
+					return
+				}
 			case frameError:
 				cancel(fmt.Errorf("receiver: %s", errorText(p)))
 				return
@@ -255,11 +276,22 @@ func (s *Sink) session() (bool, error) {
 	var hdr [frameHeaderSize + 8]byte
 	arr := make([][]byte, 2)
 	next := last + 1
+	round := true // a clock-sync round opens the connection
 	for {
+		if round || cs.due() {
+			round = false
+			if err := cs.run(ctx, c); err != nil {
+				cancel(err)
+				return true, context.Cause(ctx)
+			}
+		}
 		b := s.out.Next(next)
 		if b == nil {
 			select {
 			case <-s.out.Notify():
+				continue
+			case <-cs.tick():
+				round = true
 				continue
 			case <-ctx.Done():
 				return true, context.Cause(ctx)

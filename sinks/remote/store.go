@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tracepipe/tracepipe/internal/wire"
 
@@ -46,6 +47,8 @@ type StoreStats struct {
 	Duplicates atomic.Uint64 // batches already stored, suppressed
 	Gaps       atomic.Uint64 // batches that skipped a sequence number
 	Streams    atomic.Int64  // streams open now
+
+	Clock ClockSyncStats // clock-sync rounds (clocksync.go)
 }
 
 // Store writes received batches into trace files under one directory:
@@ -60,6 +63,10 @@ type Store struct {
 	dir   string
 	merge bool
 	Stats StoreStats
+	// ClockSyncSpacing is the least host time between two clock-sync
+	// rounds written for one machine (0: DefaultClockSyncSpacing). Set it
+	// before the first Stream.
+	ClockSyncSpacing time.Duration
 
 	mu     sync.Mutex
 	traces map[string]*traceOut // by file name
@@ -259,6 +266,8 @@ type traceOut struct {
 	stateBuf  []byte
 	err       error // sticky write error
 	refs      int   // Stream handles open
+
+	sync map[uint32]*machineSync // merge: clock sync per machine_id (clocksync.go)
 }
 
 // streamState is what the state file keeps of one stream.
@@ -324,6 +333,9 @@ func openTrace(name string, merge bool) (*traceOut, error) {
 		// Anything past the recorded offset is a batch torn by a crash,
 		// or one written but not recorded: its sender resends it.
 		err = f.Truncate(t.off)
+	}
+	if err == nil && merge && t.off == 0 {
+		err = t.writeHostPreamble() // clocksync.go
 	}
 	if err != nil {
 		f.Close()
