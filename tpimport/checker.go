@@ -166,8 +166,9 @@ type vmInst struct {
 }
 
 type clockKey struct {
-	seq uint32 // 0 for global clocks (ids < 64)
-	id  uint32
+	machine uint32 // clock scope: 0 for the host, else a forked machine (machines.go)
+	seq     uint32 // 0 for global clocks (ids < 64)
+	id      uint32
 }
 
 type pendingClock struct {
@@ -210,6 +211,8 @@ type Checker struct {
 	serviceVer    string
 	hasServiceVer bool
 	lastStats     *tracefile.TraceStats
+
+	mach machines // machine routing and adoption (machines.go)
 
 	// ProtoVM
 	provenance map[int32][]uint32
@@ -393,6 +396,7 @@ func (c *Checker) Packet(pkt []byte, off int64) {
 	}
 	// Step 1: machine routing. Step 2: ProtoVM.
 	k := seqKey{info.MachineID, info.SequenceID}
+	c.route(info.MachineID, info.PayloadField)
 	s := c.sequence(k)
 	s.rep.Packets++
 	replaced := false
@@ -485,6 +489,9 @@ func (c *Checker) tokenize(s *sequence, pkt []byte, info *tracefile.PacketInfo, 
 		return
 	case tracefile.FieldExtensionDescriptor:
 		return
+	case tracefile.FieldRemoteClockSync:
+		c.remoteClockSync(k, info.Payload, off)
+		return
 	case tracefile.FieldTraceStats:
 		c.traceStats(info.Payload, k.machine)
 		c.serviceTime(info)
@@ -522,6 +529,7 @@ func (c *Checker) tokenize(s *sequence, pkt []byte, info *tracefile.PacketInfo, 
 	if clock == 0 && s.defaults.present {
 		clock = s.defaults.clockID
 	}
+	clock = c.remoteDefaultClock(k, clock)
 	if info.HasTimestamp && clock != 0 {
 		if clock >= 64 && clock < 128 && noSeq {
 			c.rep.Fatal = fmt.Sprintf("packet at offset %d: sequence-scoped clock %d on a packet without trusted_packet_sequence_id", off, clock)

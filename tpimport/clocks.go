@@ -10,10 +10,11 @@ import (
 
 // clockKeyFor scopes clock ids 64..127 to their sequence.
 func (c *Checker) clockKeyFor(k seqKey, id uint32) clockKey {
+	m := c.clockScope(k.machine)
 	if id >= 64 && id < 128 {
-		return clockKey{seq: k.seq, id: id}
+		return clockKey{machine: m, seq: k.seq, id: id}
 	}
-	return clockKey{id: id}
+	return clockKey{machine: m, id: id}
 }
 
 func (c *Checker) root(k clockKey) (clockKey, bool) {
@@ -101,7 +102,7 @@ func (c *Checker) clockSnapshot(s *sequence, b []byte, off int64) {
 		return
 	}
 	c.rep.ClockSnapshots++
-	if !c.hasTraceClock {
+	if !c.hasTraceClock && c.clockScope(s.key.machine) == 0 {
 		switch {
 		case hasPrimary:
 			c.traceClock, c.hasTraceClock = primary, true
@@ -151,7 +152,7 @@ func (c *Checker) serviceTime(info *tracefile.PacketInfo) {
 	if id == 0 {
 		id = clockBoottime
 	}
-	if ts, ok := c.toTrace(clockKey{id: id}, info.Timestamp); ok {
+	if ts, ok := c.toTrace(c.clockKeyFor(seqKey{machine: info.MachineID}, id), info.Timestamp); ok {
 		c.serviceTimestamp(ts)
 	}
 }
@@ -215,7 +216,7 @@ func (c *Checker) finishClocks() {
 		c.stat(name, -1, SeverityError, p.count)
 		c.stat("clock_sync_failure_undeferrable_packet_loss", -1, SeverityDataLoss, p.count)
 		c.finding(name, SeverityError, p.seq, -1, p.count, p.off,
-			fmt.Sprintf("timestamps in clock %d cannot be converted to trace time (clock %d): the packets are dropped", k.id, t.id))
+			fmt.Sprintf("timestamps in clock %d cannot be converted to trace time (clock %d): the packets are dropped%s", k.id, t.id, c.clockFailureHint(k)))
 		if s := c.seqs[p.seq]; s != nil {
 			s.rep.Dropped += p.count
 			s.rep.Imported -= p.count

@@ -17,8 +17,14 @@
 // compressed_packets (reported as not_modelled), legacy TrackEvent
 // timestamps relative to a thread descriptor, incremental counters, iid
 // lookups other than event names and categories, the sorter's out-of-order
-// and negative-timestamp drops, remote clock sync, and everything of the
-// parsing phase beyond track resolution.
+// and negative-timestamp drops, and everything of the parsing phase beyond
+// track resolution.
+//
+// Several machines (§9, machines.go): packets are routed by machine_id, a
+// machine is adopted as the host when the host has no packet of its own
+// before it, and every other machine's clocks reach trace time only
+// through its remote_clock_sync packets (their offsets computed as
+// trace_processor does, RemoteClockOffsets).
 //
 // What it must not do: write traces, hold whole traces in memory (a
 // Checker keeps per-sequence state and sets of ids, never packets), or

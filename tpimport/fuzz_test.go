@@ -10,6 +10,8 @@ import (
 func FuzzCheck(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0x0a, 0x02, 0x50, 0x02})
+	// A merged trace: host snapshot, a remote round, remote events.
+	f.Add(mergedSeed())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Check(bytes.NewReader(data), Options{MaxRecordSize: 1 << 20})
 		if err != nil {
