@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	. "github.com/tracepipe/tracepipe/internal/tracebuild"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	. "github.com/tracepipe/tracepipe/internal/tracebuild"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
