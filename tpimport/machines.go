@@ -120,7 +120,7 @@ func (c *Checker) remoteClockSync(k seqKey, b []byte, off int64) {
 		// itself: nothing to predict.
 		return
 	}
-	offsets, clients, err := remoteClockOffsets(b)
+	offsets, clients, hostBoot, err := remoteClockOffsets(b)
 	if err != nil {
 		c.finding(CodeMalformedPacket, SeverityCheck, k, -1, 1, off, "remote_clock_sync: "+err.Error())
 		return
@@ -146,6 +146,11 @@ func (c *Checker) remoteClockSync(k seqKey, b []byte, off int64) {
 	}
 	c.mach.forked[scope].syncs++
 	t := c.target()
+	if t == (clockKey{id: clockBoottime}) {
+		for _, ts := range hostBoot { // the host's own readings: service time
+			c.serviceTimestamp(ts)
+		}
+	}
 	for id, d := range offsets {
 		hk, mk := clockKey{id: id}, clockKey{machine: scope, id: id}
 		if _, ok := c.clockParent[hk]; !ok {
@@ -184,17 +189,18 @@ func (c *Checker) clockFailureHint(k clockKey) string {
 // offset is the mean of all of them, in integer arithmetic. A client
 // timestamp T on the remote machine is host time T − offset.
 func RemoteClockOffsets(payload []byte) (map[uint32]int64, error) {
-	offsets, _, err := remoteClockOffsets(payload)
+	offsets, _, _, err := remoteClockOffsets(payload)
 	return offsets, err
 }
 
 // syncedClock is one clock's (host, client) readings in one SyncedClocks.
 type syncedClock struct{ host, client uint64 }
 
-func remoteClockOffsets(payload []byte) (map[uint32]int64, [][]uint32, error) {
+// remoteClockOffsets also returns the clock ids of each client snapshot
+// and the host's BOOTTIME readings.
+func remoteClockOffsets(payload []byte) (offsets map[uint32]int64, clients [][]uint32, hostBoot []uint64, err error) {
 	var entries []map[uint32]syncedClock
-	var clients [][]uint32
-	err := walk(payload, func(f field) bool {
+	err = walk(payload, func(f field) bool {
 		if f.num != rcsSyncedClocks || f.typ != protowire.BytesType {
 			return true
 		}
@@ -222,6 +228,9 @@ func remoteClockOffsets(payload []byte) (map[uint32]int64, [][]uint32, error) {
 				sc := e[id]
 				if g.num == scHostClocks {
 					sc.host = ts
+					if id == clockBoottime {
+						hostBoot = append(hostBoot, ts)
+					}
 				} else {
 					sc.client = ts
 					client = append(client, id)
@@ -236,7 +245,7 @@ func remoteClockOffsets(payload []byte) (map[uint32]int64, [][]uint32, error) {
 		return true
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	raw := map[uint32][]int64{}
 	for i := 1; i < len(entries); i++ {
@@ -254,7 +263,7 @@ func remoteClockOffsets(payload []byte) (map[uint32]int64, [][]uint32, error) {
 			raw[id] = append(raw[id], o1, o2)
 		}
 	}
-	offsets := map[uint32]int64{}
+	offsets = map[uint32]int64{}
 	for id, v := range raw {
 		var sum int64
 		for _, x := range v {
@@ -262,7 +271,7 @@ func remoteClockOffsets(payload []byte) (map[uint32]int64, [][]uint32, error) {
 		}
 		offsets[id] = sum / int64(len(v))
 	}
-	return offsets, clients, nil
+	return offsets, clients, hostBoot, nil
 }
 
 // CodeRemoteSyncNoRound: a remote_clock_sync from which trace_processor

@@ -71,8 +71,14 @@ func FuzzServerConn(f *testing.F) {
 		Snapshot: sinks.Snapshot{Of: [16]byte{7}, N: 1, Trigger: "t"}}})
 	f.Add(append(snap, good[len(hello):]...))
 	f.Add([]byte{frameBatch, 0xff, 0xff, 0xff, 0xff})
+	// A clock-sync round (version 3), then a batch; and an update alone.
+	clocks := remote.ReadClocks(nil)
+	round := appendClockSync(appendClockSync(append([]byte{}, hello...), 1, phasePing, clocks), 1, phaseUpdate, clocks)
+	f.Add(append(round, good[len(hello):]...))
+	f.Add(appendClockSync(append([]byte{}, hello...), 1, phaseUpdate, clocks))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		store, err := remote.OpenStore(t.TempDir(), false)
+		// Merging, so that rounds are written (remote_clock_sync).
+		store, err := remote.OpenStore(t.TempDir(), true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,6 +109,11 @@ func FuzzSenderConn(f *testing.F) {
 	f.Add(appendHelloAck(nil, 7))
 	f.Add(appendErrorFrame(nil, "no"))
 	f.Add([]byte{frameAck, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1})
+	// Clock sync (version 3): the pong of the first round, of a round
+	// never started, and of the wrong size.
+	f.Add(appendSeqFrame(appendClockPong(appendHelloAck(nil, 0), 1), frameAck, 1))
+	f.Add(appendClockPong(appendHelloAck(nil, 0), 9))
+	f.Add(append(appendFrameHeader(appendHelloAck(nil, 0), frameClockPong, 1), 1))
 	f.Fuzz(func(t *testing.T, answer []byte) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

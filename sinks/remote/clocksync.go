@@ -41,6 +41,10 @@ const (
 	// syncSlack is the round-trip slack over twice the best round trip of
 	// a machine within which a later round is still written.
 	syncSlack = time.Millisecond
+	// staleSpacing: after this many spacings without a round written, a
+	// congested round is written anyway, so that the host's readings keep
+	// up with the session (check judges remote timestamps against them).
+	staleSpacing = 5
 )
 
 // ErrBadClockRound is wrapped by every error about a round's contents.
@@ -167,7 +171,8 @@ func (st *Stream) Merged() bool { return st.t.merge }
 // stream's machine when it is the machine's first, or when at least
 // Store.ClockSyncSpacing of host time passed since the last one written
 // and its round trip is within twice the best seen plus 1 ms (a congested
-// round's estimate is worse than the drift it would correct). Per-session
+// round's estimate is worse than the drift it would correct) or five
+// spacings passed without a round written. Per-session
 // files ignore rounds. It reports whether the round was written; an
 // invalid round is an error and writes nothing.
 func (st *Stream) ClockSync(r *ClockRound) (bool, error) {
@@ -202,7 +207,9 @@ func (st *Stream) ClockSync(r *ClockRound) (bool, error) {
 		t.sync[st.st.machineIdx] = ms
 	} else {
 		ms.best = min(ms.best, rtt)
-		if h1 < ms.lastHost+uint64(spacing) || rtt > 2*ms.best+syncSlack {
+		since := time.Duration(h1 - min(h1, ms.lastHost))
+		congested := rtt > 2*ms.best+syncSlack && since < staleSpacing*spacing
+		if since < spacing || congested {
 			st.store.Stats.Clock.Skipped.Add(1)
 			return false, nil
 		}
