@@ -32,6 +32,8 @@ type builder struct {
 //	backoff_max      longest reconnect delay (default 5s)
 //	dial_timeout     connect + hello (default 5s)
 //	close_timeout    how long the end of a session waits for acknowledgements (default 5s)
+//	clock_sync       false: no clock-sync rounds (default true; a merged trace then cannot align this machine)
+//	clock_sync_period time between clock-sync rounds after the first (default 30s; at least 1s)
 //	tls              true to use TLS (implied by any tls_* key)
 //	tls_ca_file      CA verifying the receiver (default: system roots)
 //	tls_cert_file    client certificate, with tls_key_file
@@ -50,6 +52,12 @@ func factory(m map[string]any) (sinks.Builder, error) {
 	o.BackoffMax = sec.Duration("backoff_max", 0)
 	o.DialTimeout = sec.Duration("dial_timeout", 0)
 	o.CloseTimeout = sec.Duration("close_timeout", 0)
+	o.ClockSyncPeriod = sec.Duration("clock_sync_period", 0)
+	if !sec.Bool("clock_sync", true) {
+		o.ClockSyncPeriod = -1
+	} else if o.ClockSyncPeriod != 0 && o.ClockSyncPeriod < time.Second {
+		sec.Bad("clock_sync_period", "%v is below 1s (0 = default 30s; clock_sync: false turns rounds off)", o.ClockSyncPeriod)
+	}
 	b.tls = sec.Bool("tls", false)
 	b.ca = sec.String("tls_ca_file", "")
 	b.cert = sec.String("tls_cert_file", "")
