@@ -73,6 +73,8 @@ func Receiver(store *remote.Store, srv *relay.Server, rd *natsink.Reader) Func {
 		counter("serve_duplicate_batches_total", "Batches received again and suppressed.", store.Stats.Duplicates.Load())
 		counter("serve_gaps_total", "Batches that followed a missing batch.", store.Stats.Gaps.Load())
 		gauge("serve_streams", "Sender sessions attached now.", float64(store.Stats.Streams.Load()))
+		counter("serve_clock_sync_rounds_total", "Clock-sync rounds written into a merged trace as remote_clock_sync.", store.Stats.Clock.Rounds.Load())
+		counter("serve_clock_sync_rounds_skipped_total", "Clock-sync rounds not written: too soon after the last, or congested.", store.Stats.Clock.Skipped.Load())
 		if srv != nil {
 			gauge("serve_connections", "Relay connections open now.", float64(srv.Connections.Load()))
 			counter("serve_connections_accepted_total", "Relay connections accepted.", srv.Accepted.Load())

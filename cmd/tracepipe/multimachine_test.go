@@ -19,13 +19,20 @@ func TestServeTwoMachinesCheckClean(t *testing.T) {
 	for _, merge := range []bool{true, false} {
 		t.Run(fmt.Sprintf("merge=%v", merge), func(t *testing.T) {
 			out := t.TempDir()
-			addr, stop := startServe(t, serveFlags{listen: "127.0.0.1:0", out: out, merge: merge})
+			metricsAddr := freeLoopbackAddr(t)
+			addr, stop := startServe(t, serveFlags{listen: "127.0.0.1:0", out: out, merge: merge, metricsAddr: metricsAddr})
 			for _, m := range []int{101, 202} {
 				file := filepath.Join(t.TempDir(), "local.pftrace")
 				cfg := sessionConfig(t, file, fmt.Sprintf("  - type: relay\n    relay:\n      address: %s\n      hostname: host-%d\n      machine_id: %d\n", addr, m, m))
 				if _, stderr, code := runCLI(t, "run", "-c", cfg); code != exitOK {
 					t.Fatalf("run (machine %d): exit %d\n%s", m, code, stderr)
 				}
+			}
+			// One round per machine: each session's connection opens with one,
+			// and the next is 30 s away. Per-machine files take none.
+			want := map[bool]string{true: "2", false: "0"}[merge]
+			if body := scrape(t, metricsAddr); !strings.Contains(body, "tracepipe_serve_clock_sync_rounds_total "+want+"\n") {
+				t.Errorf("metrics: want tracepipe_serve_clock_sync_rounds_total %s\n%s", want, grepLines(body, "clock_sync"))
 			}
 			stop()
 			names, _ := filepath.Glob(filepath.Join(out, "*.pftrace"))
