@@ -1,0 +1,228 @@
+package remote
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// boot is a one-clock snapshot: BOOTTIME ts.
+func boot(ts uint64) []tracefile.Clock {
+	return []tracefile.Clock{{ID: tracefile.ClockBoottime, Timestamp: ts}}
+}
+
+// roundAt is a round whose host half starts at h1 and whose round trip
+// is rtt (both sides).
+func roundAt(h1 uint64, rtt time.Duration) *ClockRound {
+	return &ClockRound{Client1: boot(1000), Host1: boot(h1), Client2: boot(1000 + uint64(rtt)), Host2: boot(h1 + uint64(rtt)/2)}
+}
+
+func mergedStream(t *testing.T) (*Store, *Stream) {
+	t.Helper()
+	s, err := OpenStore(t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	st, err := s.Stream(Identity{Machine: 9, Session: [16]byte{1}, Hostname: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Release)
+	return s, st
+}
+
+func packetsOf(t *testing.T, name string) []tracefile.PacketInfo {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pkts, err := tracefile.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []tracefile.PacketInfo
+	for _, p := range pkts {
+		info, err := tracefile.DecodePacket(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// A new merged file starts with the host's packets (no machine_id); a
+// reopened one does not get them twice.
+func TestMergedHostPreamble(t *testing.T) {
+	dir := t.TempDir()
+	for i := 0; i < 2; i++ {
+		s, err := OpenStore(dir, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.Stream(Identity{Machine: 9, Session: [16]byte{1}, Hostname: "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Release()
+		s.Close()
+	}
+	pkts := packetsOf(t, dir+"/"+MergedName)
+	if len(pkts) != 2 || pkts[0].Kind() != "clock_snapshot" || pkts[1].Kind() != "system_info" {
+		t.Fatalf("merged file starts with %d packets %+v, want the host's clock_snapshot and system_info once", len(pkts), pkts)
+	}
+	for _, p := range pkts {
+		if p.MachineID != 0 || p.SequenceID != 1 {
+			t.Errorf("host packet %s: machine_id %d, sequence %d, want none and 1", p.Kind(), p.MachineID, p.SequenceID)
+		}
+	}
+}
+
+// Which rounds a merged file keeps: the first, then rounds spaced by
+// ClockSyncSpacing whose round trip is within twice the best plus 1 ms,
+// and a congested one only after five spacings without any.
+func TestClockSyncSpacingAndCongestion(t *testing.T) {
+	s, st := mergedStream(t)
+	s.ClockSyncSpacing = time.Second
+	const sec = uint64(time.Second)
+	for _, tc := range []struct {
+		name  string
+		r     *ClockRound
+		write bool
+	}{
+		{"first", roundAt(10*sec, 100*time.Microsecond), true},
+		{"too soon", roundAt(10*sec+sec/2, 100*time.Microsecond), false},
+		{"spaced", roundAt(11*sec, 150*time.Microsecond), true},
+		{"congested", roundAt(12*sec, 50*time.Millisecond), false},
+		{"better than best", roundAt(13*sec, 50*time.Microsecond), true},
+		{"congested, 4 spacings on", roundAt(17*sec, 50*time.Millisecond), false},
+		{"congested, 5 spacings on", roundAt(18*sec, 50*time.Millisecond), true},
+		{"30 s round trip", roundAt(30*sec, 30*time.Second), false},
+	} {
+		got, err := st.ClockSync(tc.r)
+		if err != nil || got != tc.write {
+			t.Fatalf("%s: written %v, %v; want %v", tc.name, got, err, tc.write)
+		}
+	}
+	if w, k := s.Stats.Clock.Rounds.Load(), s.Stats.Clock.Skipped.Load(); w != 4 || k != 4 {
+		t.Errorf("stats: %d written, %d skipped; want 4 and 4", w, k)
+	}
+	var syncs int
+	for _, p := range packetsOf(t, s.FileName(Identity{})) {
+		if p.PayloadField == tracefile.FieldRemoteClockSync {
+			syncs++
+			if p.MachineID != 1 || p.SequenceID != 0 {
+				t.Errorf("remote_clock_sync with machine_id %d, sequence %d; want 1 and none", p.MachineID, p.SequenceID)
+			}
+		}
+	}
+	if syncs != 4 {
+		t.Errorf("%d remote_clock_sync packets, want 4", syncs)
+	}
+}
+
+func TestClockRoundValidate(t *testing.T) {
+	good := func() *ClockRound { return roundAt(5000, 100) }
+	for _, tc := range []struct {
+		name, want string
+		edit       func(r *ClockRound)
+	}{
+		{"empty", "0 clocks", func(r *ClockRound) { r.Client1 = nil }},
+		{"too many", "17 clocks", func(r *ClockRound) { r.Host2 = make([]tracefile.Clock, MaxSyncClocks+1) }},
+		{"sequence clock", "not a builtin clock", func(r *ClockRound) { r.Client2 = append(r.Client2, tracefile.Clock{ID: 100}) }},
+		{"twice", "listed twice", func(r *ClockRound) { r.Client1 = append(r.Client1, r.Client1[0]) }},
+		{"no boottime", "no BOOTTIME", func(r *ClockRound) { r.Client1 = []tracefile.Clock{{ID: 3, Timestamp: 1}} }},
+		{"overflow", "overflows int64", func(r *ClockRound) { r.Client2 = boot(1 << 63) }},
+		{"client backwards", "client BOOTTIME runs backwards", func(r *ClockRound) { r.Client2 = boot(999) }},
+		{"host backwards", "host BOOTTIME runs backwards", func(r *ClockRound) { r.Host2 = boot(4999) }},
+	} {
+		r := good()
+		tc.edit(r)
+		err := r.Validate()
+		if !errors.Is(err, ErrBadClockRound) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	if err := good().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// An invalid round writes nothing; a per-session file ignores rounds.
+	s, st := mergedStream(t)
+	bad := good()
+	bad.Client2 = boot(1)
+	if ok, err := st.ClockSync(bad); ok || err == nil {
+		t.Fatalf("invalid round: written %v, %v", ok, err)
+	}
+	if s.Stats.Clock.Rounds.Load()+s.Stats.Clock.Skipped.Load() != 0 {
+		t.Fatal("an invalid round was counted")
+	}
+	ps, err := OpenStore(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	pst, err := ps.Stream(Identity{Machine: 9, Session: [16]byte{1}, Hostname: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pst.Release()
+	if ok, err := pst.ClockSync(good()); ok || err != nil {
+		t.Fatalf("per-session file: written %v, %v", ok, err)
+	}
+	if fi, err := os.Stat(ps.FileName(Identity{Machine: 9, Session: [16]byte{1}, Hostname: "a"})); err != nil || fi.Size() != 0 {
+		t.Fatalf("per-session file: %v, %v bytes; want it untouched", err, fi)
+	}
+}
+
+// FuzzClockSync: a round built from arbitrary bytes (four snapshots of up
+// to 20 clocks each) is either refused by Validate or written, and the
+// merged file still reads as a trace whose last packet is that round.
+func FuzzClockSync(f *testing.F) {
+	enc := func(r *ClockRound) []byte {
+		var b []byte
+		for _, s := range [][]tracefile.Clock{r.Client1, r.Host1, r.Client2, r.Host2} {
+			b = append(b, byte(len(s)))
+			for _, c := range s {
+				b = append(b, byte(c.ID))
+				b = binary.BigEndian.AppendUint64(b, c.Timestamp)
+			}
+		}
+		return b
+	}
+	f.Add(enc(roundAt(5000, 100)))
+	f.Add(enc(&ClockRound{Client1: ReadClocks(nil), Host1: ReadClocks(nil), Client2: ReadClocks(nil), Host2: ReadClocks(nil)}))
+	f.Add([]byte{1, 6, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var snaps [4][]tracefile.Clock
+		for i := range snaps {
+			if len(data) == 0 {
+				break
+			}
+			n := min(int(data[0]), 20)
+			data = data[1:]
+			for j := 0; j < n && len(data) >= 9; j++ {
+				snaps[i] = append(snaps[i], tracefile.Clock{ID: uint32(data[0]), Timestamp: binary.BigEndian.Uint64(data[1:9])})
+				data = data[9:]
+			}
+		}
+		r := &ClockRound{Client1: snaps[0], Host1: snaps[1], Client2: snaps[2], Host2: snaps[3]}
+		s, st := mergedStream(t)
+		s.ClockSyncSpacing = 1
+		ok, err := st.ClockSync(r)
+		if (err == nil) != (r.Validate() == nil) {
+			t.Fatalf("ClockSync error %v disagrees with Validate", err)
+		}
+		pkts := packetsOf(t, s.FileName(Identity{}))
+		if ok && pkts[len(pkts)-1].PayloadField != tracefile.FieldRemoteClockSync {
+			t.Fatalf("written round is not the file's last packet: %+v", pkts[len(pkts)-1])
+		}
+	})
+}
