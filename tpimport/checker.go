@@ -485,6 +485,7 @@ func (c *Checker) tokenize(s *sequence, pkt []byte, info *tracefile.PacketInfo, 
 		c.clockSnapshot(s, info.Payload, off)
 		return
 	case tracefile.FieldServiceEvent:
+		c.converting(k.machine, off) // always converted (BOOTTIME by default)
 		c.serviceTime(info)
 		return
 	case tracefile.FieldExtensionDescriptor:
@@ -529,7 +530,7 @@ func (c *Checker) tokenize(s *sequence, pkt []byte, info *tracefile.PacketInfo, 
 	if clock == 0 && s.defaults.present {
 		clock = s.defaults.clockID
 	}
-	clock = c.remoteDefaultClock(k, clock)
+	clock = c.packetClock(k, clock, info.HasTimestamp, off)
 	if info.HasTimestamp && clock != 0 {
 		if clock >= 64 && clock < 128 && noSeq {
 			c.rep.Fatal = fmt.Sprintf("packet at offset %d: sequence-scoped clock %d on a packet without trusted_packet_sequence_id", off, clock)

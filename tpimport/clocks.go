@@ -41,7 +41,7 @@ func (c *Checker) union(a, b clockKey) {
 // target is the trace time clock (BOOTTIME until a snapshot says otherwise).
 func (c *Checker) target() clockKey {
 	if c.hasTraceClock {
-		return clockKey{id: c.traceClock}
+		return clockKey{machine: c.mach.traceScope, id: c.traceClock}
 	}
 	return clockKey{id: clockBoottime}
 }
@@ -102,14 +102,9 @@ func (c *Checker) clockSnapshot(s *sequence, b []byte, off int64) {
 		return
 	}
 	c.rep.ClockSnapshots++
-	if !c.hasTraceClock && c.clockScope(s.key.machine) == 0 {
-		switch {
-		case hasPrimary:
-			c.traceClock, c.hasTraceClock = primary, true
-		case seen[clockBoottime] && !seen[clockTraceFile]:
-			c.traceClock, c.hasTraceClock = clockBoottime, true
-		}
-	}
+	// The trace clock (and the default clock of the snapshot's machine):
+	// machines.go, as trace_processor's SetGlobalClock.
+	c.snapshotClock(s.key, hasPrimary, primary, seen[clockBoottime] && !seen[clockTraceFile], off)
 	for i := range clocks {
 		if _, ok := c.clockParent[clocks[i].key]; !ok {
 			c.clockParent[clocks[i].key] = clocks[i].key

@@ -20,11 +20,14 @@
 // and negative-timestamp drops, and everything of the parsing phase beyond
 // track resolution.
 //
-// Several machines (§9, machines.go): packets are routed by machine_id, a
-// machine is adopted as the host when the host has no packet of its own
-// before it, and every other machine's clocks reach trace time only
-// through its remote_clock_sync packets (their offsets computed as
-// trace_processor does, RemoteClockOffsets).
+// Several machines (§9, machines.go, from trace_processor ec5d16b's
+// source): packets are routed by machine_id; a machine is adopted as the
+// host when the host has no packet of its own before it; a remote
+// machine's clock snapshot takes the trace clock when that machine has
+// converted no timestamp yet; a remote machine's first conversion bridges
+// its BOOTTIME to the trace clock by assumption when no remote_clock_sync
+// relates them (their offsets computed as trace_processor does,
+// RemoteClockOffsets).
 //
 // What it must not do: write traces, hold whole traces in memory (a
 // Checker keeps per-sequence state and sets of ids, never packets), or

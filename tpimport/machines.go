@@ -8,23 +8,39 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-// Several machines in one trace (trace-processor-import.md §9).
+// Several machines in one trace (trace-processor-import.md §9), as
+// trace_processor ec5d16b imports them (proto_trace_reader.cc,
+// clock_tracker.cc).
 //
-// trace_processor routes every packet with a non-zero machine_id to that
-// machine's context. The first such packet decides adoption: when the
-// host has had no packet of its own so far (synchronization markers do
-// not count), that machine is adopted as the host and shares its clocks.
-// Every other machine is forked: its clocks are its own, its BOOTTIME is
-// registered (so a failure to convert is "no path", not "unknown
-// clock"), and only a remote_clock_sync packet of that machine relates
-// them to the host's. Without one, each of its timestamped packets is
-// deferred to the end of the file and dropped there
-// (clock_sync_failure_no_path + clock_sync_failure_undeferrable_packet_loss).
+//  1. Routing: every packet with a non-zero machine_id goes to that
+//     machine's context. The first such packet decides adoption: when the
+//     host has had no packet of its own so far (synchronization markers do
+//     not count), that machine is adopted as the host and shares its
+//     clocks. Every other machine is forked: its clocks are its own, and
+//     its BOOTTIME gets a deferred sync to the trace clock.
+//  2. The trace clock is one clock of one machine. A clock_snapshot naming
+//     a primary_trace_clock, or holding BOOTTIME (and not TRACE_FILE),
+//     sets it to that clock *of the snapshot's machine*, unless that
+//     machine's clock tracker has already converted a timestamp. So a
+//     remote machine whose own snapshot comes before any timestamp of it
+//     takes the trace clock away from the host; packets of the host and
+//     of other machines converted later need a path to that machine's
+//     BOOTTIME, and without one they are dropped at the end of the file
+//     (clock_sync_failure_no_path + clock_sync_failure_undeferrable_packet_loss).
+//  3. A forked machine's first conversion flushes its deferred sync: if
+//     its BOOTTIME has no path to the trace clock, trace_processor bridges
+//     it by assumption, through REALTIME (when the machine's BOOTTIME
+//     reaches its REALTIME and the trace clock's machine has REALTIME too)
+//     or, when the trace clock is a BOOTTIME, by equating the two
+//     BOOTTIMEs. The events import, placed as if the clocks agreed.
+//  4. remote_clock_sync (parsed in the machine's context) adds its client
+//     snapshots as snapshots of the machine and, for every clock with an
+//     offset (RemoteClockOffsets), an edge between that clock on the trace
+//     clock's machine and on this one.
 //
-// The Checker models this with machine-scoped clock keys: the host and
-// an adopted machine are scope 0, a forked machine is its machine_id, and
-// each clock offset a remote_clock_sync yields joins host(clock) and
-// machine(clock) in the clock graph.
+// The Checker models this with machine-scoped clock keys (scope 0: the
+// host and an adopted machine; a forked machine: its machine_id), a
+// conversion count per scope, and the trace clock's scope.
 
 // RemoteClockSync field numbers (trace-processor-import.md §9).
 const (
@@ -38,18 +54,39 @@ const (
 
 	// maxMachines bounds the forked machines a Checker tracks.
 	maxMachines = 1 << 16
+
+	clockRealtime = 1
 )
 
-// machines is the Checker's machine routing state.
+// Finding codes of the multi-machine rules.
+const (
+	// CodeRemoteSyncNoRound: a remote_clock_sync from which
+	// trace_processor computes no offset.
+	CodeRemoteSyncNoRound = "remote_clock_sync_without_round"
+	// CodeClockAssumedAligned: a remote machine's clocks reach the trace
+	// clock only by trace_processor's assumption that they agree.
+	CodeClockAssumedAligned = "remote_clock_assumed_aligned"
+	// CodeTraceClockMoved: a remote machine's own clock snapshot made its
+	// clock the trace clock.
+	CodeTraceClockMoved = "trace_clock_moved_to_remote_machine"
+)
+
+// machines is the Checker's machine routing and clock-tracker state.
 type machines struct {
-	hostUsed bool   // a packet without machine_id (not a sync marker) was seen
-	resolved bool   // adoption decided (on the first remote packet)
-	adopted  uint32 // the adopted machine, 0 for none
-	forked   map[uint32]*forkedMachine
+	hostUsed   bool   // a packet without machine_id (not a sync marker) was seen
+	resolved   bool   // adoption decided (on the first remote packet)
+	adopted    uint32 // the adopted machine, 0 for none
+	forked     map[uint32]*forkedMachine
+	traceScope uint32 // the machine (scope) of the trace clock
+	hostConv   int64  // timestamps the host's tracker converted
+	hostDef    uint32 // the host's default clock (0: none)
+	movedBy    uint32 // the last remote machine that took the trace clock
 }
 
 type forkedMachine struct {
-	syncs int // remote_clock_sync packets that yielded at least one offset
+	conversions int64
+	defClock    uint32 // default clock (inherited from the host when forked)
+	syncs       int    // remote_clock_sync packets that yielded an offset
 }
 
 // route applies step 1 of §0 to a packet of machine m: it records host
@@ -82,9 +119,9 @@ func (c *Checker) route(m uint32, payload int32) {
 			fmt.Sprintf("more than %d machines: the clocks of the others are not predicted", maxMachines))
 		return
 	}
-	mc.forked[m] = &forkedMachine{}
+	mc.forked[m] = &forkedMachine{defClock: mc.hostDef}
 	boot := clockKey{machine: m, id: clockBoottime}
-	c.clockParent[boot] = boot // deferred sync: known, but without a path yet
+	c.clockParent[boot] = boot // the deferred sync's node
 }
 
 // clockScope is the clock scope of machine m's packets: 0 for the host and
@@ -99,20 +136,102 @@ func (c *Checker) clockScope(m uint32) uint32 {
 	return m
 }
 
-// remoteDefaultClock is the clock of a forked machine's packet that names
-// none: the trace's default clock (trace_processor copies the host's
-// default into the machine's context when it forks it), in the machine's
-// own scope. Other packets keep clock.
-func (c *Checker) remoteDefaultClock(k seqKey, clock uint32) uint32 {
-	if clock == 0 && c.hasTraceClock && c.clockScope(k.machine) != 0 {
-		return c.traceClock
+// snapshotClock applies a clock_snapshot of the machine of k to the
+// default and trace clocks (rule 2): clock is its primary_trace_clock,
+// else BOOTTIME when boot (BOOTTIME present, TRACE_FILE absent).
+func (c *Checker) snapshotClock(k seqKey, hasPrimary bool, primary uint32, boot bool, off int64) {
+	id := primary
+	switch {
+	case hasPrimary:
+	case boot:
+		id = clockBoottime
+	default:
+		return
+	}
+	scope := c.clockScope(k.machine)
+	conv := c.mach.hostConv
+	if fm := c.mach.forked[scope]; scope != 0 && fm != nil {
+		fm.defClock = id
+		conv = fm.conversions
+	} else {
+		c.mach.hostDef = id
+	}
+	if conv > 0 {
+		return // SetGlobalClock refuses once the tracker converted
+	}
+	if scope != 0 && (!c.hasTraceClock || c.mach.traceScope != scope) {
+		c.mach.movedBy = scope
+		c.finding(CodeTraceClockMoved, SeverityCheck, seqKey{machine: k.machine}, -1, 1, off,
+			fmt.Sprintf("a clock_snapshot of machine %d, before any timestamp of that machine was converted, makes its clock %d the trace clock: "+
+				"packets of the host and other machines converted afterwards need a path to it (precede it with a timestamped packet of the machine, after its remote_clock_sync)", k.machine, id))
+	}
+	c.traceClock, c.hasTraceClock, c.mach.traceScope = id, true, scope
+}
+
+// converting records that the tracker of machine m converts a timestamp
+// now; a forked machine's first conversion flushes its deferred sync
+// (rule 3) first.
+func (c *Checker) converting(m uint32, off int64) {
+	scope := c.clockScope(m)
+	fm := c.mach.forked[scope]
+	if scope == 0 || fm == nil {
+		c.mach.hostConv++
+		return
+	}
+	fm.conversions++
+	if fm.conversions > 1 {
+		return
+	}
+	boot := clockKey{machine: scope, id: clockBoottime}
+	g := c.target()
+	if c.connected(boot, g) {
+		return
+	}
+	rt, grt := clockKey{machine: scope, id: clockRealtime}, clockKey{machine: g.machine, id: clockRealtime}
+	how := ""
+	switch {
+	case rt != grt && c.connected(boot, rt) && c.connected(grt, g):
+		c.union(rt, grt)
+		how = "REALTIME equals the trace clock machine's REALTIME"
+	case g.id == clockBoottime:
+		c.union(boot, g)
+		how = "BOOTTIME equals the trace clock (BOOTTIME)"
+	default:
+		return // declined: its conversions fail (no_path)
+	}
+	c.finding(CodeClockAssumedAligned, SeverityCheck, seqKey{machine: m}, -1, 1, off,
+		fmt.Sprintf("machine %d: no remote_clock_sync relates its clocks to the trace clock before its first timestamp, so trace_processor assumes its %s: an offset between the machines shifts all its events", m, how))
+}
+
+// connected reports whether clocks a and b are related by snapshots.
+func (c *Checker) connected(a, b clockKey) bool {
+	if a == b {
+		return true
+	}
+	ra, ok1 := c.root(a)
+	rb, ok2 := c.root(b)
+	return ok1 && ok2 && ra == rb
+}
+
+// packetClock is the clock a timestamped packet of k is converted from:
+// its own or its sequence defaults' (clock, when not 0), else its
+// machine's default clock; and it records the conversion.
+func (c *Checker) packetClock(k seqKey, clock uint32, hasTimestamp bool, off int64) uint32 {
+	if clock == 0 {
+		scope := c.clockScope(k.machine)
+		if fm := c.mach.forked[scope]; scope != 0 && fm != nil {
+			clock = fm.defClock
+		} else {
+			clock = c.mach.hostDef
+		}
+	}
+	if hasTimestamp && clock != 0 {
+		c.converting(k.machine, off)
 	}
 	return clock
 }
 
-// remoteClockSync handles a remote_clock_sync packet (step 7): the client
-// snapshots become snapshots of the machine, and each clock with an offset
-// joins the machine's clock to the host's.
+// remoteClockSync handles a remote_clock_sync packet (step 7, rule 4).
 func (c *Checker) remoteClockSync(k seqKey, b []byte, off int64) {
 	scope := c.clockScope(k.machine)
 	if scope == 0 {
@@ -146,13 +265,14 @@ func (c *Checker) remoteClockSync(k seqKey, b []byte, off int64) {
 	}
 	c.mach.forked[scope].syncs++
 	t := c.target()
-	if t == (clockKey{id: clockBoottime}) {
+	host := c.mach.traceScope // trace_processor's "host" is the trace clock's machine
+	if t == (clockKey{machine: host, id: clockBoottime}) && host == 0 {
 		for _, ts := range hostBoot { // the host's own readings: service time
 			c.serviceTimestamp(ts)
 		}
 	}
 	for id, d := range offsets {
-		hk, mk := clockKey{id: id}, clockKey{machine: scope, id: id}
+		hk, mk := clockKey{machine: host, id: id}, clockKey{machine: scope, id: id}
 		if _, ok := c.clockParent[hk]; !ok {
 			c.clockParent[hk] = hk
 		}
@@ -168,16 +288,15 @@ func (c *Checker) remoteClockSync(k seqKey, b []byte, off int64) {
 	}
 }
 
-// clockFailureHint explains a conversion failure of a forked machine's
-// clock.
+// clockFailureHint explains a conversion failure on a multi-machine trace.
 func (c *Checker) clockFailureHint(k clockKey) string {
-	if k.machine == 0 {
-		return ""
+	switch {
+	case c.mach.movedBy != 0:
+		return fmt.Sprintf(" (the trace clock is machine %d's since its clock_snapshot: %s)", c.mach.traceScope, CodeTraceClockMoved)
+	case k.machine != 0:
+		return fmt.Sprintf(" (machine %d: no remote_clock_sync relates this clock to the trace clock)", k.machine)
 	}
-	if m := c.mach.forked[k.machine]; m != nil && m.syncs > 0 {
-		return fmt.Sprintf(" (machine %d: its remote_clock_sync relates other clocks, not this one)", k.machine)
-	}
-	return fmt.Sprintf(" (machine %d has no remote_clock_sync relating its clocks to the host's: trace-processor-import.md §9)", k.machine)
+	return ""
 }
 
 // RemoteClockOffsets returns, for a remote_clock_sync payload (the
@@ -273,7 +392,3 @@ func remoteClockOffsets(payload []byte) (offsets map[uint32]int64, clients [][]u
 	}
 	return offsets, clients, hostBoot, nil
 }
-
-// CodeRemoteSyncNoRound: a remote_clock_sync from which trace_processor
-// computes no offset.
-const CodeRemoteSyncNoRound = "remote_clock_sync_without_round"

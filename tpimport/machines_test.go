@@ -20,9 +20,10 @@ func syncRound(c1, h1, c2, h2 uint64) Field {
 	return Sub(tracefile.FieldRemoteClockSync, half(c1, h1), half(c2, h2))
 }
 
-// machinePackets are three slices' worth of events of machine m on its
-// own sequence (seq), BOOTTIME around base, after the machine's own clock
-// snapshot: what a tracepipe sender's stream looks like once merged.
+// machinePackets are what a tracepipe sender's stream looks like once
+// merged: the machine's own clock snapshot first, a track descriptor, then
+// three events on BOOTTIME around base (no timestamp_clock_id: the
+// machine's default clock).
 func machinePackets(m, seq uint32, base uint64) [][]byte {
 	return [][]byte{
 		Packet(MachineID(m), Seq(seq), Snapshot(6, C(6, base), C(3, base-100*ms))),
@@ -35,70 +36,103 @@ func machinePackets(m, seq uint32, base uint64) [][]byte {
 
 func hostSnapshot() []byte { return Packet(Seq(1), Snapshot(6, C(6, 5000*ms), C(3, 4900*ms))) }
 
-// TestMergedWithoutClockSync is today's `serve --merge` output: two
-// machines, each with its own clock snapshot, no host packet and no
-// remote_clock_sync. The first machine is adopted as the host; the
-// second's timestamped packets have no path to the trace clock.
+// marker is what serve writes after a machine's first remote_clock_sync:
+// a timestamped packet of the machine, so that its tracker converts a
+// timestamp before the machine's own clock snapshot arrives.
+func marker(m uint32, ts uint64) []byte { return Packet(UID(0), MachineID(m), Ts(ts), ClockID(6)) }
+
+func cat(parts ...[][]byte) [][]byte {
+	var out [][]byte
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// TestMergedWithoutClockSync is the merged trace serve wrote before clock
+// sync, from two concurrent senders: no host packet, so machine 1 is
+// adopted as the host; machine 2's own clock snapshot then makes machine
+// 2's BOOTTIME the trace clock, and machine 1's later events have no path
+// to it: they are dropped (the issue's clock_sync_failure_no_path).
 func TestMergedWithoutClockSync(t *testing.T) {
-	pkts := append(machinePackets(1, 2, 1000*ms), machinePackets(2, 3, 7000*ms)...)
-	r := check(t, pkts...)
-	wantStat(t, r, "clock_sync_failure_no_path", -1, 3)
-	wantStat(t, r, "clock_sync_failure_undeferrable_packet_loss", -1, 3)
+	m1, m2 := machinePackets(1, 2, 1000*ms), machinePackets(2, 3, 7000*ms)
+	r := check(t, cat(m1[:3], m2, m1[3:])...) // m1's last two events after m2's snapshot
+	wantStat(t, r, "clock_sync_failure_no_path", -1, 2)
+	wantStat(t, r, "clock_sync_failure_undeferrable_packet_loss", -1, 2)
+	if !hasCode(r, CodeTraceClockMoved) {
+		t.Errorf("codes %q lack %s", r.Codes(), CodeTraceClockMoved)
+	}
 	for _, s := range r.Sequences {
-		want := int64(0) // machine 1 is adopted: its clocks are the host's
-		if s.Machine == 2 {
-			want = 3 // its three events (the descriptor has no timestamp)
+		want := int64(0)
+		if s.Machine == 1 {
+			want = 2
 		}
 		if s.Dropped != want {
 			t.Errorf("machine %d: %d packets dropped, want %d", s.Machine, s.Dropped, want)
 		}
 	}
+	// One sender after the other: nothing is dropped, but the trace clock
+	// still moves to machine 2, which check reports.
+	r = check(t, cat(m1, m2)...)
+	wantCodes(t, r, CodeTraceClockMoved)
+}
+
+// TestMergedHostWithoutClockSync: the receiver's host packets first but
+// neither remote_clock_sync nor markers: each machine's snapshot takes the
+// trace clock in turn, and machine 1's events after machine 2's snapshot
+// are lost.
+func TestMergedHostWithoutClockSync(t *testing.T) {
+	m1, m2 := machinePackets(1, 2, 1000*ms), machinePackets(2, 3, 7000*ms)
+	r := check(t, cat([][]byte{hostSnapshot()}, m1[:3], m2, m1[3:])...)
+	wantStat(t, r, "clock_sync_failure_no_path", -1, 2)
+	wantStat(t, r, "clock_sync_failure_undeferrable_packet_loss", -1, 2)
+}
+
+// TestMergedMarkersWithoutClockSync is what serve writes for senders that
+// send no clock sync: a marker before each machine's stream keeps the
+// trace clock on the host, and trace_processor bridges each machine by
+// assuming its BOOTTIME is the host's: nothing is dropped, and check says
+// so.
+func TestMergedMarkersWithoutClockSync(t *testing.T) {
+	m1, m2 := machinePackets(1, 2, 1000*ms), machinePackets(2, 3, 7000*ms)
+	r := check(t, cat([][]byte{hostSnapshot(), marker(1, 5000*ms)}, m1[:3], [][]byte{marker(2, 5001*ms)}, m2, m1[3:])...)
+	wantCodes(t, r, CodeClockAssumedAligned)
 	for _, f := range r.Findings {
-		if f.Code == "clock_sync_failure_no_path" && f.Machine != 2 {
-			t.Errorf("no_path finding names machine %d, want 2 (1 is adopted): %+v", f.Machine, f)
+		if f.Count != 1 || (f.Machine != 1 && f.Machine != 2) {
+			t.Errorf("finding %+v", f)
 		}
 	}
 }
 
-// TestMergedHostWithoutClockSync: once the receiver writes its own host
-// packets first, no machine is adopted, so both need a remote_clock_sync.
-func TestMergedHostWithoutClockSync(t *testing.T) {
-	pkts := append([][]byte{hostSnapshot()}, machinePackets(1, 2, 1000*ms)...)
-	pkts = append(pkts, machinePackets(2, 3, 7000*ms)...)
-	r := check(t, pkts...)
-	wantStat(t, r, "clock_sync_failure_no_path", -1, 6)
-	wantStat(t, r, "clock_sync_failure_undeferrable_packet_loss", -1, 6)
-}
-
-// TestMergedWithClockSync: the host's snapshot first and one round per
-// machine make the merged trace clean, whether the round precedes the
-// machine's packets or follows them (trace_processor defers what it cannot
-// convert yet to the end of the file).
+// TestMergedWithClockSync: the layout serve writes (host snapshot first;
+// per machine a remote_clock_sync and a marker before its stream) is clean
+// with the machines' streams interleaved.
 func TestMergedWithClockSync(t *testing.T) {
-	pkts := [][]byte{hostSnapshot(), Packet(MachineID(1), UID(0), syncRound(1000*ms, 5000*ms, 1000*ms+200, 5000*ms+200))}
-	pkts = append(pkts, machinePackets(1, 2, 1000*ms)...)
-	pkts = append(pkts, machinePackets(2, 3, 7000*ms)...)
-	pkts = append(pkts, Packet(MachineID(2), UID(0), syncRound(7000*ms, 5001*ms, 7000*ms+200, 5001*ms+200)))
-	r := check(t, pkts...)
+	m1, m2 := machinePackets(1, 2, 1000*ms), machinePackets(2, 3, 7000*ms)
+	sync1 := [][]byte{Packet(MachineID(1), UID(0), syncRound(1000*ms, 5000*ms, 1000*ms+200, 5000*ms+200)), marker(1, 1000*ms+200)}
+	sync2 := [][]byte{Packet(MachineID(2), UID(0), syncRound(7000*ms, 5001*ms, 7000*ms+200, 5001*ms+200)), marker(2, 7000*ms+200)}
+	r := check(t, cat([][]byte{hostSnapshot()}, sync1, m1[:3], sync2, m2, m1[3:])...)
 	wantCodes(t, r)
 	for _, s := range r.Sequences {
-		if s.Machine != 0 && s.ID != 0 && s.Imported != 4 { // ID 0: the remote_clock_sync packet
+		if s.Machine != 0 && s.ID != 0 && s.Imported != 4 { // ID 0: remote_clock_sync and marker
 			t.Errorf("machine %d sequence %d: %d imported, want 4", s.Machine, s.ID, s.Imported)
 		}
+	}
+	// Without the markers each machine's snapshot still takes the trace
+	// clock (its tracker converted nothing yet): the round does not help.
+	r = check(t, cat([][]byte{hostSnapshot(), sync1[0]}, m1[:3], [][]byte{sync2[0]}, m2, m1[3:])...)
+	if !hasCode(r, CodeTraceClockMoved) {
+		t.Errorf("codes %q lack %s", r.Codes(), CodeTraceClockMoved)
 	}
 }
 
 // TestMergedClockSyncWithoutRound: a remote_clock_sync with only one half
-// of a round yields no offset, so the machine's packets are still lost.
+// of a round yields no offset; the marker's conversion then bridges the
+// machine by assumption.
 func TestMergedClockSyncWithoutRound(t *testing.T) {
 	one := Sub(tracefile.FieldRemoteClockSync, Sub(1, Sub(2, Sub(1, Varint(1, 6), Varint(2, 1000*ms))), Sub(3, Sub(1, Varint(1, 6), Varint(2, 5000*ms)))))
-	pkts := [][]byte{hostSnapshot(), Packet(MachineID(1), one)}
-	pkts = append(pkts, machinePackets(1, 2, 1000*ms)...)
-	r := check(t, pkts...)
-	wantStat(t, r, "clock_sync_failure_no_path", -1, 3)
-	if !hasCode(r, CodeRemoteSyncNoRound) {
-		t.Errorf("codes %q lack %s", r.Codes(), CodeRemoteSyncNoRound)
-	}
+	r := check(t, cat([][]byte{hostSnapshot(), Packet(MachineID(1), one), marker(1, 1000*ms)}, machinePackets(1, 2, 1000*ms))...)
+	wantCodes(t, r, CodeClockAssumedAligned, CodeRemoteSyncNoRound)
 }
 
 func hasCode(r *Report, code string) bool {
@@ -192,8 +226,8 @@ func TestGoldenTwoMachinesClean(t *testing.T) {
 }
 
 // TestGoldenTwoMachinesWithoutClockSync: the same trace without its
-// remote_clock_sync loses the remote machine's timestamped packets, as
-// today's merged files did.
+// remote_clock_sync: the remote machine's first conversion finds no path
+// and trace_processor equates its BOOTTIME with the host's.
 func TestGoldenTwoMachinesWithoutClockSync(t *testing.T) {
 	var pkts [][]byte
 	for _, p := range goldenTwoMachines(t) {
@@ -202,8 +236,7 @@ func TestGoldenTwoMachinesWithoutClockSync(t *testing.T) {
 		}
 	}
 	r := check(t, pkts...)
-	wantStat(t, r, "clock_sync_failure_no_path", -1, 7)
-	wantStat(t, r, "clock_sync_failure_undeferrable_packet_loss", -1, 7)
+	wantCodes(t, r, CodeClockAssumedAligned)
 }
 
 // FuzzRemoteClockOffsets: any remote_clock_sync payload yields offsets or
@@ -236,7 +269,7 @@ func FuzzRemoteClockOffsets(f *testing.F) {
 }
 
 func mergedSeed() []byte {
-	pkts := [][]byte{hostSnapshot(), Packet(MachineID(1), UID(0), syncRound(1000*ms, 5000*ms, 1000*ms+200, 5000*ms+200))}
+	pkts := [][]byte{hostSnapshot(), Packet(MachineID(1), UID(0), syncRound(1000*ms, 5000*ms, 1000*ms+200, 5000*ms+200)), marker(1, 1000*ms)}
 	pkts = append(pkts, machinePackets(1, 2, 1000*ms)...)
 	return Trace(append(pkts, machinePackets(2, 3, 7000*ms)...)...)
 }

@@ -47,25 +47,43 @@ func TestServeTwoMachinesCheckClean(t *testing.T) {
 			if !merge {
 				return
 			}
+			// The same trace without clock sync (remote_clock_sync removed, so
+			// trace_processor bridges each machine by assumption), and as serve
+			// wrote it before clock sync (none of the receiver's packets: the
+			// first machine is adopted as the host and the second's clock
+			// snapshot takes the trace clock): check flags both.
 			syncs := map[uint32]int{}
-			var stripped []byte // the merged trace as it was before clock sync
+			var noSync, before []byte
 			for _, p := range readTracePackets(t, filepath.Join(out, remote.MergedName)) {
-				if info, _ := tracefile.DecodePacket(p); info.PayloadField == tracefile.FieldRemoteClockSync {
+				info, _ := tracefile.DecodePacket(p)
+				receiver := info.MachineID == 0 || info.SequenceID == 0
+				if info.PayloadField == tracefile.FieldRemoteClockSync {
 					syncs[info.MachineID]++
-					continue
+				} else {
+					noSync = tracefile.AppendRecord(noSync, p)
 				}
-				stripped = tracefile.AppendRecord(stripped, p)
+				if !receiver {
+					before = tracefile.AppendRecord(before, p)
+				}
 			}
 			if len(syncs) != 2 || syncs[1] == 0 || syncs[2] == 0 {
 				t.Errorf("remote_clock_sync packets per machine_id: %v, want machines 1 and 2", syncs)
 			}
-			name := filepath.Join(t.TempDir(), "no-sync.pftrace")
-			if err := os.WriteFile(name, stripped, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			stdout, _, code := runCLI(t, "check", name)
-			if code != exitProblems || !strings.Contains(stdout, "clock_sync_failure_no_path") {
-				t.Errorf("check of the merged trace without remote_clock_sync: exit %d, want %d naming clock_sync_failure_no_path\n%s", code, exitProblems, stdout)
+			for what, tc := range map[string]struct {
+				data []byte
+				code string
+			}{
+				"without remote_clock_sync": {noSync, "remote_clock_assumed_aligned"},
+				"as before clock sync":      {before, "trace_clock_moved_to_remote_machine"},
+			} {
+				name := filepath.Join(t.TempDir(), "variant.pftrace")
+				if err := os.WriteFile(name, tc.data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				stdout, _, code := runCLI(t, "check", name)
+				if code != exitProblems || !strings.Contains(stdout, tc.code) {
+					t.Errorf("check of the merged trace %s: exit %d, want %d naming %s\n%s", what, code, exitProblems, tc.code, stdout)
+				}
 			}
 		})
 	}

@@ -151,9 +151,12 @@ func readPackets(t testing.TB, name string) []tracefile.PacketInfo {
 	return out
 }
 
-// receiverPacket reports whether a merged file's packet is the receiver's.
+// receiverPacket reports whether a merged file's packet is the receiver's:
+// its host packets (no machine_id, sequence 1), remote_clock_sync, and the
+// machines' marker packets (no sequence, no payload).
 func receiverPacket(p tracefile.PacketInfo) bool {
-	return p.PayloadField == tracefile.FieldRemoteClockSync || p.MachineID == 0 && p.SequenceID == 1
+	return p.PayloadField == tracefile.FieldRemoteClockSync || p.MachineID == 0 && p.SequenceID == 1 ||
+		p.SequenceID == 0 && p.PayloadField == 0
 }
 
 // receivedPackets decodes every packet of a trace file.

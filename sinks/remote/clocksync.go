@@ -160,7 +160,67 @@ func clockNanos(id int32) uint64 {
 type machineSync struct {
 	lastHost uint64        // host BOOTTIME of the last round written
 	best     time.Duration // shortest round trip seen
-	written  uint64
+	rounds   uint64        // valid rounds seen
+	written  uint64        // rounds written
+	marked   bool          // the machine's marker packet is in the file
+}
+
+// machine returns the clock-sync state of machine idx. REQUIRES: t.mu held.
+func (t *traceOut) machine(idx uint32) *machineSync {
+	if t.sync == nil {
+		t.sync = map[uint32]*machineSync{}
+	}
+	ms := t.sync[idx]
+	if ms == nil {
+		ms = &machineSync{}
+		t.sync[idx] = ms
+	}
+	return ms
+}
+
+// The marker packet of a machine is the first timestamped packet of that
+// machine in a merged file, placed after its first remote_clock_sync and
+// before anything the sender wrote: machine_id, timestamp (the machine's
+// BOOTTIME), timestamp_clock_id BOOTTIME, no payload.
+//
+// It exists because of how trace_processor (ec5d16b) handles a remote
+// machine's own clock snapshots: every clock_snapshot naming BOOTTIME
+// makes that machine's BOOTTIME the trace clock of the whole trace unless
+// the machine's clock tracker has already converted a timestamp. The
+// senders' streams open with their clock snapshot, so without the marker
+// each new machine would take the trace clock away from the host, and
+// the host's (and other machines') later packets would have no path to it
+// (clock_sync_failure_no_path: the loss seen in merged traces before
+// clock sync). The marker's conversion, through the remote_clock_sync
+// just before it, pins the trace clock to the host. A machine that never
+// sent a round still gets one (timestamped with the host's BOOTTIME)
+// before its first batch: trace_processor then assumes its BOOTTIME is
+// the host's, which `tracepipe check` reports, instead of losing other
+// machines' packets.
+func appendMarkerPacket(dst []byte, machine uint32, boottime uint64) []byte {
+	var pkt [32]byte
+	p := wire.AppendInt32(pkt[:0], tracefile.FieldTrustedUID, int32(os.Getuid()))
+	p = wire.AppendVarint(p, tracefile.FieldMachineID, uint64(machine))
+	p = tracefile.AppendTimestamp(p, boottime)
+	p = wire.AppendVarint(p, tracefile.FieldTimestampClockID, tracefile.ClockBoottime)
+	return tracefile.AppendRecord(dst, p)
+}
+
+// markMachine writes machine idx's marker packet unless it is in the file
+// (see appendMarkerPacket): Append calls it before a merged batch.
+// REQUIRES: t.mu held.
+func (t *traceOut) markMachine(idx uint32) error {
+	ms := t.machine(idx)
+	if ms.marked {
+		return nil
+	}
+	var buf [64]byte
+	var clocks [8]tracefile.Clock
+	if err := t.appendPackets(appendMarkerPacket(buf[:0], idx, ReadClocks(clocks[:0])[0].Timestamp)); err != nil {
+		return err
+	}
+	ms.marked = true
+	return nil
 }
 
 // Merged reports whether the stream's packets go into a merged file.
@@ -198,15 +258,12 @@ func (st *Stream) ClockSync(r *ClockRound) (bool, error) {
 	if t.err != nil {
 		return false, t.err
 	}
-	if t.sync == nil {
-		t.sync = map[uint32]*machineSync{}
+	ms := t.machine(st.st.machineIdx)
+	if ms.rounds == 0 || rtt < ms.best {
+		ms.best = rtt
 	}
-	ms := t.sync[st.st.machineIdx]
-	if ms == nil {
-		ms = &machineSync{best: rtt}
-		t.sync[st.st.machineIdx] = ms
-	} else {
-		ms.best = min(ms.best, rtt)
+	ms.rounds++
+	if ms.written > 0 {
 		since := time.Duration(h1 - min(h1, ms.lastHost))
 		congested := rtt > 2*ms.best+syncSlack && since < staleSpacing*spacing
 		if since < spacing || congested {
@@ -215,10 +272,15 @@ func (st *Stream) ClockSync(r *ClockRound) (bool, error) {
 		}
 	}
 	p := appendRemoteClockSyncPacket(t.scratch[:0], st.st.machineIdx, r)
+	if !ms.marked {
+		c2, _ := ClockValue(r.Client2, tracefile.ClockBoottime)
+		p = appendMarkerPacket(p, st.st.machineIdx, c2)
+	}
 	t.scratch = p
 	if err := t.appendPackets(p); err != nil {
 		return false, err
 	}
+	ms.marked = true
 	ms.lastHost = h1
 	ms.written++
 	st.store.Stats.Clock.Rounds.Add(1)

@@ -3,7 +3,9 @@ package remote
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,7 +186,8 @@ func TestClockRoundValidate(t *testing.T) {
 
 // FuzzClockSync: a round built from arbitrary bytes (four snapshots of up
 // to 20 clocks each) is either refused by Validate or written, and the
-// merged file still reads as a trace whose last packet is that round.
+// merged file still reads as a trace ending with that round (and the
+// machine's marker).
 func FuzzClockSync(f *testing.F) {
 	enc := func(r *ClockRound) []byte {
 		var b []byte
@@ -220,9 +223,62 @@ func FuzzClockSync(f *testing.F) {
 		if (err == nil) != (r.Validate() == nil) {
 			t.Fatalf("ClockSync error %v disagrees with Validate", err)
 		}
+		// A written round is the file's last packet but for the machine's
+		// marker, which follows its first round.
 		pkts := packetsOf(t, s.FileName(Identity{}))
-		if ok && pkts[len(pkts)-1].PayloadField != tracefile.FieldRemoteClockSync {
-			t.Fatalf("written round is not the file's last packet: %+v", pkts[len(pkts)-1])
+		last := pkts[len(pkts)-1]
+		if ok && last.PayloadField == 0 && last.MachineID == 1 && last.HasTimestamp {
+			last = pkts[len(pkts)-2]
+		}
+		if ok && last.PayloadField != tracefile.FieldRemoteClockSync {
+			t.Fatalf("written round is not the file's last packet: %+v", last)
 		}
 	})
+}
+
+// Every machine of a merged file gets one marker (a timestamped packet of
+// the machine, no payload) before its first batch: right after its first
+// round when it sends clock sync, else just before its first batch.
+func TestMachineMarker(t *testing.T) {
+	s, err := OpenStore(t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	synced, err := s.Stream(Identity{Machine: 9, Session: [16]byte{1}, Hostname: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer synced.Release()
+	plain, err := s.Stream(Identity{Machine: 8, Session: [16]byte{2}, Hostname: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Release()
+	batch := record([]byte{0x40, 0x01, 0x50, 0x02}) // timestamp 1, sequence 2
+	if ok, err := synced.ClockSync(roundAt(5000, 100)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		for _, st := range []*Stream{synced, plain} {
+			if ok, err := st.Append(seq, batch, 1, 4); !ok || err != nil {
+				t.Fatal(ok, err)
+			}
+		}
+	}
+	var got []string
+	for _, p := range packetsOf(t, s.FileName(Identity{}))[2:] { // after the host's two
+		kind := p.Kind()
+		switch {
+		case p.SequenceID != 0:
+			kind = "batch"
+		case p.PayloadField == 0 && p.HasTimestamp:
+			kind = "marker"
+		}
+		got = append(got, fmt.Sprintf("%s@%d", kind, p.MachineID))
+	}
+	want := []string{"remote_clock_sync@1", "marker@1", "batch@1", "marker@2", "batch@2", "batch@1", "batch@2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("merged file holds %v, want %v", got, want)
+	}
 }

@@ -199,6 +199,9 @@ func (st *Stream) Append(seq uint64, data []byte, packets int, nbytes uint64) (b
 	}
 	out := data
 	if t.merge {
+		if err := t.markMachine(st.st.machineIdx); err != nil { // clocksync.go
+			return false, err
+		}
 		t.scratch = t.scratch[:0]
 		err := WalkRecords(data, func(p []byte) error {
 			info, err := tracefile.DecodePacket(p)
