@@ -171,6 +171,13 @@ type clockKey struct {
 	id      uint32
 }
 
+// pendingKey: the packets of one sequence deferred for one clock (a
+// sequence's drops are charged to it alone).
+type pendingKey struct {
+	clock clockKey
+	seq   seqKey
+}
+
 type pendingClock struct {
 	count int64
 	seq   seqKey
@@ -195,7 +202,7 @@ type Checker struct {
 	traceClock    uint32
 	hasTraceClock bool
 	clockOffset   map[clockKey]int64 // trace time − clock time, from the first snapshot holding both
-	pendingClocks map[clockKey]*pendingClock
+	pendingClocks map[pendingKey]*pendingClock
 	svc           struct {
 		has    bool
 		lo, hi uint64
@@ -249,7 +256,7 @@ func NewChecker(opts Options) *Checker {
 		findings:      map[findingKey]*Finding{},
 		clockParent:   map[clockKey]clockKey{},
 		clockOffset:   map[clockKey]int64{},
-		pendingClocks: map[clockKey]*pendingClock{},
+		pendingClocks: map[pendingKey]*pendingClock{},
 		counterTracks: map[uint64]struct{}{},
 		described:     map[uint64]struct{}{},
 		usedTracks:    map[uint64]trackUse{},
@@ -550,10 +557,10 @@ func (c *Checker) tokenize(s *sequence, pkt []byte, info *tracefile.PacketInfo, 
 	if info.HasTimestamp && clock != 0 {
 		// Unconvertible now: deferred to the end of the file (finishClocks).
 		if ck := c.clockKeyFor(k, clock); !c.convertible(ck) {
-			p := c.pendingClocks[ck]
+			p := c.pendingClocks[pendingKey{ck, k}]
 			if p == nil {
 				p = &pendingClock{seq: k, off: off}
-				c.pendingClocks[ck] = p
+				c.pendingClocks[pendingKey{ck, k}] = p
 			}
 			p.count++
 		}

@@ -194,7 +194,8 @@ func (c *Checker) producerTime(s *sequence, k seqKey, clock uint32, ts uint64, o
 func (c *Checker) finishClocks() {
 	t := c.target()
 	_, targetKnown := c.root(t)
-	for k, p := range c.pendingClocks {
+	for pk, p := range c.pendingClocks {
+		k := pk.clock
 		if c.convertible(k) {
 			continue
 		}
