@@ -16,6 +16,12 @@
 // follows it. Every stored batch is acknowledged; the sender keeps at most
 // its queue bound of unacknowledged batches and counts what did not fit.
 //
+// From protocol version 3 the connection also carries clock
+// synchronisation (clocksync.go): rounds of sender and receiver clock
+// snapshots taken ping-pong, at the start of each connection and
+// periodically, which a merging receiver writes as remote_clock_sync
+// packets (docs/multi-machine.md).
+//
 // The package never trusts the peer: every frame is checked (type, length,
 // Trace framing of batches) and a bad one ends the connection with an
 // error naming the offset; it never panics on input.

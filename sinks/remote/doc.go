@@ -10,7 +10,10 @@
 //     files, one per (machine, session) or one merged trace with machine_id
 //     set and sequence ids remapped; a small state file per trace records
 //     the last batch written so that a receiver killed and restarted
-//     suppresses the duplicates its senders resend.
+//     suppresses the duplicates its senders resend. A merged file is laid
+//     out as Perfetto's multi-machine traces: the receiver's own packets
+//     first (it is the host), and per machine the clock-sync rounds its
+//     transport measured, as remote_clock_sync (clocksync.go).
 //   - Identity: a stable machine id per host, session ids, hostnames.
 //
 // It knows nothing of sockets, TLS or NATS: transports feed it bytes. It
