@@ -22,7 +22,7 @@ type ConfigKey struct {
 
 // inspect starts path without an SMB, runs fn against it and ends it.
 func inspect(ctx context.Context, path string, stderr io.Writer, fn func(context.Context, wire.DataSourceClient) error) error {
-	c, err := dial(ctx, path, -1, stderr, DefaultStartTimeout)
+	c, err := dial(ctx, path, -1, stderr, DefaultStartTimeout, Limits{})
 	if err != nil {
 		return err
 	}

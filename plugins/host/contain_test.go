@@ -1,0 +1,235 @@
+//go:build linux
+
+package host
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/smb"
+)
+
+var (
+	faultOnce sync.Once
+	faultPath string
+	faultErr  error
+)
+
+// faultPlugin builds plugins/internal/faultplugin once per test binary.
+func faultPlugin(t *testing.T) string {
+	t.Helper()
+	faultOnce.Do(func() {
+		goCmd, err := goTool()
+		if err != nil {
+			faultErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "tracepipe-faultplugin")
+		if err != nil {
+			faultErr = err
+			return
+		}
+		faultPath = filepath.Join(dir, "faultplugin")
+		// Never with -race: the race detector's shadow memory counts
+		// against RLIMIT_DATA, and a race-built plugin cannot start under
+		// a memory limit.
+		cmd := exec.Command(goCmd, "build", "-o", faultPath, "../internal/faultplugin")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			faultErr = fmt.Errorf("go build ./plugins/internal/faultplugin: %v\n%s", err, out)
+		}
+	})
+	if faultErr != nil {
+		t.Fatal(faultErr)
+	}
+	return faultPath
+}
+
+// launchFault launches the fault plugin in mode with extra config.
+func launchFault(t *testing.T, mode string, config map[string]any, limits Limits, stderr *bytes.Buffer) *Plugin {
+	t.Helper()
+	shm := newSMB(t, 64<<10, 4096)
+	t.Cleanup(func() { shm.Close() })
+	cfg := map[string]any{"mode": mode, "packets": 10}
+	for k, v := range config {
+		cfg[k] = v
+	}
+	var w *lockedBuffer
+	if stderr != nil {
+		w = &lockedBuffer{b: stderr}
+	}
+	c := Config{
+		Path:             faultPlugin(t),
+		Name:             "fault.source",
+		DataSourceConfig: cfg,
+		SMB:              shm,
+		Policy:           smb.Stall,
+		OnCommit:         func([]byte) {},
+		Limits:           limits,
+	}
+	if w != nil {
+		c.Stderr = w
+	}
+	p, err := Launch(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// spawned reads the pids the fault plugin's spawn mode wrote.
+func spawned(t *testing.T, pidfile string) []int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(pidfile)
+		var pids []int
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, n)
+			}
+		}
+		if len(pids) == 2 && bytes.HasSuffix(b, []byte("\n")) {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin did not write two pids to %s within 30s (%q)", pidfile, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sleeping reports whether pid is a live (not zombie) `sleep tag`.
+func sleeping(pid int, tag string) bool {
+	pi, ok := readStat(pid)
+	if !ok || pi.zombie {
+		return false
+	}
+	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return string(cmdline) == "sleep\x00"+tag+"\x00"
+}
+
+// A plugin's setsid'd child and its double-forked orphan end with it,
+// whether the plugin is stopped, killed, or dies on its own, and by
+// either mechanism: the cgroup (where this machine has one) and the sweep.
+func TestTreeEndsWithPlugin(t *testing.T) {
+	mechanisms := []string{"sweep"}
+	if base, _ := cgroupBase(); base != "" {
+		mechanisms = append(mechanisms, "cgroup")
+	} else {
+		t.Log("no writable cgroup2 hierarchy here: only the sweep is tested")
+	}
+	for _, mech := range mechanisms {
+		for _, end := range []string{"Stop", "Kill", "SIGKILL"} {
+			t.Run(mech+"/"+end, func(t *testing.T) {
+				forceSweep.Store(mech == "sweep")
+				defer forceSweep.Store(false)
+				tag := fmt.Sprintf("%d.%d", 1000+os.Getpid()%1000, time.Now().UnixNano()%1_000_000)
+				pidfile := filepath.Join(t.TempDir(), "pids")
+				p := launchFault(t, "spawn", map[string]any{"pidfile": pidfile, "tag": tag}, Limits{}, nil)
+				if got := p.tree.mechanism(); !strings.HasPrefix(got, mech) {
+					t.Fatalf("contained by %s, want %s", got, mech)
+				}
+				pids := spawned(t, pidfile)
+				for _, pid := range pids {
+					if !sleeping(pid, tag) {
+						t.Fatalf("spawned pid %d is not a running `sleep %s`", pid, tag)
+					}
+				}
+				switch end {
+				case "Stop":
+					if err := p.Stop(); err != nil {
+						t.Fatal(err)
+					}
+				case "Kill":
+					p.Kill()
+				case "SIGKILL":
+					// The plugin dies on its own; its children live on
+					// until the host ends the tree.
+					if err := syscallKill(p.Pid()); err != nil {
+						t.Fatal(err)
+					}
+					waitClosed(t, p.Done(), 10*time.Second, "commit stream end")
+					p.End()
+				}
+				for _, pid := range pids {
+					if sleeping(pid, tag) {
+						t.Errorf("pid %d (`sleep %s`) outlived the plugin (contained by %s)", pid, tag, p.tree.mechanism())
+						_ = syscallKill(pid)
+					}
+				}
+				if mech == "cgroup" {
+					if _, err := os.Stat(p.tree.cg); !os.IsNotExist(err) {
+						t.Errorf("cgroup %s left behind: %v", p.tree.cg, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A plugin that allocates without bound under a memory limit dies, and
+// LimitExceeded names the limit.
+func TestMemoryLimitExceeded(t *testing.T) {
+	var stderr bytes.Buffer
+	p := launchFault(t, "alloc", nil, Limits{Memory: 256 << 20}, &stderr)
+	waitClosed(t, p.Done(), 60*time.Second, "the plugin's death")
+	st, ok := p.WaitExit(30 * time.Second)
+	if !ok {
+		t.Fatal("the plugin's commit stream ended but it did not exit")
+	}
+	if got, want := p.LimitExceeded(), "memory limit 256 MiB exceeded"; got != want {
+		t.Errorf("LimitExceeded() = %q, want %q (exit: %s; stderr: %.500s)", got, want, st, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "nothing stopped it") {
+		t.Error("the plugin allocated 1 GiB under a 64 MiB limit")
+	}
+	t.Logf("exit: %s", st)
+}
+
+// Without a limit, a plugin that exits after an allocation failure of its
+// own is not reported as breaking one; with a limit, a plain crash is not
+// either.
+func TestLimitExceededOnlyForItsCause(t *testing.T) {
+	p := launchFault(t, "panic", nil, Limits{Memory: 256 << 20, CPU: time.Hour}, nil)
+	waitClosed(t, p.Done(), 60*time.Second, "the plugin's death")
+	if _, ok := p.WaitExit(30 * time.Second); !ok {
+		t.Fatal("the plugin did not exit")
+	}
+	if got := p.LimitExceeded(); got != "" {
+		t.Errorf("a panic under limits reported as %q", got)
+	}
+}
+
+func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// removeTestBuilds removes what faultPlugin built (TestMain calls it).
+func removeTestBuilds() {
+	if faultPath != "" {
+		os.RemoveAll(filepath.Dir(faultPath))
+	}
+}
