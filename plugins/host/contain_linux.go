@@ -427,7 +427,13 @@ func readStat(pid int) (procInfo, bool) {
 	if err != nil {
 		return procInfo{}, false
 	}
-	// "pid (comm) state ppid pgrp ...": comm may hold spaces and parens.
+	return parseStat(b)
+}
+
+// parseStat parses /proc/<pid>/stat: "pid (comm) state ppid pgrp ...",
+// where comm (set by the process itself: untrusted) may hold spaces,
+// parentheses and newlines.
+func parseStat(b []byte) (procInfo, bool) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return procInfo{}, false

@@ -233,3 +233,23 @@ func removeTestBuilds() {
 		os.RemoveAll(filepath.Dir(faultPath))
 	}
 }
+
+// FuzzParseStat: whatever name a process gives itself (comm, up to 15
+// bytes of anything), its stat line parses to its parent and group.
+func FuzzParseStat(f *testing.F) {
+	f.Add("sleep", 1, 2)
+	f.Add("a) S 7 7 (", 99, 5)
+	f.Add(") Z 1 1", 0, 0)
+	f.Add("\n)\n", 3, 3)
+	f.Fuzz(func(t *testing.T, comm string, ppid, pgrp int) {
+		if len(comm) > 15 || ppid < 0 || pgrp < 0 {
+			return // the kernel's bounds
+		}
+		line := fmt.Sprintf("123 (%s) S %d %d 0 0 -1 4194560 100 0 0 0\n", comm, ppid, pgrp)
+		pi, ok := parseStat([]byte(line))
+		if !ok || pi.ppid != ppid || pi.pgrp != pgrp || pi.zombie {
+			t.Fatalf("parseStat(%q) = %+v, %v", line, pi, ok)
+		}
+		_, _ = parseStat([]byte(comm)) // garbage: no panic
+	})
+}
