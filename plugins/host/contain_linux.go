@@ -119,7 +119,34 @@ func findCgroupBase() (string, bool) {
 	}
 	base := filepath.Join(mount, rel)
 	ctl, _ := os.ReadFile(filepath.Join(base, "cgroup.subtree_control"))
+	removeStaleCgroups(base)
 	return base, hasWord(string(ctl), "memory")
+}
+
+// removeStaleCgroups ends and removes the plugin cgroups a tracepipe that
+// is gone left in base (one killed with SIGKILL cannot clean up: its
+// plugins die with it, by their parent-death signal, but not what they
+// started). A cgroup whose tracepipe pid is alive is left alone, even if
+// the pid now names another process.
+func removeStaleCgroups(base string) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "tracepipe-plugin-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, ".")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		dir := filepath.Join(base, e.Name())
+		t := &tree{cg: dir, pidfd: -1}
+		t.endCgroup(time.Now().Add(treeEndTimeout))
+	}
 }
 
 func hasWord(s, w string) bool {

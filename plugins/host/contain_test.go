@@ -253,3 +253,60 @@ func FuzzParseStat(f *testing.F) {
 		_, _ = parseStat([]byte(comm)) // garbage: no panic
 	})
 }
+
+// A plugin that burns CPU under a CPU limit is killed once it used it
+// (RLIMIT_CPU: SIGKILL a second after the soft limit), and LimitExceeded
+// names the limit.
+func TestCPULimitExceeded(t *testing.T) {
+	p := launchFault(t, "spin", nil, Limits{CPU: time.Second}, nil)
+	waitClosed(t, p.Done(), 60*time.Second, "the plugin's death")
+	st, ok := p.WaitExit(30 * time.Second)
+	if !ok {
+		t.Fatal("the plugin's commit stream ended but it did not exit")
+	}
+	if got, want := p.LimitExceeded(), "cpu limit 1s exceeded"; got != want {
+		t.Errorf("LimitExceeded() = %q, want %q (exit: %s)", got, want, st)
+	}
+	t.Logf("exit: %s", st)
+}
+
+// A plugin cgroup left by a tracepipe that is gone (killed with SIGKILL)
+// is ended and removed by the next one; one of a live tracepipe is not.
+func TestStaleCgroupsRemoved(t *testing.T) {
+	base, _ := cgroupBase()
+	if base == "" {
+		t.Skip("no writable cgroup2 hierarchy on this machine (the sweep has no leftovers to clean)")
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(base, fmt.Sprintf("tracepipe-plugin-%d.1", gone.Process.Pid))
+	live := filepath.Join(base, fmt.Sprintf("tracepipe-plugin-%d.999999", os.Getpid()))
+	for _, dir := range []string{stale, live} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer os.Remove(live)
+	tag := fmt.Sprintf("1003.%d", time.Now().UnixNano()%1_000_000)
+	sleeper := exec.Command("sleep", tag)
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleeper.Wait()
+	defer sleeper.Process.Kill()
+	if err := os.WriteFile(filepath.Join(stale, "cgroup.procs"), []byte(strconv.Itoa(sleeper.Process.Pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	removeStaleCgroups(base)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale cgroup %s still there (%v)", stale, err)
+	}
+	if st, err := sleeper.Process.Wait(); err != nil || st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Errorf("the process in the stale cgroup ended with %v, %v; want SIGKILL", st, err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("the cgroup of a live tracepipe was removed: %v", err)
+	}
+}

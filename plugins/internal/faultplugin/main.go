@@ -23,6 +23,9 @@
 //	            (1 MiB at a time) until something stops it; past 1 GiB
 //	            (a limit that did not work) it logs so and waits to be
 //	            stopped, sparing the machine
+//	spin        write and flush packets, then burn CPU on one thread until
+//	            stopped (or for 30 s of wall time, a limit that did not
+//	            work)
 //	stderr_flood write and flush packets, then write config "flood_mb"
 //	            MiB (default 100) of 100-byte lines to stderr (in writes
 //	            of 655 lines), then be done (plugins.Finite)
@@ -168,6 +171,8 @@ func (f *fault) run() {
 		<-f.stop
 	case "stderr_flood":
 		flood(f.floodMB)
+	case "spin":
+		spin(f.stop, 30*time.Second)
 	}
 	switch f.mode {
 	case "kill":
@@ -216,6 +221,18 @@ func allocForever(limit int) {
 			b[i] = 1
 		}
 		sink = append(sink, b)
+	}
+}
+
+// spin keeps one thread busy until stop is closed or d passed.
+func spin(stop <-chan struct{}, d time.Duration) {
+	end := time.Now().Add(d)
+	for x := uint64(1); time.Now().Before(end); x = x*6364136223846793005 + 1 {
+		select {
+		case <-stop:
+			return
+		default:
+		}
 	}
 }
 
