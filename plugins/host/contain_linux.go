@@ -275,6 +275,18 @@ func (t *tree) started(cmd *exec.Cmd, alive func() bool) {
 	}
 }
 
+// childExited reports whether the child exited, reaped or not (go-plugin
+// reaps it only once its stdout and stderr ended, which a descendant
+// holding them open delays).
+func (t *tree) childExited() bool {
+	if t.pidfd < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(t.pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
 // cgroupFailed reports whether cmd could not be started into the tree's
 // cgroup (the caller may retry with the sweep).
 func (t *tree) cgroupFailed(cmd *exec.Cmd) bool { return t.cg != "" && cmd.Process == nil }

@@ -310,3 +310,36 @@ func TestStaleCgroupsRemoved(t *testing.T) {
 		t.Errorf("the cgroup of a live tracepipe was removed: %v", err)
 	}
 }
+
+// A descendant that keeps the plugin's stderr open does not hold up the
+// plugin's end: once the plugin exited, its tree is killed, which ends
+// the stream go-plugin waits for. (The graceful exit timeout, which would
+// also end it, is made longer than the test's deadline.)
+func TestEndNotHeldByDescendantStderr(t *testing.T) {
+	old := gracefulExitTimeout
+	gracefulExitTimeout = 10 * time.Minute
+	defer func() { gracefulExitTimeout = old }()
+	tag := fmt.Sprintf("1004.%d", time.Now().UnixNano()%1_000_000)
+	pidfile := filepath.Join(t.TempDir(), "pids")
+	var stderr bytes.Buffer
+	p := launchFault(t, "spawn", map[string]any{"pidfile": pidfile, "tag": tag, "inherit_stderr": true}, Limits{}, &stderr)
+	pids := spawned(t, pidfile)
+	stopped := make(chan error, 1)
+	start := time.Now()
+	go func() { stopped <- p.Stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Stop took %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(60 * time.Second):
+		t.Fatalf("Stop did not return within 60s while pid %d held the plugin's stderr", pids[0])
+	}
+	for _, pid := range pids {
+		if sleeping(pid, tag) {
+			t.Errorf("pid %d outlived the plugin", pid)
+			_ = syscallKill(pid)
+		}
+	}
+}

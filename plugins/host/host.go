@@ -531,11 +531,29 @@ func (p *Plugin) end(kill bool) {
 			p.cli.Kill()
 			close(exited)
 		}()
-		select {
-		case <-exited:
-		case <-time.After(gracefulExitTimeout):
-			p.signalKill()
-			<-exited
+		timeout := time.NewTimer(gracefulExitTimeout)
+		defer timeout.Stop()
+		poll := time.NewTicker(exitPoll)
+		defer poll.Stop()
+		treeKilled := false
+	wait:
+		for {
+			select {
+			case <-exited:
+				break wait
+			case <-poll.C:
+				// Once the child is gone, what it started goes too: a
+				// descendant holding the child's stderr open would keep
+				// go-plugin from reaping it and its Kill waiting.
+				if !treeKilled && (p.cli.Exited() || p.tree.childExited()) {
+					p.tree.kill()
+					treeKilled = true
+				}
+			case <-timeout.C:
+				p.signalKill()
+				<-exited
+				break wait
+			}
 		}
 		// What the child started ends with it.
 		p.tree.end()

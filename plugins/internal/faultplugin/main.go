@@ -18,7 +18,9 @@
 //	            unless it is contained: `setsid sleep <tag>` and one
 //	            double-forked by a setsid'd shell (an orphan at once);
 //	            write their pids, one a line, to config "pidfile"; then
-//	            write packets and run until stopped
+//	            write packets and run until stopped. With config
+//	            inherit_stderr: true the first keeps the plugin's stderr
+//	            (fd 2) open
 //	alloc       write and flush packets, then allocate and touch memory
 //	            (1 MiB at a time) until something stops it; past 1 GiB
 //	            (a limit that did not work) it logs so and waits to be
@@ -79,6 +81,7 @@ type fault struct {
 	pidfile string
 	tag     string
 	floodMB int
+	inherit bool
 	done    chan struct{}
 	stop    chan struct{}
 	once    sync.Once
@@ -96,6 +99,7 @@ func newFault(cfg map[string]any) (plugins.DataSource, error) {
 	}
 	f.pidfile, _ = cfg["pidfile"].(string)
 	f.tag, _ = cfg["tag"].(string)
+	f.inherit, _ = cfg["inherit_stderr"].(bool)
 	f.floodMB = 100
 	if n, ok := cfg["flood_mb"].(float64); ok && n >= 0 && n == math.Trunc(n) {
 		f.floodMB = int(n)
@@ -196,6 +200,9 @@ func (f *fault) spawn() error {
 	}
 	child := exec.Command("sleep", f.tag)
 	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if f.inherit {
+		child.Stderr = os.NewFile(2, "stderr")
+	}
 	if err := child.Start(); err != nil {
 		return err
 	}
