@@ -343,3 +343,21 @@ func TestEndNotHeldByDescendantStderr(t *testing.T) {
 		}
 	}
 }
+
+// What a plugin writes while it is only asked to describe itself or check
+// a config passes up to maxInspectStderr bytes; the rest is counted and
+// reported.
+func TestCappedWriter(t *testing.T) {
+	var out bytes.Buffer
+	c := &cappedWriter{w: &out, left: 10, limit: 10}
+	for _, s := range []string{"12345", "6789abc", "def"} {
+		if n, err := c.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	c.report("/p")
+	want := "123456789a\ntracepipe: plugin /p: 5 more bytes of stderr suppressed (over 10)\n"
+	if out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+}
