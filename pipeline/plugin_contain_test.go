@@ -95,8 +95,9 @@ sinks: [{type: file, path: %q}]
 	}
 }
 
-// A plugin that breaks its memory limit dies of it, and that is the data
-// source's failure: its restart policy applies (the replacement breaks
+// A plugin that breaks its memory limit dies of it (the fault plugin
+// allocates from its first flush on, so after its Start), and that is the
+// data source's failure: its restart policy applies (the replacement breaks
 // the limit too) and each death is named in the log and attributed in
 // the trace's stats with the limit.
 func TestPluginMemoryLimitIsItsFailure(t *testing.T) {
@@ -104,6 +105,7 @@ func TestPluginMemoryLimitIsItsFailure(t *testing.T) {
 	dir := t.TempDir()
 	cfg := loadYAML(t, fmt.Sprintf(`
 duration: 60s
+flush_period: 100ms
 buffers: [{size_kb: 1024}]
 data_sources:
   - name: fault.source

@@ -197,6 +197,9 @@ func TestTreeEndsWithPlugin(t *testing.T) {
 func TestMemoryLimitExceeded(t *testing.T) {
 	var stderr bytes.Buffer
 	p := launchFault(t, "alloc", nil, Limits{Memory: 256 << 20}, &stderr)
+	if err := p.Flush(1); err != nil { // the fault plugin allocates from its first flush on
+		t.Fatal(err)
+	}
 	waitClosed(t, p.Done(), 60*time.Second, "the plugin's death")
 	st, ok := p.WaitExit(30 * time.Second)
 	if !ok {

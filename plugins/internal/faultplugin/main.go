@@ -21,7 +21,8 @@
 //	            write packets and run until stopped. With config
 //	            inherit_stderr: true the first keeps the plugin's stderr
 //	            (fd 2) open
-//	alloc       write and flush packets, then allocate and touch memory
+//	alloc       write and flush packets; at the first Flush (so well after
+//	            Start returned to the service) allocate and touch memory
 //	            (1 MiB at a time) until something stops it; past 1 GiB
 //	            (a limit that did not work) it logs so and waits to be
 //	            stopped, sparing the machine
@@ -82,6 +83,8 @@ type fault struct {
 	tag     string
 	floodMB int
 	inherit bool
+	allocGo chan struct{} // alloc: closed by the first Flush
+	goOnce  sync.Once
 	done    chan struct{}
 	stop    chan struct{}
 	once    sync.Once
@@ -90,7 +93,7 @@ type fault struct {
 }
 
 func newFault(cfg map[string]any) (plugins.DataSource, error) {
-	f := &fault{mode: "ok", packets: 100, done: make(chan struct{}), stop: make(chan struct{})}
+	f := &fault{mode: "ok", packets: 100, done: make(chan struct{}), stop: make(chan struct{}), allocGo: make(chan struct{})}
 	if m, ok := cfg["mode"].(string); ok {
 		f.mode = m
 	}
@@ -170,6 +173,11 @@ func (f *fault) run() {
 	}
 	switch f.mode {
 	case "alloc":
+		select {
+		case <-f.allocGo:
+		case <-f.stop:
+			return
+		}
 		allocForever(1 << 30)
 		log.Print("fault: allocated 1 GiB and nothing stopped it")
 		<-f.stop
@@ -286,6 +294,9 @@ func (f *fault) FlushWithFlags(flags plugins.FlushFlags) error {
 	}
 	if f.mode == "hang_flush" {
 		select {}
+	}
+	if f.mode == "alloc" {
+		f.goOnce.Do(func() { close(f.allocGo) })
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
