@@ -83,6 +83,7 @@ type DataSourceConfig struct {
 	Plugin                string         `koanf:"plugin"`                  // path of an out-of-process plugin binary (optional); Validate resolves it against the config file's directory
 	ProtoVM               *ProtoVMConfig `koanf:"protovm"`
 	Restart               *RestartConfig `koanf:"restart"`        // plugins: relaunch after a crash (nil: never)
+	Limits                *PluginLimits  `koanf:"limits"`         // plugins: memory, CPU and stderr bounds of the plugin's processes (plugin_limits.go; nil: stderr defaults only)
 	OnStartError          string         `koanf:"on_start_error"` // "continue" (default, also "") | "abort": what a failed Start does to the session
 
 	// perfettoConfig is the DataSourceConfig a Perfetto consumer sent

@@ -141,7 +141,7 @@ func (d *decoder) decodeValue(path, key string, raw any, v reflect.Value) {
 		v.SetInt(int64(dur))
 		return
 	}
-	if key == "max_file_size" && v.Kind() == reflect.Int64 {
+	if (key == "max_file_size" || byteSizeKeys[key]) && v.Kind() == reflect.Int64 {
 		n, ok := toInt(raw)
 		if !ok {
 			s, isStr := raw.(string)

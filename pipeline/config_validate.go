@@ -243,6 +243,8 @@ func (c *Config) checkDataSource(k *checker, i int) {
 		}
 	}
 
+	checkPluginLimits(k, p+".limits", ds.Limits, factory != nil)
+
 	switch ds.OnStartError {
 	case "", OnStartErrorContinue, OnStartErrorAbort:
 	default:

@@ -60,6 +60,9 @@ func (s *Service) producerStats() []tracefile.ProducerStats {
 			Died:              p.faults.died,
 			Error:             p.faults.err,
 		}
+		if side, ok := p.side.(*pluginSide); ok {
+			ps.StderrLinesSuppressed = side.stderr.suppressedLines()
+		}
 		if ps.Faulty() {
 			out = append(out, ps)
 		}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,7 @@ type pluginSide struct {
 type pluginSpec struct {
 	path     string
 	config   map[string]any
+	limits   *PluginLimits
 	smbSize  int
 	pageSize int
 	logf     func(string, ...any)
@@ -51,7 +53,8 @@ func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIde
 		return nil, err
 	}
 	p := newProducer(spec, s, client, commits, notes, finished)
-	stderr := &lineLogger{prefix: p.label() + " plugin: ", logf: ps.logf}
+	lineRate, byteRate := ps.limits.stderrRates()
+	stderr := &lineLogger{prefix: p.label() + " plugin: ", logf: ps.logf, bucket: newStderrBucket(lineRate, byteRate, time.Now)}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.side = &pluginSide{ctx: ctx, cancel: cancel, stderr: stderr, configPath: fmt.Sprintf("data_sources[%d].config", spec.index), cfg: host.Config{
 		Path:             ps.path,
@@ -63,6 +66,7 @@ func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIde
 		OnCommit:         p.deliver,
 		OnTriggers:       func(names []string) { p.onTriggers(names) },
 		Stderr:           stderr,
+		Limits:           ps.limits.hostLimits(),
 	}}
 	return p, nil
 }
@@ -108,6 +112,11 @@ func (ps *pluginSide) describe(err error) error {
 		return err
 	}
 	msg := st + " during Start"
+	if pl != nil {
+		if lim := pl.LimitExceeded(); lim != "" {
+			msg = lim + ": " + msg
+		}
+	}
 	if lines := ps.stderr.last(); lines != "" {
 		msg += ": " + lines
 	}
@@ -179,6 +188,9 @@ func (ps *pluginSide) exitErr() error {
 	if st, ok := ps.plugin.WaitExit(exitWait); ok {
 		msg = st
 	}
+	if lim := ps.plugin.LimitExceeded(); lim != "" {
+		msg = lim + ": " + msg
+	}
 	if lines := ps.stderr.last(); lines != "" {
 		msg += ": " + lines
 	}
@@ -196,6 +208,7 @@ func (ps *pluginSide) close() {
 	if pl != nil {
 		pl.Kill()
 	}
+	ps.stderr.finish()
 }
 
 // stderrLines is how many of a plugin's last stderr lines its errors quote.
@@ -208,8 +221,16 @@ const exitWait = 500 * time.Millisecond
 // session's stop path.
 const stopExitWait = 100 * time.Millisecond
 
-// lineLogger turns a plugin's stderr into log lines and keeps the last
-// few for error messages.
+// maxStderrLine bounds one logged line of a plugin's stderr: a longer
+// line is logged in pieces of this size.
+const maxStderrLine = 4096
+
+// stderrReportEvery is how often, at most, a plugin's suppressed stderr
+// lines are reported while they go on.
+const stderrReportEvery = time.Second
+
+// lineLogger turns a plugin's stderr into log lines, within its rate
+// limits, and keeps the last few for error messages.
 type lineLogger struct {
 	mu     sync.Mutex
 	prefix string
@@ -217,40 +238,104 @@ type lineLogger struct {
 	buf    []byte
 	tail   []string
 	panic  string // the first "panic: " / "fatal error: " line, if any
+
+	bucket *stderrBucket // nil: every line is logged
+	// suppressed and suppressedBytes count the lines (and their bytes)
+	// over the rate limit; reported counts what the log already said.
+	suppressed, suppressedBytes uint64
+	reported                    uint64
+	lastReport                  time.Time
 }
 
 func (l *lineLogger) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.buf = append(l.buf, b...)
-	for {
-		i := strings.IndexByte(string(l.buf), '\n')
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
-			break
+			l.buf = append(l.buf, b...)
+			b = nil
+		} else {
+			l.buf = append(l.buf, b[:i]...)
+			b = b[i+1:]
 		}
-		l.line(string(l.buf[:i]))
-		l.buf = l.buf[i+1:]
+		// A long line (or one that never ends) is logged in pieces.
+		for len(l.buf) >= maxStderrLine {
+			l.line(l.buf[:maxStderrLine])
+			l.buf = l.buf[maxStderrLine:]
+		}
+		if i >= 0 {
+			l.line(l.buf)
+			l.buf = l.buf[:0]
+		}
 	}
-	if len(l.buf) > 4096 { // a line that never ends is logged in pieces
-		l.line(string(l.buf))
-		l.buf = l.buf[:0]
+	if len(l.buf) == 0 {
+		l.buf = nil // do not keep a large backing array
 	}
-	return len(b), nil
+	return n, nil
 }
 
-func (l *lineLogger) line(s string) {
-	if strings.Contains(s, " plugin-host") {
+func (l *lineLogger) line(raw []byte) {
+	if bytes.Contains(raw, []byte(" plugin-host")) {
 		// go-plugin's own log lines: copies of the stderr lines logged
 		// already ("[ERROR] plugin-host.name: panic: ...") or its view of
 		// an exit the service reports itself.
 		return
 	}
-	if l.logf != nil {
-		l.logf("%s%s", l.prefix, s)
-	}
-	if strings.TrimSpace(s) == "" {
+	if l.bucket != nil && !l.bucket.allow(len(raw)) {
+		l.suppressed++
+		l.suppressedBytes += uint64(len(raw))
+		if t := l.bucket.now(); t.Sub(l.lastReport) >= stderrReportEvery {
+			l.lastReport = t
+			l.report("so far")
+		}
+		l.keep(raw)
 		return
 	}
+	if l.logf != nil {
+		l.logf("%s%s", l.prefix, raw)
+	}
+	l.keep(raw)
+}
+
+// report logs how many stderr lines were suppressed, if any since the
+// last report.
+func (l *lineLogger) report(when string) {
+	if l.suppressed == l.reported || l.logf == nil {
+		return
+	}
+	l.reported = l.suppressed
+	l.logf("%s%d stderr lines (%d bytes) suppressed %s (over its limits: %.0f lines and %.0f bytes a second, limits.stderr_lines_per_second and limits.stderr_bytes_per_second)",
+		l.prefix, l.suppressed, l.suppressedBytes, when, l.bucket.lineRate, l.bucket.byteRate)
+}
+
+// finish logs the final count of suppressed lines; the stderr it counts
+// must have ended (the plugin was killed, which waits for go-plugin's
+// stderr relays).
+func (l *lineLogger) finish() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.buf) > 0 {
+		l.line(l.buf)
+		l.buf = nil
+	}
+	l.report("in total")
+}
+
+// suppressedLines is how many stderr lines were counted, not logged.
+func (l *lineLogger) suppressedLines() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.suppressed
+}
+
+// keep remembers a line for error messages.
+func (l *lineLogger) keep(raw []byte) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return
+	}
+	s := string(raw)
 	if l.panic == "" && (strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ")) {
 		l.panic = s
 	}

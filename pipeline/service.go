@@ -269,7 +269,7 @@ func (s *Service) buildProducer(i int, id uint16) (*producer, error) {
 	var err error
 	if dc.Plugin != "" {
 		spec.source = dc.Plugin
-		p, err = newPluginProducer(spec, pluginSpec{path: dc.Plugin, config: dc.Config, smbSize: int(s.cfg.Producers.PluginSMBSizeKB) * 1024, pageSize: pageSize, logf: s.logf},
+		p, err = newPluginProducer(spec, pluginSpec{path: dc.Plugin, config: dc.Config, limits: dc.Limits, smbSize: int(s.cfg.Producers.PluginSMBSizeKB) * 1024, pageSize: pageSize, logf: s.logf},
 			client, s.commits, s.notes, s.finished)
 		if err != nil {
 			return nil, fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)

@@ -29,11 +29,15 @@ type ProducerStats struct {
 	Error           string // 7
 	// Died: the producer (a plugin process) went away while recording.
 	Died uint64 // 8
+	// StderrLinesSuppressed: lines of a plugin's stderr over its rate
+	// limit (data_sources[i].limits.stderr_*), counted instead of logged.
+	// Not trace data: informational.
+	StderrLinesSuppressed uint64 // 9
 }
 
 // Faulty reports whether the producer misbehaved or failed.
 func (p *ProducerStats) Faulty() bool {
-	return p.InvalidPackets+p.SMBChunksRejected+p.CommitsMalformed+p.ChunksDiscarded+p.Died != 0 || p.Error != ""
+	return p.InvalidPackets+p.SMBChunksRejected+p.CommitsMalformed+p.ChunksDiscarded+p.Died+p.StderrLinesSuppressed != 0 || p.Error != ""
 }
 
 const tpProducers = 20
@@ -45,6 +49,7 @@ var producerStatsFields = []counterField[ProducerStats]{
 	{5, "commits_malformed", func(s *ProducerStats) *uint64 { return &s.CommitsMalformed }, true},
 	{6, "chunks_discarded", func(s *ProducerStats) *uint64 { return &s.ChunksDiscarded }, true},
 	{8, "died", func(s *ProducerStats) *uint64 { return &s.Died }, true},
+	{9, "stderr_lines_suppressed", func(s *ProducerStats) *uint64 { return &s.StderrLinesSuppressed }, false},
 }
 
 func appendProducerStats(b []byte, ps []ProducerStats) []byte {

@@ -376,6 +376,7 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 	for _, err := range res.StartErrors {
 		fmt.Fprintf(w, "tracepipe: not recorded: %v\n", err)
 	}
+	printPluginFaults(w, res)
 	var lost []string
 	for _, r := range tracefile.LossReport(res.Stats) {
 		if r.Lost() {

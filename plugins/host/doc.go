@@ -15,6 +15,13 @@
 // stream ended (a clean Stop, a crash, Kill) and why; after Done, OnCommit
 // is never called again, so the caller may release the SMB.
 //
+// The child is contained as a process tree (contain_linux.go): whatever it
+// starts, setsid'd or double-forked, ends with it (a cgroup v2 where one
+// can be created, else a sweep by process group, ancestry and an
+// environment marker); Config.Limits bound its memory and CPU time (cgroup
+// memory.max or rlimits set by a re-exec shim before the plugin runs), and
+// LimitExceeded names a breach.
+//
 // This package must not interpret trace data, touch trace buffers or sinks,
 // or read the SMB itself.
 package host

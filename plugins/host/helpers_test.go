@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
 	}
+	removeTestBuilds()
 	os.Exit(code)
 }
 

@@ -71,6 +71,9 @@ type Config struct {
 	Stderr io.Writer
 	// StartTimeout bounds the handshake plus Setup (default 10s).
 	StartTimeout time.Duration
+	// Limits bound the child's process tree (zero: none); a child that
+	// breaks one dies, and LimitExceeded says which.
+	Limits Limits
 }
 
 // Plugin is one running plugin child serving one data source instance.
@@ -88,6 +91,10 @@ type Plugin struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	tree   *tree
+	limits Limits
+	oom    *oomWatch
+
 	onCommit func([]byte)
 	onTrig   func([]string)
 	done     chan struct{} // closed when the commit stream goroutine returned
@@ -103,20 +110,38 @@ type Plugin struct {
 
 // child is a started plugin process after the go-plugin handshake.
 type child struct {
-	cmd *exec.Cmd
-	cli *plugin.Client
-	rpc wire.DataSourceClient
+	cmd  *exec.Cmd
+	cli  *plugin.Client
+	rpc  wire.DataSourceClient
+	tree *tree
+	oom  *oomWatch
 }
 
-// kill ends the child and its process group at once.
+// kill ends the child and its whole process tree at once.
 func (c *child) kill() {
 	killGroup(c.cmd, c.cli)
+	c.tree.kill()
 	c.cli.Kill()
+	c.tree.end()
 }
 
-// dial starts path (with smbFd, if >= 0, as its fd 3) and performs the
-// go-plugin handshake within timeout (or until ctx ends).
-func dial(ctx context.Context, path string, smbFd int, stderr io.Writer, timeout time.Duration) (*child, error) {
+// dial starts path (with smbFd, if >= 0, as its fd 3) in a contained
+// process tree under limits and performs the go-plugin handshake within
+// timeout (or until ctx ends).
+func dial(ctx context.Context, path string, smbFd int, stderr io.Writer, timeout time.Duration, limits Limits) (*child, error) {
+	c, err := dialOnce(ctx, path, smbFd, stderr, timeout, limits)
+	if errors.Is(err, errCgroupClone) {
+		// The kernel or a seccomp profile refused the clone into the
+		// cgroup; the next try uses the sweep.
+		c, err = dialOnce(ctx, path, smbFd, stderr, timeout, limits)
+	}
+	return c, err
+}
+
+// errCgroupClone is a child that could not be started into its cgroup.
+var errCgroupClone = errors.New("starting the plugin into its cgroup failed")
+
+func dialOnce(ctx context.Context, path string, smbFd int, stderr io.Writer, timeout time.Duration, limits Limits) (*child, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("plugin %s: "+format, append([]any{path}, args...)...)
 	}
@@ -129,7 +154,8 @@ func dial(ctx context.Context, path string, smbFd int, stderr io.Writer, timeout
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	stderr = &lockedWriter{w: stderr}
+	oom := &oomWatch{}
+	stderr = &lockedWriter{w: stderr, oom: oom}
 	cmd := exec.Command(execPath(path))
 	var smbFile *os.File
 	if smbFd >= 0 {
@@ -149,6 +175,15 @@ func dial(ctx context.Context, path string, smbFd int, stderr io.Writer, timeout
 	// delivers it when the forking OS thread exits, which for a Go program
 	// means the process, unless that thread was locked and released).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Beyond the group: the whole tree, setsid'd descendants included,
+	// and the limits (contain_linux.go).
+	tree, err := newTree(cmd, path, limits)
+	if err != nil {
+		if smbFile != nil {
+			_ = smbFile.Close()
+		}
+		return nil, fail("%v", err)
+	}
 	cli := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake,
 		Plugins:          plugin.PluginSet{wire.PluginName: &wire.Plugin{}},
@@ -172,6 +207,7 @@ func dial(ctx context.Context, path string, smbFd int, stderr io.Writer, timeout
 	ch := make(chan dialed, 1)
 	go func() {
 		rpc, err := cli.Client()
+		tree.started(cmd, func() bool { return !cli.Exited() })
 		// The child has its copy (or never started): close ours. Only this
 		// goroutine may, since exec reads it until the child started.
 		if smbFile != nil {
@@ -183,13 +219,17 @@ func dial(ctx context.Context, path string, smbFd int, stderr io.Writer, timeout
 	select {
 	case d = <-ch:
 	case <-startCtx.Done():
-		go func() { <-ch; killGroup(cmd, cli); cli.Kill() }()
+		go func() { <-ch; killGroup(cmd, cli); tree.kill(); cli.Kill(); tree.end() }()
 		if ctx.Err() != nil {
 			return nil, fail("handshake: %v", ctx.Err())
 		}
 		return nil, fail("handshake: no answer within %v", timeout)
 	}
-	c := &child{cmd: cmd, cli: cli}
+	c := &child{cmd: cmd, cli: cli, tree: tree, oom: oom}
+	if d.err != nil && tree.cgroupFailed(cmd) {
+		c.kill()
+		return nil, errCgroupClone
+	}
 	if d.err != nil {
 		// A child that exited on its own says more than the handshake error.
 		st, exited := waitExit(cmd, cli, exitWait)
@@ -286,7 +326,7 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 	if timeout <= 0 {
 		timeout = DefaultStartTimeout
 	}
-	c, err := dial(ctx, cfg.Path, cfg.SMB.Fd(), cfg.Stderr, timeout)
+	c, err := dial(ctx, cfg.Path, cfg.SMB.Fd(), cfg.Stderr, timeout, cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +335,9 @@ func Launch(ctx context.Context, cfg Config) (*Plugin, error) {
 		cmd:      c.cmd,
 		cli:      c.cli,
 		rpc:      c.rpc,
+		tree:     c.tree,
+		limits:   cfg.Limits,
+		oom:      c.oom,
 		onCommit: cfg.OnCommit,
 		onTrig:   cfg.OnTriggers,
 		done:     make(chan struct{}),
@@ -488,18 +531,41 @@ func (p *Plugin) end(kill bool) {
 			p.cli.Kill()
 			close(exited)
 		}()
-		select {
-		case <-exited:
-		case <-time.After(gracefulExitTimeout):
-			p.signalKill()
-			<-exited
+		timeout := time.NewTimer(gracefulExitTimeout)
+		defer timeout.Stop()
+		poll := time.NewTicker(exitPoll)
+		defer poll.Stop()
+		treeKilled := false
+	wait:
+		for {
+			select {
+			case <-exited:
+				break wait
+			case <-poll.C:
+				// Once the child is gone, what it started goes too: a
+				// descendant holding the child's stderr open would keep
+				// go-plugin from reaping it and its Kill waiting.
+				if !treeKilled && (p.cli.Exited() || p.tree.childExited()) {
+					p.tree.kill()
+					treeKilled = true
+				}
+			case <-timeout.C:
+				p.signalKill()
+				<-exited
+				break wait
+			}
 		}
+		// What the child started ends with it.
+		p.tree.end()
 		close(p.ended)
 	})
 	<-p.ended
 }
 
-func (p *Plugin) signalKill() { killGroup(p.cmd, p.cli) }
+func (p *Plugin) signalKill() {
+	killGroup(p.cmd, p.cli)
+	p.tree.kill()
+}
 
 // killGroup SIGKILLs the child and its process group. The group is only
 // signalled while the child is not reaped yet (its pid, which is the group
@@ -531,15 +597,18 @@ func (p *Plugin) Err() error {
 	return p.err
 }
 
-// lockedWriter serialises the writes of go-plugin's several stderr relays.
+// lockedWriter serialises the writes of go-plugin's several stderr relays
+// and lets oom watch them.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	w   io.Writer
+	oom *oomWatch
 }
 
 func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.oom.see(b)
 	return l.w.Write(b)
 }
 

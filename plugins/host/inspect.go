@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/tracepipe/tracepipe/plugins/internal/wire"
 )
@@ -20,9 +21,18 @@ type ConfigKey struct {
 	Name, Type, Description, Default string
 }
 
+// maxInspectStderr bounds the stderr a plugin asked to describe itself or
+// check a config may write through (the rest is counted).
+const maxInspectStderr = 64 << 10
+
 // inspect starts path without an SMB, runs fn against it and ends it.
 func inspect(ctx context.Context, path string, stderr io.Writer, fn func(context.Context, wire.DataSourceClient) error) error {
-	c, err := dial(ctx, path, -1, stderr, DefaultStartTimeout)
+	if stderr != nil {
+		capped := &cappedWriter{w: stderr, left: maxInspectStderr, limit: maxInspectStderr}
+		defer capped.report(path)
+		stderr = capped
+	}
+	c, err := dial(ctx, path, -1, stderr, DefaultStartTimeout, Limits{})
 	if err != nil {
 		return err
 	}
@@ -74,4 +84,34 @@ func Validate(ctx context.Context, path, name string, config map[string]any, std
 		return nil
 	})
 	return problems, err
+}
+
+// cappedWriter passes the first left bytes through and counts the rest.
+type cappedWriter struct {
+	mu      sync.Mutex
+	w       io.Writer
+	left    int
+	limit   int // left at the start
+	dropped int
+}
+
+func (c *cappedWriter) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := min(len(b), c.left)
+	if n > 0 {
+		_, _ = c.w.Write(b[:n])
+		c.left -= n
+	}
+	c.dropped += len(b) - n
+	return len(b), nil
+}
+
+// report says how much was dropped, if anything; the child must be gone.
+func (c *cappedWriter) report(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dropped > 0 {
+		fmt.Fprintf(c.w, "\ntracepipe: plugin %s: %d more bytes of stderr suppressed (over %d)\n", path, c.dropped, c.limit)
+	}
 }

@@ -14,6 +14,24 @@
 //	flush_marks write packets, then run until stopped; every flush first
 //	            writes a mark packet, TestEvent{str: "flush:" + reason},
 //	            the FlushFlags reason the service sent (TRACE_CLONE ...)
+//	spawn       in Start, start two processes that outlive the plugin
+//	            unless it is contained: `setsid sleep <tag>` and one
+//	            double-forked by a setsid'd shell (an orphan at once);
+//	            write their pids, one a line, to config "pidfile"; then
+//	            write packets and run until stopped. With config
+//	            inherit_stderr: true the first keeps the plugin's stderr
+//	            (fd 2) open
+//	alloc       write and flush packets; at the first Flush (so well after
+//	            Start returned to the service) allocate and touch memory
+//	            (1 MiB at a time) until something stops it; past 1 GiB
+//	            (a limit that did not work) it logs so and waits to be
+//	            stopped, sparing the machine
+//	spin        write and flush packets, then burn CPU on one thread until
+//	            stopped (or for 30 s of wall time, a limit that did not
+//	            work)
+//	stderr_flood write and flush packets, then write config "flood_mb"
+//	            MiB (default 100) of 100-byte lines to stderr (in writes
+//	            of 655 lines), then be done (plugins.Finite)
 //
 // Run under the name "faultplugin-raw" (a symlink), it is instead a
 // hand-made protocol server that commits out-of-range chunk indices, a
@@ -30,7 +48,9 @@ import (
 	"log"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -59,6 +79,12 @@ func main() {
 type fault struct {
 	mode    string
 	packets int
+	pidfile string
+	tag     string
+	floodMB int
+	inherit bool
+	allocGo chan struct{} // alloc: closed by the first Flush
+	goOnce  sync.Once
 	done    chan struct{}
 	stop    chan struct{}
 	once    sync.Once
@@ -67,12 +93,19 @@ type fault struct {
 }
 
 func newFault(cfg map[string]any) (plugins.DataSource, error) {
-	f := &fault{mode: "ok", packets: 100, done: make(chan struct{}), stop: make(chan struct{})}
+	f := &fault{mode: "ok", packets: 100, done: make(chan struct{}), stop: make(chan struct{}), allocGo: make(chan struct{})}
 	if m, ok := cfg["mode"].(string); ok {
 		f.mode = m
 	}
 	if n, ok := cfg["packets"].(float64); ok && n >= 0 && n == math.Trunc(n) {
 		f.packets = int(n)
+	}
+	f.pidfile, _ = cfg["pidfile"].(string)
+	f.tag, _ = cfg["tag"].(string)
+	f.inherit, _ = cfg["inherit_stderr"].(bool)
+	f.floodMB = 100
+	if n, ok := cfg["flood_mb"].(float64); ok && n >= 0 && n == math.Trunc(n) {
+		f.floodMB = int(n)
 	}
 	return f, nil
 }
@@ -107,6 +140,10 @@ func (f *fault) Start(h plugins.Host) error {
 		log.Print("fault: opening /dev/fault0: no such device")
 		log.Print("fault: giving up")
 		os.Exit(2)
+	case "spawn":
+		if err := f.spawn(); err != nil {
+			return err
+		}
 	}
 	w, err := h.NewWriter()
 	if err != nil {
@@ -135,6 +172,21 @@ func (f *fault) run() {
 		time.Sleep(300 * time.Millisecond)
 	}
 	switch f.mode {
+	case "alloc":
+		select {
+		case <-f.allocGo:
+		case <-f.stop:
+			return
+		}
+		allocForever(1 << 30)
+		log.Print("fault: allocated 1 GiB and nothing stopped it")
+		<-f.stop
+	case "stderr_flood":
+		flood(f.floodMB)
+	case "spin":
+		spin(f.stop, 30*time.Second)
+	}
+	switch f.mode {
 	case "kill":
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	case "panic":
@@ -142,8 +194,74 @@ func (f *fault) run() {
 	case "garbage_smb":
 		garbage()
 	}
-	if f.mode == "hang_flush" || f.mode == "garbage_smb" || f.mode == "flush_marks" {
+	if f.mode == "hang_flush" || f.mode == "garbage_smb" || f.mode == "flush_marks" || f.mode == "spawn" {
 		<-f.stop
+	}
+}
+
+// spawn starts `setsid sleep <tag>` and, through a setsid'd shell that
+// exits at once, an orphaned `sleep <tag>`; it writes both pids to
+// f.pidfile.
+func (f *fault) spawn() error {
+	if f.pidfile == "" || f.tag == "" {
+		return fmt.Errorf("mode spawn needs pidfile and tag")
+	}
+	child := exec.Command("sleep", f.tag)
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if f.inherit {
+		child.Stderr = os.NewFile(2, "stderr")
+	}
+	if err := child.Start(); err != nil {
+		return err
+	}
+	sh := exec.Command("sh", "-c", `sleep "$1" >/dev/null 2>&1 </dev/null & echo $!`, "sh", f.tag)
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := sh.Output()
+	if err != nil {
+		return fmt.Errorf("double fork: %v", err)
+	}
+	pids := fmt.Sprintf("%d\n%s", child.Process.Pid, out)
+	return os.WriteFile(f.pidfile, []byte(pids), 0o644)
+}
+
+// sink keeps what allocForever allocated reachable.
+var sink [][]byte
+
+// allocForever allocates and touches memory until the process dies or
+// limit bytes are allocated.
+func allocForever(limit int) {
+	for len(sink)<<20 < limit {
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		sink = append(sink, b)
+	}
+}
+
+// spin keeps one thread busy until stop is closed or d passed.
+func spin(stop <-chan struct{}, d time.Duration) {
+	end := time.Now().Add(d)
+	for x := uint64(1); time.Now().Before(end); x = x*6364136223846793005 + 1 {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+	}
+}
+
+// flood writes mb MiB of 100-byte lines to stderr.
+func flood(mb int) {
+	line := []byte(strings.Repeat("x", 99) + "\n")
+	buf := make([]byte, 0, 64<<10)
+	for len(buf)+len(line) <= cap(buf) {
+		buf = append(buf, line...)
+	}
+	for written := 0; written < mb<<20; written += len(buf) {
+		if _, err := os.Stderr.Write(buf); err != nil {
+			return
+		}
 	}
 }
 
@@ -177,6 +295,9 @@ func (f *fault) FlushWithFlags(flags plugins.FlushFlags) error {
 	if f.mode == "hang_flush" {
 		select {}
 	}
+	if f.mode == "alloc" {
+		f.goOnce.Do(func() { close(f.allocGo) })
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	select {
@@ -196,7 +317,7 @@ func (f *fault) Stop() error {
 }
 
 func (f *fault) Done() <-chan struct{} {
-	if f.mode == "ok" {
+	if f.mode == "ok" || f.mode == "stderr_flood" {
 		return f.done
 	}
 	return nil

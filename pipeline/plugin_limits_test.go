@@ -1,0 +1,113 @@
+package pipeline
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// data_sources[i].limits decodes sizes and durations, and each bad value
+// is reported at its field path with the rule it breaks.
+func TestPluginLimitsConfig(t *testing.T) {
+	exe, err := os.Executable() // any executable stands for the plugin
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(ds string) (*Config, error) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "c.yaml")
+		text := fmt.Sprintf("buffers: [{size_kb: 1024}]\nsinks: [{type: file, path: out.pftrace}]\ndata_sources:\n  - %s\n", ds)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return Load(LoadOptions{Path: path})
+	}
+	plugin := fmt.Sprintf("{name: x.y, plugin: %q, ", exe)
+
+	cfg, err := load(plugin + "limits: {memory: 256MiB, cpu: 90s, stderr_lines_per_second: 10, stderr_bytes_per_second: 4KiB}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := PluginLimits{Memory: 256 << 20, CPU: 90 * time.Second, StderrLinesPerSecond: 10, StderrBytesPerSecond: 4096}
+	if got := cfg.DataSources[0].Limits; got == nil || *got != want {
+		t.Fatalf("limits decoded as %+v, want %+v", got, want)
+	}
+	if hl := got(cfg).hostLimits(); hl.Memory != 256<<20 || hl.CPU != 90*time.Second {
+		t.Errorf("host limits %+v", hl)
+	}
+	if lines, bytes := got(cfg).stderrRates(); lines != 10 || bytes != 4096 {
+		t.Errorf("stderr rates %v, %v", lines, bytes)
+	}
+	cfg, err = load(plugin + "limits: {memory: 1073741824}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines, bytes := got(cfg).stderrRates(); got(cfg).Memory != 1<<30 || lines != DefaultStderrLinesPerSecond || bytes != DefaultStderrBytesPerSecond {
+		t.Errorf("limits %+v, stderr rates %v, %v: want 1 GiB and the default rates", got(cfg), lines, bytes)
+	}
+	if lines, bytes := (*PluginLimits)(nil).stderrRates(); lines != DefaultStderrLinesPerSecond || bytes != DefaultStderrBytesPerSecond {
+		t.Errorf("no limits section: stderr rates %v, %v, want the defaults", lines, bytes)
+	}
+
+	for _, c := range []struct{ ds, want string }{
+		{plugin + "limits: {memory: 1MiB}}", "data_sources[0].limits.memory: must be 0 (no limit) or in 16MiB..1TiB, got 1048576 bytes"},
+		{plugin + "limits: {memory: lots}}", `data_sources[0].limits.memory: want a byte count or a size like "64MiB", got "lots"`},
+		{plugin + "limits: {cpu: 500ms}}", "data_sources[0].limits.cpu: must be 0 (no limit) or in 1s..1000h, got 500ms"},
+		{plugin + "limits: {cpu: 10}}", `data_sources[0].limits.cpu: want a duration like "10s", got 10`},
+		{plugin + "limits: {stderr_lines_per_second: 2000000}}", "data_sources[0].limits.stderr_lines_per_second: must be in 0..1000000 (0: 100), got 2000000"},
+		{plugin + "limits: {stderr_bytes_per_second: 10}}", "data_sources[0].limits.stderr_bytes_per_second: must be 0 (65536) or in 1KiB..1GiB, got 10"},
+		{plugin + "limits: {memroy: 1GiB}}", "data_sources[0].limits.memroy: unknown key (did you mean memory?)"},
+		{"{name: test.fake, limits: {memory: 1GiB}}", "data_sources[0].limits: limits apply to plugin data sources only (this one runs inside tracepipe)"},
+	} {
+		_, err := load(c.ds)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s:\n got %v\nwant %s", c.ds, err, c.want)
+		}
+	}
+}
+
+func got(cfg *Config) *PluginLimits { return cfg.DataSources[0].Limits }
+
+// The stderr bucket lets a burst of ten seconds' worth through, then the
+// rate, by lines and by bytes, whichever runs out first.
+func TestStderrBucket(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := newStderrBucket(5, 1000, func() time.Time { return now })
+	allowed := 0
+	for range 100 {
+		if b.allow(10) {
+			allowed++
+		}
+	}
+	if allowed != 50 {
+		t.Fatalf("burst let %d lines through, want 50 (10 s of 5 lines/s)", allowed)
+	}
+	now = now.Add(time.Second)
+	allowed = 0
+	for range 100 {
+		if b.allow(10) {
+			allowed++
+		}
+	}
+	if allowed != 5 {
+		t.Fatalf("after a second, %d lines, want 5", allowed)
+	}
+	// Bytes: a full bucket holds 10,000 bytes; 4,000-byte lines pass twice.
+	now = now.Add(time.Hour)
+	allowed = 0
+	for range 10 {
+		if b.allow(4000) {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Fatalf("%d lines of 4000 bytes from a full bucket of 10000 bytes, want 2", allowed)
+	}
+	// A clock going backwards adds nothing.
+	now = now.Add(-time.Minute)
+	if b.allow(4000) {
+		t.Fatal("a line passed with the clock going backwards and the bytes spent")
+	}
+}
