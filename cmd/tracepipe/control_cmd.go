@@ -36,7 +36,7 @@ type sessionControl struct {
 func (c *sessionControl) Info() control.Info {
 	st := c.svc.Status()
 	sn := c.svc.SnapshotStats()
-	in := control.Info{Name: c.name, Start: c.start, Losses: st.Losses, BytesIn: st.BytesIn,
+	in := control.Info{Name: c.name, Start: c.start, Losses: st.Losses - st.RingOverwrites, RingOverwrites: st.RingOverwrites, BytesIn: st.BytesIn,
 		SnapshotsTaken: sn.Taken, SnapshotsFailed: sn.Failed, SnapshotsRefused: sn.Refused}
 	for _, b := range st.Buffers {
 		in.Buffers = append(in.Buffers, control.BufferInfo{Name: b.Name, Size: uint64(b.Size), Fill: b.Fill()})
@@ -97,8 +97,16 @@ func dialSession(sel string) (*control.Client, control.Endpoint, error) {
 func newSessionsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "sessions",
-		Short: "List running sessions: name, pid, uptime, buffer fill, losses, snapshots",
-		Args:  cobra.NoArgs,
+		Short: "List running sessions: name, pid, uptime, buffer fill, losses, ring overwrites, snapshots",
+		Long: `List running sessions: name, pid, uptime, losses, ring overwrites,
+snapshots taken and each buffer's fill.
+
+LOSSES sums the data_loss counters of the session's stats (tracepipe stats
+explains each). OVERWRITTEN counts the chunks a ring buffer overwrote in a
+session that reads its buffers once, at stop or for snapshots (a flight
+recorder): the ring keeping its newest data, which is what it is for; in a
+streaming session (write_into_file) overwrites are losses and count there.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := control.Dir()
 			if err != nil {
@@ -109,7 +117,7 @@ func newSessionsCmd() *cobra.Command {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "%-20s %8s %10s %12s %8s %s\n", "NAME", "PID", "UPTIME", "LOSSES", "SNAPS", "BUFFERS")
+			fmt.Fprintf(w, "%-20s %8s %10s %12s %12s %8s %s\n", "NAME", "PID", "UPTIME", "LOSSES", "OVERWRITTEN", "SNAPS", "BUFFERS")
 			for _, ep := range eps {
 				c, err := control.Dial(ep)
 				if err != nil {
@@ -135,8 +143,9 @@ func newSessionsCmd() *cobra.Command {
 				if name == "" {
 					name = "-"
 				}
-				fmt.Fprintf(w, "%-20s %8d %10v %12d %8d %s\n", name, in.GetPid(),
-					(time.Duration(in.GetUptimeMs()) * time.Millisecond).Truncate(time.Second), in.GetLosses(), in.GetSnapshotsTaken(), strings.Join(bufs, ", "))
+				fmt.Fprintf(w, "%-20s %8d %10v %12d %12d %8d %s\n", name, in.GetPid(),
+					(time.Duration(in.GetUptimeMs()) * time.Millisecond).Truncate(time.Second), in.GetLosses(), in.GetRingOverwrites(),
+					in.GetSnapshotsTaken(), strings.Join(bufs, ", "))
 			}
 			return nil
 		},
