@@ -230,7 +230,7 @@ func newControlCmds() []*cobra.Command {
 func alertHandler(svc *pipeline.Service, stderr io.Writer) http.Handler {
 	return control.AlertHandler(func(names []string) []string {
 		acted := svc.ActivateTriggers("alertmanager", names...)
-		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: alertmanager: triggers %v, acted %v\n", names, acted)
+		fmt.Fprintf(stderr, "tracepipe: alertmanager: triggers %v, acted %v\n", names, acted)
 		return acted
 	})
 }

@@ -20,7 +20,7 @@ func startPerfetto(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) 
 	reg := pipeline.NewPerfettoProducers()
 	host := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
 	host.Logf = func(format string, args ...any) {
-		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: perfetto: "+format+"\n", args...)
+		fmt.Fprintf(stderr, "tracepipe: perfetto: "+format+"\n", args...)
 	}
 	path := cfg.Perfetto.ProducerSocketPath()
 	if err := host.Listen(path); err != nil {

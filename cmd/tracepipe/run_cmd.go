@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -79,6 +81,9 @@ func newRunCmd() *cobra.Command {
 			cfg, err := loadRunConfig(path, output, sets, cmd.ErrOrStderr())
 			if err != nil {
 				return err
+			}
+			if writesStdout(cfg) && isTerminal(cmd.OutOrStdout()) {
+				return usageError{errors.New("refusing to write a binary trace to the terminal (a file sink's path is \"-\"): redirect standard output (tracepipe run -o - > t.pftrace, or | a program) or name a file with -o")}
 			}
 			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, logFormat)
 		},
@@ -170,7 +175,8 @@ func (r *stopRequests) on(now time.Time) int {
 // runSession runs one session with a status line on a terminal.
 func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, logFormat string) error {
 	tty := isTerminal(stderr)
-	stderr = &syncWriter{w: stderr} // sinks log from their own goroutines
+	console := &syncWriter{w: stderr, tty: tty} // sinks log from their own goroutines
+	stderr = console
 	// Our handler stays installed for the whole session: a disposition
 	// inherited from the parent (SIGINT ignored in a script's background
 	// job) is replaced, and a second signal is ours to judge.
@@ -180,11 +186,7 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	linePrefix := ""
-	if tty {
-		linePrefix = "\r\x1b[K" // clear the status line first
-	}
-	logger, err := newLogger(stderr, logFormat, linePrefix)
+	logger, err := newLogger(stderr, logFormat, "")
 	if err != nil {
 		return err
 	}
@@ -236,21 +238,21 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 				go func() {
 					r := <-svc.Snapshot(pipeline.SnapshotRequest{Trigger: "sigusr1"})
 					if r.Err != nil {
-						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: SIGUSR1 snapshot: %v\n", r.Err)
+						fmt.Fprintf(stderr, "tracepipe: SIGUSR1 snapshot: %v\n", r.Err)
 						return
 					}
-					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: SIGUSR1 snapshot %d: %s\n", r.N, strings.Join(r.Files, ", "))
+					fmt.Fprintf(stderr, "tracepipe: SIGUSR1 snapshot %d: %s\n", r.N, strings.Join(r.Files, ", "))
 				}()
 			case sig := <-sigs:
 				switch req.on(time.Now()) {
 				case sigStop:
-					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v: stopping… (Ctrl-C again to abort)\n", sig)
+					fmt.Fprintf(stderr, "tracepipe: %v: stopping… (Ctrl-C again to abort)\n", sig)
 					cancel()
 				case sigAbort:
 					if cfg.WriteIntoFile {
-						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v again: aborting; the file ends at its last complete packet, without the final TraceStats\n", sig)
+						fmt.Fprintf(stderr, "tracepipe: %v again: aborting; the file ends at its last complete packet, without the final TraceStats\n", sig)
 					} else {
-						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v again: aborting; nothing is written (write_into_file is false: the buffers are read only at the end)\n", sig)
+						fmt.Fprintf(stderr, "tracepipe: %v again: aborting; nothing is written (write_into_file is false: the buffers are read only at the end)\n", sig)
 					}
 					removeEmpty(svc.Files(), stderr)
 					abortProcess(exitAborted)
@@ -267,18 +269,24 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 				case <-done:
 					return
 				case <-t.C:
-					fmt.Fprintf(stderr, "\r\x1b[K%s", statusLine(svc.Status()))
+					console.status(statusLine(svc.Status()))
 				}
 			}
 		}()
 	}
 	res, err := svc.Run(ctx)
 	close(done)
-	if tty {
-		fmt.Fprint(stderr, "\r\x1b[K")
-	}
+	console.clearStatus()
 	if res != nil {
 		printSummary(stderr, res)
+		// A sink failure is already in the log and in the sink's summary
+		// line: the exit error names the sink without a third copy.
+		for _, sr := range res.Sinks {
+			if err != nil && sr.Err != nil && errors.Is(err, sr.Err) {
+				err = fmt.Errorf("sink %s failed (its summary line above says why); the session stopped (on_error: stop)", sr.Name)
+				break
+			}
+		}
 		if err == nil && res.TriggerTimedOut {
 			for _, f := range res.Files {
 				_ = os.Remove(f)
@@ -398,4 +406,21 @@ func firstOr(s []string, def string) string {
 		return s[0]
 	}
 	return def
+}
+
+// writesStdout reports whether a file sink of cfg streams to standard
+// output (path "-", flat or in its file section).
+func writesStdout(cfg *pipeline.Config) bool {
+	for _, s := range cfg.Sinks {
+		if s.Type != sinks.SinkTypeFile {
+			continue
+		}
+		if s.Path == sinks.StdoutPath {
+			return true
+		}
+		if p, ok := s.Sections[sinks.SinkTypeFile]["path"].(string); ok && p == sinks.StdoutPath {
+			return true
+		}
+	}
+	return false
 }
