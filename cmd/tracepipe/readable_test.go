@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -78,5 +79,17 @@ func TestInspectReadable(t *testing.T) {
 	stdout, _, _ = runCLI(t, "inspect", "--stats", "-n", "0", path)
 	if !regexp.MustCompile(`(?m)^~\s+buffer 0\s+chunks_overwritten`).MatchString(stdout) {
 		t.Errorf("--stats:\n%s", stdout)
+	}
+}
+
+// run's status line shows a read-once ring's overwrites apart from losses,
+// as `sessions` does.
+func TestStatusLineRingOverwrites(t *testing.T) {
+	line := statusLine(pipeline.Status{Losses: 763734 + 3, RingOverwrites: 763734})
+	if !strings.Contains(line, "losses 3  ring overwrote 763734 chunks") {
+		t.Errorf("status line %q", line)
+	}
+	if line = statusLine(pipeline.Status{Losses: 5}); !strings.Contains(line, "losses 5") || strings.Contains(line, "ring") {
+		t.Errorf("status line %q", line)
 	}
 }

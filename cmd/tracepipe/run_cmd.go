@@ -320,7 +320,10 @@ func statusLine(st pipeline.Status) string {
 	} else {
 		fmt.Fprintf(&b, "%v (until SIGINT)", elapsed)
 	}
-	fmt.Fprintf(&b, "  in %s  out %s  %d packets  losses %d", byteSize(st.BytesIn), byteSize(st.BytesOut), st.Packets, st.Losses)
+	fmt.Fprintf(&b, "  in %s  out %s  %d packets  losses %d", byteSize(st.BytesIn), byteSize(st.BytesOut), st.Packets, st.Losses-st.RingOverwrites)
+	if st.RingOverwrites > 0 { // a ring read once keeps its newest data: not a loss
+		fmt.Fprintf(&b, "  ring overwrote %d chunks", st.RingOverwrites)
+	}
 	for i, bs := range st.Buffers {
 		name := bs.Name
 		if name == "" {
