@@ -44,6 +44,7 @@ func DumpPacketLimit(packet []byte, maxText int) string {
 
 func dumpMessage(sb *strings.Builder, b []byte, depth int, desc *msgDesc, maxText int) {
 	indent := strings.Repeat("  ", depth)
+	wall := desc == clockDesc && isWallClock(b)
 	it := wire.Fields(b)
 	for it.Next() {
 		if sb.Len() > maxText {
@@ -54,6 +55,12 @@ func dumpMessage(sb *strings.Builder, b []byte, depth int, desc *msgDesc, maxTex
 		name := fd.name
 		switch f.Type {
 		case protowire.VarintType:
+			if wall && fd.kind == kindNanos {
+				// A REALTIME clock's reading is wall time: a date says more.
+				sb.WriteString(indent + name + ": " + strconv.FormatUint(f.Varint, 10) + " (" +
+					time.Unix(0, int64(f.Varint)).UTC().Format("2006-01-02 15:04:05.000000000 UTC") + ")\n")
+				continue
+			}
 			sb.WriteString(indent + name + ": " + varintText(fd, f.Varint) + "\n")
 		case protowire.Fixed32Type:
 			sb.WriteString(indent + name + ": 0x" + strconv.FormatUint(f.Varint, 16) + " (fixed32)\n")
@@ -108,6 +115,18 @@ func dumpMessage(sb *strings.Builder, b []byte, depth int, desc *msgDesc, maxTex
 			sb.WriteString(indent + name + ": <unsupported wire type " + strconv.Itoa(int(we.Type)) + "> " + hexOf(val) + "\n")
 		}
 	}
+}
+
+// isWallClock reports whether a ClockSnapshot.Clock names a REALTIME
+// clock (REALTIME or REALTIME_COARSE), whose timestamps are wall time.
+func isWallClock(clock []byte) bool {
+	it := wire.Fields(clock)
+	for it.Next() {
+		if f := it.Field(); f.Num == 1 && f.Type == protowire.VarintType {
+			return f.Varint == 1 || f.Varint == 2
+		}
+	}
+	return false
 }
 
 // field describes field num of d; a field d does not know (or a nil d)

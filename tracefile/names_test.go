@@ -47,6 +47,11 @@ func TestDumpNamesNestedFields(t *testing.T) {
 	if k := PacketFieldName(FieldCloneSnapshotTrigger); k != "clone_snapshot_trigger" {
 		t.Errorf("kind of field 113 = %q", k)
 	}
+	// A REALTIME clock's reading is shown as a date.
+	wallClock := AppendClockSnapshot(nil, []Clock{{ID: 1, Timestamp: 1795766347167680561}}, ClockBoottime)
+	if d := DumpPacket(wallClock); !strings.Contains(d, "timestamp: 1795766347167680561 (2026-11-27 07:59:07.167680561 UTC)\n") {
+		t.Errorf("wall clock: %s", d)
+	}
 	// Unknown nested fields still print by number.
 	unk := wire.AppendNested(nil, FieldTrackEvent, func(b []byte) []byte { return wire.AppendVarint(b, 999, 7) })
 	if d := DumpPacket(unk); !strings.Contains(d, "  999: 7\n") {
