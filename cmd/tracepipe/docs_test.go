@@ -464,3 +464,30 @@ func TestREADMETourRuns(t *testing.T) {
 		}
 	}
 }
+
+// configs/default.yaml, the config a newcomer reads first, mentions every
+// key of the schema (set, or commented out at its default): it missed
+// trigger_config, rotate_period, unique_session_name, plugin_dir,
+// perfetto, protovm, restart, on_start_error and transfer_on_clone. The
+// sink sections of other types are the reference's.
+func TestDefaultConfigMentionsEveryKey(t *testing.T) {
+	b, err := fs.ReadFile(configs.Files, configs.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	keys, err := pipeline.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if strings.HasPrefix(k.Path, "sinks[].") && (strings.Count(k.Path, ".") > 1 || k.Type == "section") {
+			continue // relay/nats/file sections: docs/configuration-reference.md
+		}
+		last := k.Path[strings.LastIndexAny(k.Path, ".]")+1:]
+		if !regexp.MustCompile(`(?m)^[#\s-]*(- )?` + regexp.QuoteMeta(last) + `:`).MatchString(text) &&
+			!strings.Contains(text, last+": ") && !strings.Contains(text, "{"+last+":") {
+			t.Errorf("configs/default.yaml does not mention %s", k.Path)
+		}
+	}
+}
