@@ -323,7 +323,7 @@ func walkSchema(t reflect.Type, def reflect.Value, prefix string, out *[]SchemaK
 }
 
 // durationPattern matches a Go duration string ("10s", "1m30s", "-1s").
-const durationPattern = `^[-+]?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$|^0$`
+const durationPattern = `^[-+]?([0-9]+(\.[0-9]*)?(ns|us|µs|ms|s|m|h))+$`
 
 // byteSizePattern matches a byte count with an optional unit ("64MiB").
 const byteSizePattern = `^\s*[0-9]+\s*([kKmMgGtT]i?[bB]|[bB])?\s*$`
@@ -392,7 +392,11 @@ func jsonType(k SchemaKey) map[string]any {
 	case "number":
 		n = map[string]any{"type": "number"}
 	case "duration":
-		n = map[string]any{"type": "string", "pattern": durationPattern}
+		// A Go duration string; a bare 0 (0 in every unit) is accepted too.
+		n = map[string]any{"oneOf": []any{
+			map[string]any{"type": "string", "pattern": durationPattern},
+			map[string]any{"const": 0},
+		}}
 	case "byte size":
 		n = map[string]any{"oneOf": []any{
 			map[string]any{"type": "integer", "minimum": 0},
