@@ -494,7 +494,7 @@ func TestDefaultConfigMentionsEveryKey(t *testing.T) {
 			continue // relay/nats/file sections: docs/configuration-reference.md
 		}
 		last := k.Path[strings.LastIndexAny(k.Path, ".]")+1:]
-		if !regexp.MustCompile(`(?m)^[#\s-]*(- )?` + regexp.QuoteMeta(last) + `:`).MatchString(text) &&
+		if !regexp.MustCompile(`(?m)^[#\s-]*(- )?`+regexp.QuoteMeta(last)+`:`).MatchString(text) &&
 			!strings.Contains(text, last+": ") && !strings.Contains(text, "{"+last+":") {
 			t.Errorf("configs/default.yaml does not mention %s", k.Path)
 		}
