@@ -93,3 +93,19 @@ func TestStatusLineRingOverwrites(t *testing.T) {
 		t.Errorf("status line %q", line)
 	}
 }
+
+// run's summary: a read-once ring's overwrites are not "data loss"; in a
+// streaming session they are.
+func TestSummaryRingOverwrites(t *testing.T) {
+	res := &pipeline.Result{Stats: tracefile.TraceStats{BufferStats: []tracefile.BufferStats{{ChunksOverwritten: 282688}}}}
+	var b strings.Builder
+	printSummary(&b, res, lossContext(&pipeline.Config{Buffers: []pipeline.BufferConfig{{FillPolicy: pipeline.FillPolicyRingBuffer}}}))
+	if !strings.Contains(b.String(), "tracepipe: no data loss\n") || !strings.Contains(b.String(), "chunks_overwritten[buffer 0]=282688 (a ring read once") {
+		t.Errorf("read once:\n%s", b.String())
+	}
+	b.Reset()
+	printSummary(&b, res, lossContext(&pipeline.Config{WriteIntoFile: true, Buffers: []pipeline.BufferConfig{{FillPolicy: pipeline.FillPolicyRingBuffer}}}))
+	if !strings.Contains(b.String(), "tracepipe: data loss: chunks_overwritten[buffer 0]=282688") {
+		t.Errorf("streaming:\n%s", b.String())
+	}
+}

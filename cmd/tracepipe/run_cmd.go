@@ -278,7 +278,7 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	close(done)
 	console.clearStatus()
 	if res != nil {
-		printSummary(stderr, res)
+		printSummary(stderr, res, lossContext(cfg))
 		// A sink failure is already in the log and in the sink's summary
 		// line: the exit error names the sink without a third copy.
 		for _, sr := range res.Sinks {
@@ -353,7 +353,7 @@ func byteSize(n uint64) string {
 
 // printSummary tells, per sink, exactly what reached its destination,
 // and whether anything was lost.
-func printSummary(w io.Writer, res *pipeline.Result) {
+func printSummary(w io.Writer, res *pipeline.Result, lc tracefile.LossContext) {
 	for _, sr := range res.Sinks {
 		dest := sr.Destination
 		if n := len(sr.Files); n > 1 {
@@ -387,14 +387,18 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 	for _, err := range res.StartErrors {
 		fmt.Fprintf(w, "tracepipe: not recorded: %v\n", err)
 	}
-	var lost []string
+	var lost, ring []string
 	for _, r := range tracefile.LossReport(res.Stats) {
 		if r.Lost() {
 			name := r.Name
 			if r.Index >= 0 {
 				name = fmt.Sprintf("%s[buffer %d]", r.Name, r.Index)
 			}
-			lost = append(lost, fmt.Sprintf("%s=%d", name, r.Value))
+			if lc.RingOverwrite(r) {
+				ring = append(ring, fmt.Sprintf("%s=%d", name, r.Value))
+			} else {
+				lost = append(lost, fmt.Sprintf("%s=%d", name, r.Value))
+			}
 		}
 	}
 	if len(lost) > 0 {
@@ -402,6 +406,19 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 	} else {
 		fmt.Fprintln(w, "tracepipe: no data loss")
 	}
+	if len(ring) > 0 {
+		fmt.Fprintf(w, "tracepipe: the ring buffer kept its newest data, overwriting the oldest: %s (a ring read once at the end does that; not a loss)\n", strings.Join(ring, " "))
+	}
+}
+
+// lossContext is what the trace's echoed config will tell `stats` (see
+// tracefile.LossContext), from the session's config.
+func lossContext(cfg *pipeline.Config) tracefile.LossContext {
+	lc := tracefile.LossContext{Known: true, WriteIntoFile: cfg.WriteIntoFile}
+	for _, b := range cfg.Buffers {
+		lc.Ring = append(lc.Ring, b.FillPolicy != pipeline.FillPolicyDiscard)
+	}
+	return lc
 }
 
 func firstOr(s []string, def string) string {
