@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tracepipe/tracepipe/configs"
@@ -498,5 +499,30 @@ func TestDefaultConfigMentionsEveryKey(t *testing.T) {
 			!strings.Contains(text, last+": ") && !strings.Contains(text, "{"+last+":") {
 			t.Errorf("configs/default.yaml does not mention %s", k.Path)
 		}
+	}
+}
+
+// The commands' help cites only documents of the repository: `check
+// --help` cited reference/trace-processor-import.md, which is not in it.
+func TestHelpCitesExistingDocs(t *testing.T) {
+	mdRE := regexp.MustCompile(`[A-Za-z0-9_./-]+\.md\b`)
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		for _, text := range []string{c.Long, c.Short, c.Example, c.Flags().FlagUsages()} {
+			for _, p := range mdRE.FindAllString(text, -1) {
+				n++
+				if _, err := os.Stat(filepath.Join(repoRoot, p)); err != nil && !slices.Contains(pendingDocs, p) {
+					t.Errorf("%s --help cites %s, which is not in the repository", c.CommandPath(), p)
+				}
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	if n == 0 {
+		t.Fatal("no command cites a document: check --help should cite docs/import-rules.md")
 	}
 }
