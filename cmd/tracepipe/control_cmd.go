@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/control"
 	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/sinks"
 )
 
 // exitNoTrigger: a start_tracing or stop_tracing session saw no trigger
@@ -227,21 +229,21 @@ func newControlCmds() []*cobra.Command {
 // serveAlerts serves the Alertmanager webhook at POST /alertmanager on
 // addr until the returned stop is called.
 // alertHandler turns Alertmanager's webhook into trigger activations.
-func alertHandler(svc *pipeline.Service, stderr io.Writer) http.Handler {
+func alertHandler(svc *pipeline.Service, log *slog.Logger) http.Handler {
 	return control.AlertHandler(func(names []string) []string {
 		acted := svc.ActivateTriggers("alertmanager", names...)
-		fmt.Fprintf(stderr, "tracepipe: alertmanager: triggers %v, acted %v\n", names, acted)
+		sinks.LogDetail(log, slog.LevelInfo, []any{"triggers", names, "acted", acted}, "alertmanager: triggers %v, acted %v", names, acted)
 		return acted
 	})
 }
 
-func serveAlerts(addr string, svc *pipeline.Service, stderr io.Writer) (func(), error) {
+func serveAlerts(addr string, svc *pipeline.Service, log *slog.Logger) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--alert-addr: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/alertmanager", alertHandler(svc, stderr))
+	mux.Handle("/alertmanager", alertHandler(svc, log))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() { _ = srv.Serve(ln) }()
 	return func() {

@@ -192,7 +192,7 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	}
 	opts := pipeline.Options{Logger: logger, Rotatable: true}
 	if cfg.Perfetto.Enabled {
-		reg, host, err := startPerfetto(ctx, cfg, stderr)
+		reg, host, err := startPerfetto(ctx, cfg, logger)
 		if err != nil {
 			return err
 		}
@@ -211,14 +211,14 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 		defer ctl.Close()
 	}
 	if metricsAddr != "" { // metrics_cmd.go; the Alertmanager webhook rides along
-		shutdown, err := serveSessionMetrics(metricsAddr, svc, stderr)
+		shutdown, err := serveSessionMetrics(metricsAddr, svc, stderr, logger)
 		if err != nil {
 			return err
 		}
 		defer shutdown()
 	}
 	if alertAddr != "" {
-		stopAlerts, err := serveAlerts(alertAddr, svc, stderr) // control_cmd.go
+		stopAlerts, err := serveAlerts(alertAddr, svc, logger) // control_cmd.go
 		if err != nil {
 			return err
 		}
