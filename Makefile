@@ -1,7 +1,7 @@
 # The test command named in README.md. CI (.ci/run) calls exactly `make test`.
 GO ?= go
 
-.PHONY: test vet fmt-check unit bench soak snapload
+.PHONY: test vet fmt-check unit bench soak snapload docs
 
 test: vet fmt-check unit
 
@@ -34,3 +34,10 @@ soak:
 SNAPLOAD_FLAGS ?=
 snapload:
 	$(GO) run ./tools/snapload $(SNAPLOAD_FLAGS)
+
+# The generated docs: the configuration reference and its JSON Schema, from
+# the code's config schema (pipeline/config_schema.go). A test
+# (cmd/tracepipe TestDocsConfigReferenceIsCurrent) fails when they are stale.
+docs:
+	$(GO) run ./cmd/tracepipe config reference > docs/configuration-reference.md
+	$(GO) run ./cmd/tracepipe config schema > docs/config.schema.json

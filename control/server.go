@@ -22,8 +22,11 @@ type Info struct {
 	ConfigPath string
 	Start      time.Time
 	Buffers    []BufferInfo
-	Losses     uint64
+	Losses     uint64 // data_loss counters, RingOverwrites aside
 	BytesIn    uint64
+	// RingOverwrites counts the chunks a ring buffer read once overwrote
+	// (pipeline.Status.RingOverwrites): not a loss, shown apart.
+	RingOverwrites uint64
 	// Snapshot counters.
 	SnapshotsTaken, SnapshotsFailed, SnapshotsRefused uint64
 }
@@ -182,7 +185,7 @@ func (s *service) Info(context.Context, *ctlpb.InfoRequest) (*ctlpb.InfoResponse
 	in := s.h.Info()
 	r := &ctlpb.InfoResponse{
 		ProtocolVersion: ProtocolVersion, Name: in.Name, Pid: int64(os.Getpid()),
-		UptimeMs: time.Since(in.Start).Milliseconds(), Losses: in.Losses, BytesIn: in.BytesIn,
+		UptimeMs: time.Since(in.Start).Milliseconds(), Losses: in.Losses, BytesIn: in.BytesIn, RingOverwrites: in.RingOverwrites,
 		SnapshotsTaken: in.SnapshotsTaken, SnapshotsFailed: in.SnapshotsFailed, SnapshotsRefused: in.SnapshotsRefused,
 		ConfigPath: in.ConfigPath,
 	}

@@ -99,8 +99,9 @@ func (s *Service) wrapSinks(sks []sinks.Sink) {
 // their output cleanly.
 func (s *Service) sinkFailed(l *sinks.Lane, err error) {
 	s.sinkStopOnce.Do(func() {
+		// The lane logged the error and that the session stops; Run
+		// returns it.
 		s.sinkErr = fmt.Errorf("sink %s failed, session stopped (on_error: stop): %w", l.Name(), err)
-		s.logf("%v", s.sinkErr)
 		close(s.sinkStop)
 	})
 }

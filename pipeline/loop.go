@@ -188,10 +188,12 @@ func (s *Service) handleNote(n note) {
 		s.counters.producersDied++
 		p.faults.died++
 		p.faults.err = n.err.Error()
-		if s.scheduleRestart(p) {
-			s.logf("%s: %v; restarting it (what it committed is kept)", p.label(), n.err)
+		restarting := s.scheduleRestart(p)
+		detail := []any{"data_source", p.source, "index", p.index, "error", n.err.Error(), "restarting", restarting}
+		if restarting {
+			s.logDetail(detail, "%s: %v; restarting it (what it committed is kept)", p.label(), n.err)
 		} else {
-			s.logf("%s: %v; the session goes on without it (what it committed is kept)", p.label(), n.err)
+			s.logDetail(detail, "%s: %v; the session goes on without it (what it committed is kept)", p.label(), n.err)
 		}
 		s.flushGone(p)
 		// Keep what it completed; its control goroutine ends on its own.
@@ -221,13 +223,14 @@ func (s *Service) startFailed(p *producer, err error) {
 	err = fmt.Errorf("%s: %w", p.label(), err)
 	s.startErrs = append(s.startErrs, err)
 	s.counters.startFailures++
+	detail := []any{"data_source", p.source, "index", p.index, "error", err.Error()}
 	switch {
 	case p.abortOnStartError:
 		s.abort = err
 	case ending:
-		s.logf("%v", err)
+		s.logDetail(detail, "%v", err)
 	default:
-		s.logf("%v; the session goes on without it", err)
+		s.logDetail(detail, "%v; the session goes on without it", err)
 	}
 	s.checkAllStarted()
 }

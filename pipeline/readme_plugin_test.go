@@ -14,18 +14,18 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-// readmeBlocks returns the fenced code blocks of lang in the README section
-// titled title, in order.
+// readmeBlocks returns the fenced code blocks of lang in the section titled
+// title of the plugin guide (docs/plugins.md, once the README's), in order.
 func readmeBlocks(t *testing.T, title, lang string) []string {
 	t.Helper()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/plugins.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(readme)
 	i := strings.Index(s, "\n## "+title+"\n")
 	if i < 0 {
-		t.Fatalf("README.md has no section %q", title)
+		t.Fatalf("docs/plugins.md has no section %q", title)
 	}
 	s = s[i+1:]
 	if j := strings.Index(s[3:], "\n## "); j >= 0 {

@@ -298,6 +298,12 @@ func (s *Service) logf(format string, args ...any) {
 	sinks.Logf(s.opts.Logger, slog.LevelWarn, format, args...)
 }
 
+// logDetail is logf with the message's facts as fields for JSON logs
+// (sinks.LogDetail).
+func (s *Service) logDetail(detail []any, format string, args ...any) {
+	sinks.LogDetail(s.opts.Logger, slog.LevelWarn, detail, format, args...)
+}
+
 // Result is what a finished session reports.
 type Result struct {
 	// Stats is the content of the final TraceStats packet.

@@ -16,8 +16,13 @@ type Status struct {
 	BytesOut uint64        // packet bytes handed to the sinks
 	Packets  uint64        // packets handed to the sinks
 	// Losses sums every data_loss counter of the session's stats.
-	Losses  uint64
-	Buffers []BufferStatus
+	Losses uint64
+	// RingOverwrites is the part of Losses that is chunks overwritten in
+	// a ring buffer of a session that reads its buffers once (at stop or
+	// for snapshots: a flight recorder): the ring keeping its newest data,
+	// as asked (tracefile.LossContext). Displays show it apart.
+	RingOverwrites uint64
+	Buffers        []BufferStatus
 	// SinkFailures names each sink that failed, with its first error.
 	SinkFailures []string
 	// Stats, Producers and Sinks: see status_detail.go.
@@ -59,15 +64,29 @@ func (s *Service) publishStatus() {
 		BytesIn: s.counters.bytesIn, BytesOut: out.Bytes, Packets: out.Packets,
 	}
 	ts := s.traceStats()
-	for _, r := range tracefile.LossReport(ts) {
-		if r.Lost() && r.Name != "final_flush_outcome" && r.Name != "bytes_overwritten" {
-			st.Losses += r.Value
-		}
-	}
+	st.Losses, st.RingOverwrites = s.cfg.lossTotals(tracefile.LossReport(ts))
 	for _, bs := range s.buffers {
 		st.Buffers = append(st.Buffers, BufferStatus{Name: bs.name, Size: bs.buf.Size(), Unread: bs.unread})
 	}
 	st.SinkFailures = s.sinkFailures()
 	s.fillDetail(st, ts)
 	s.status.p.Store(st)
+}
+
+// lossTotals sums the data_loss counters of rows for the status line and
+// `tracepipe sessions` (bytes_overwritten aside: chunks_overwritten counts
+// the same loss), and the part of it that is chunks a ring buffer
+// overwrote in a session that reads its buffers once.
+func (c *Config) lossTotals(rows []tracefile.LossRow) (losses, ringOverwrites uint64) {
+	for _, r := range rows {
+		if !r.Lost() || r.Name == "final_flush_outcome" || r.Name == "bytes_overwritten" {
+			continue
+		}
+		losses += r.Value
+		if r.Name == "chunks_overwritten" && !c.WriteIntoFile && r.Index >= 0 && r.Index < len(c.Buffers) &&
+			c.Buffers[r.Index].FillPolicy != FillPolicyDiscard {
+			ringOverwrites += r.Value
+		}
+	}
+	return losses, ringOverwrites
 }

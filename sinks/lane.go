@@ -400,10 +400,17 @@ func (l *Lane) noteErr(err error) {
 	}
 	l.mu.Unlock()
 	if logIt {
+		// One message per condition: with on_error: stop, this one also
+		// says that the session stops (the service does not repeat it).
+		then := ""
+		if fatal {
+			then = "; stopping the session (on_error: stop)"
+		}
+		detail := []any{"sink", l.name, "error", err.Error(), "more_errors", quiet, "stops_session", fatal}
 		if quiet > 0 {
-			Logf(l.log, slog.LevelWarn, "sink %s: %v (%d more errors since the last message)", l.name, err, quiet)
+			LogDetail(l.log, slog.LevelWarn, detail, "sink %s: %v (%d more errors since the last message)%s", l.name, err, quiet, then)
 		} else {
-			Logf(l.log, slog.LevelWarn, "sink %s: %v", l.name, err)
+			LogDetail(l.log, slog.LevelWarn, detail, "sink %s: %v%s", l.name, err, then)
 		}
 	}
 	if fatal && l.onFatal != nil {

@@ -21,34 +21,42 @@ import (
 //	n := sec.Int("max_pending", 64)
 //	if err := sec.Err(); err != nil { return nil, err }
 type Section struct {
-	m    map[string]any
-	seen map[string]bool
-	errs FieldErrors
+	m     map[string]any
+	seen  map[string]bool
+	errs  FieldErrors
+	probe *sectionProbe // set by SectionKeysOf (section_probe.go)
 }
 
 // NewSection wraps a decoded section (nil is an empty section).
 func NewSection(m map[string]any) *Section {
-	return &Section{m: m, seen: map[string]bool{}}
+	s := &Section{m: m, seen: map[string]bool{}}
+	if p, ok := m[probeKey].(*sectionProbe); ok {
+		s.probe = p
+		s.seen[probeKey] = true
+	}
+	return s
 }
 
 // Has reports whether key is set (to a non-nil value).
 func (s *Section) Has(key string) bool {
 	s.seen[key] = true
+	s.probe.record(key, "")
 	return s.m[key] != nil
 }
 
 // Bad records a problem with key (for checks beyond types: ranges, enums).
 func (s *Section) Bad(key, format string, args ...any) { s.errs.Add(key, format, args...) }
 
-func (s *Section) get(key string) (any, bool) {
+func (s *Section) get(key, kind string) (any, bool) {
 	s.seen[key] = true
+	s.probe.record(key, kind)
 	v, ok := s.m[key]
 	return v, ok && v != nil
 }
 
 // String returns a string value, or def when the key is absent.
 func (s *Section) String(key, def string) string {
-	v, ok := s.get(key)
+	v, ok := s.get(key, "string")
 	if !ok {
 		return def
 	}
@@ -62,7 +70,7 @@ func (s *Section) String(key, def string) string {
 
 // Bool returns a bool value, or def.
 func (s *Section) Bool(key string, def bool) bool {
-	v, ok := s.get(key)
+	v, ok := s.get(key, "boolean")
 	if !ok {
 		return def
 	}
@@ -77,7 +85,7 @@ func (s *Section) Bool(key string, def bool) bool {
 // Int returns an integer value, or def. Integral floats (JSON) are
 // accepted.
 func (s *Section) Int(key string, def int64) int64 {
-	v, ok := s.get(key)
+	v, ok := s.get(key, "integer")
 	if !ok {
 		return def
 	}
@@ -91,7 +99,7 @@ func (s *Section) Int(key string, def int64) int64 {
 
 // Duration returns a duration given as a Go duration string ("5s"), or def.
 func (s *Section) Duration(key string, def time.Duration) time.Duration {
-	v, ok := s.get(key)
+	v, ok := s.get(key, "duration")
 	if !ok {
 		return def
 	}
@@ -118,7 +126,7 @@ func (s *Section) Duration(key string, def time.Duration) time.Duration {
 // ByteSize returns a byte count given as an integer or a string with a
 // unit (see [ParseByteSize]), or def.
 func (s *Section) ByteSize(key string, def int64) int64 {
-	v, ok := s.get(key)
+	v, ok := s.get(key, "byte size")
 	if !ok {
 		return def
 	}
@@ -137,7 +145,7 @@ func (s *Section) ByteSize(key string, def int64) int64 {
 
 // Strings returns a list of strings, or def.
 func (s *Section) Strings(key string, def []string) []string {
-	v, ok := s.get(key)
+	v, ok := s.get(key, "list of strings")
 	if !ok {
 		return def
 	}
@@ -164,6 +172,7 @@ func (s *Section) Strings(key string, def []string) []string {
 // OneOf returns a string value that must be one of allowed, or def.
 func (s *Section) OneOf(key, def string, allowed ...string) string {
 	v := s.String(key, def)
+	s.probe.enum(key, allowed)
 	if !slices.Contains(allowed, v) {
 		s.Bad(key, "%q is not one of %s", v, strings.Join(allowed, ", "))
 		return def

@@ -2,8 +2,10 @@ package tracefile
 
 import (
 	"encoding/hex"
+	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tracepipe/tracepipe/internal/wire"
@@ -18,9 +20,11 @@ const (
 	dumpMaxText  = 8192 // characters of dump per packet
 )
 
-// DumpPacket renders a TracePacket as indented text without a schema:
-// top-level fields by name (see [PacketFieldName]), nested fields by
-// number. A length-delimited field prints as a quoted string when it is
+// DumpPacket renders a TracePacket as indented text: fields by name for
+// every message tracepipe writes and the Perfetto messages its producers
+// commonly emit (names.go), enum values by name, timestamps also in
+// seconds; a field it does not know prints by number. A length-delimited
+// field without a description prints as a quoted string when it is
 // printable UTF-8, as a nested message when it parses as one, else as hex.
 // Output is capped at about 8 KiB; it never fails on malformed input (the
 // bad part is shown as hex with a note).
@@ -30,7 +34,7 @@ func DumpPacket(packet []byte) string { return DumpPacketLimit(packet, dumpMaxTe
 // characters instead of 8 KiB (`protovm apply` prints whole VM states).
 func DumpPacketLimit(packet []byte, maxText int) string {
 	var sb strings.Builder
-	dumpMessage(&sb, packet, 0, true, maxText)
+	dumpMessage(&sb, packet, 0, packetDesc, maxText)
 	s := sb.String()
 	if len(s) > maxText {
 		s = s[:maxText] + "\n… (dump truncated)\n"
@@ -38,33 +42,49 @@ func DumpPacketLimit(packet []byte, maxText int) string {
 	return s
 }
 
-func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool, maxText int) {
+func dumpMessage(sb *strings.Builder, b []byte, depth int, desc *msgDesc, maxText int) {
 	indent := strings.Repeat("  ", depth)
+	wall := desc == clockDesc && isWallClock(b)
 	it := wire.Fields(b)
 	for it.Next() {
 		if sb.Len() > maxText {
 			return
 		}
 		f := it.Field()
-		name := fieldName(f.Num, top)
+		fd := desc.field(f.Num)
+		name := fd.name
 		switch f.Type {
 		case protowire.VarintType:
-			sb.WriteString(indent + name + ": " + strconv.FormatUint(f.Varint, 10))
-			if top && f.Num == FieldPreviousPacketDropped {
-				sb.WriteString(" (" + LossReasonString(uint32(f.Varint)) + ")")
+			if wall && fd.kind == kindNanos {
+				// A REALTIME clock's reading is wall time: a date says more.
+				sb.WriteString(indent + name + ": " + strconv.FormatUint(f.Varint, 10) + " (" +
+					time.Unix(0, int64(f.Varint)).UTC().Format("2006-01-02 15:04:05.000000000 UTC") + ")\n")
+				continue
 			}
-			sb.WriteByte('\n')
+			sb.WriteString(indent + name + ": " + varintText(fd, f.Varint) + "\n")
 		case protowire.Fixed32Type:
 			sb.WriteString(indent + name + ": 0x" + strconv.FormatUint(f.Varint, 16) + " (fixed32)\n")
 		case protowire.Fixed64Type:
-			sb.WriteString(indent + name + ": 0x" + strconv.FormatUint(f.Varint, 16) + " (fixed64)\n")
+			if fd.kind == kindDouble {
+				sb.WriteString(indent + name + ": " + strconv.FormatFloat(math.Float64frombits(f.Varint), 'g', -1, 64) + "\n")
+			} else {
+				sb.WriteString(indent + name + ": 0x" + strconv.FormatUint(f.Varint, 16) + " (fixed64)\n")
+			}
 		case protowire.BytesType:
 			switch v := f.Bytes; {
-			case len(v) > 0 && printable(v):
-				sb.WriteString(indent + name + ": " + strconv.Quote(string(v)) + "\n")
-			case depth < dumpMaxDepth && isMessage(v):
+			case fd.kind == kindUUIDBytes && len(v) == 16:
+				sb.WriteString(indent + name + ": " + uuidText(v) + "\n")
+			case fd.msg != nil && depth < dumpMaxDepth && isMessage(v):
 				sb.WriteString(indent + name + " {\n")
-				dumpMessage(sb, v, depth+1, false, maxText)
+				dumpMessage(sb, v, depth+1, fd.msg, maxText)
+				sb.WriteString(indent + "}\n")
+			case fd.kind == kindString && utf8.Valid(v):
+				sb.WriteString(indent + name + ": " + strconv.Quote(string(v)) + "\n")
+			case fd.msg == nil && len(v) > 0 && printable(v):
+				sb.WriteString(indent + name + ": " + strconv.Quote(string(v)) + "\n")
+			case fd.msg == nil && fd.kind == kindPlain && depth < dumpMaxDepth && isMessage(v):
+				sb.WriteString(indent + name + " {\n")
+				dumpMessage(sb, v, depth+1, nil, maxText)
 				sb.WriteString(indent + "}\n")
 			default:
 				sb.WriteString(indent + name + ": " + hexOf(v) + "\n")
@@ -81,7 +101,7 @@ func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool, maxText int
 			return
 		}
 		val := b[we.ValOff:]
-		name := fieldName(we.Num, top)
+		name := desc.field(we.Num).name
 		switch we.Type {
 		case protowire.VarintType:
 			sb.WriteString(indent + name + ": <malformed varint>\n")
@@ -97,13 +117,85 @@ func dumpMessage(sb *strings.Builder, b []byte, depth int, top bool, maxText int
 	}
 }
 
-// fieldName names field num for the dump: by name at the packet's top
-// level, by number below.
-func fieldName(num protowire.Number, top bool) string {
-	if top {
-		return PacketFieldName(int32(num))
+// isWallClock reports whether a ClockSnapshot.Clock names a REALTIME
+// clock (REALTIME or REALTIME_COARSE), whose timestamps are wall time.
+func isWallClock(clock []byte) bool {
+	it := wire.Fields(clock)
+	for it.Next() {
+		if f := it.Field(); f.Num == 1 && f.Type == protowire.VarintType {
+			return f.Varint == 1 || f.Varint == 2
+		}
 	}
-	return strconv.Itoa(int(num))
+	return false
+}
+
+// field describes field num of d; a field d does not know (or a nil d)
+// gets its number as its name ("field_<n>" at the packet's top level).
+func (d *msgDesc) field(num protowire.Number) fieldDesc {
+	if d != nil {
+		if fd, ok := d.fields[num]; ok && fd.name != "" {
+			return fd
+		}
+	}
+	if d == packetDesc {
+		return fieldDesc{name: PacketFieldName(int32(num))}
+	}
+	return fieldDesc{name: strconv.Itoa(int(num))}
+}
+
+// varintText renders a varint by its field's kind.
+func varintText(fd fieldDesc, v uint64) string {
+	n := strconv.FormatUint(v, 10)
+	if name, ok := fd.enum[v]; ok {
+		return name + " (" + n + ")"
+	}
+	switch fd.kind {
+	case kindBool:
+		if v == 1 {
+			return "true"
+		}
+		if v == 0 {
+			return "false"
+		}
+	case kindSigned:
+		return strconv.FormatInt(int64(v), 10)
+	case kindNanos:
+		return n + " (" + NanosText(int64(v)) + ")"
+	case kindBoottime:
+		return n + " (" + NanosText(int64(v)) + " since boot)"
+	case kindSeqFlags:
+		var fl []string
+		if v&1 != 0 {
+			fl = append(fl, "INCREMENTAL_STATE_CLEARED")
+		}
+		if v&2 != 0 {
+			fl = append(fl, "NEEDS_INCREMENTAL_STATE")
+		}
+		if rest := v &^ 3; rest != 0 {
+			fl = append(fl, "0x"+strconv.FormatUint(rest, 16))
+		}
+		if len(fl) > 0 {
+			return n + " (" + strings.Join(fl, "|") + ")"
+		}
+	case kindLossBits:
+		return n + " (" + LossReasonString(uint32(v)) + ")"
+	}
+	return n
+}
+
+// NanosText renders nanoseconds as seconds for people: "3.018916129s",
+// "10m27.256s", "850µs".
+func NanosText(ns int64) string {
+	d := time.Duration(ns)
+	if d >= time.Minute || d <= -time.Minute {
+		d = d.Round(time.Millisecond)
+	}
+	return d.String()
+}
+
+func uuidText(b []byte) string {
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
 // isMessage reports whether b parses as a sequence of well-formed fields

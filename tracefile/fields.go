@@ -83,6 +83,8 @@ var packetFieldNames = map[int32]string{
 	FieldTraceAttributes:       "trace_attributes",
 	FieldZstdCompressedPackets: "zstd_compressed_packets",
 	FieldForTesting:            "for_testing",
+	FieldTrigger:               "trigger",
+	FieldCloneSnapshotTrigger:  "clone_snapshot_trigger",
 }
 
 // headerField reports the TracePacket fields that describe a packet rather than

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"text/tabwriter"
 )
 
@@ -13,14 +12,23 @@ import (
 // actual loss are marked with "!" in the first column. A closing line
 // sums up the data loss.
 func WriteLossTable(w io.Writer, rows []LossRow) error {
+	return WriteLossTableContext(w, rows, LossContext{})
+}
+
+// WriteLossTableContext is WriteLossTable for a trace whose session is
+// known (see LossContext): the counters are the same, but overwrites of
+// a ring buffer read once are marked "~", not "!", and the closing line
+// (LossHeadline) tells them apart from losses.
+func WriteLossTableContext(w io.Writer, rows []LossRow, c LossContext) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\tSCOPE\tCOUNTER\tSEVERITY\tVALUE")
-	lost := 0
 	for _, r := range rows {
 		mark := ""
-		if r.Lost() {
+		switch {
+		case c.Lost(r):
 			mark = "!"
-			lost++
+		case r.Lost():
+			mark = "~"
 		}
 		scope := "service"
 		if r.Index >= 0 {
@@ -31,18 +39,19 @@ func WriteLossTable(w io.Writer, rows []LossRow) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	var err error
-	if lost == 0 {
-		_, err = fmt.Fprintln(w, "no data loss recorded")
-	} else {
-		_, err = fmt.Fprintf(w, "DATA LOSS: %d counter(s) non-zero (marked !)\n", lost)
-	}
+	_, err := fmt.Fprintln(w, LossHeadline(rows, c))
 	return err
 }
 
 // WriteText renders the summary as aligned text (the body of
 // `tracepipe inspect`): totals, a per-sequence table, packet kinds, the
-// loss table of the last TraceStats, and the first packets.
+// loss line of the last TraceStats (its whole table with
+// SummaryOptions.Stats), and the first packets.
+//
+// Times are shown as written (nanoseconds) and, for people, in seconds:
+// the trace's range as time since boot (BOOTTIME, the clock tracepipe and
+// Perfetto stamp with), each sequence's first and last packet relative to
+// the trace's first timestamp.
 func (s *Summary) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "compression:\t%s\n", s.Compression)
@@ -50,7 +59,9 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "packet bytes:\t%d\n", s.Bytes)
 	fmt.Fprintf(tw, "stream bytes:\t%d\n", s.StreamBytes)
 	if s.HasTimestamps {
-		fmt.Fprintf(tw, "timestamps:\t%d .. %d (span %d)\n", s.MinTimestamp, s.MaxTimestamp, s.MaxTimestamp-s.MinTimestamp)
+		span := int64(s.MaxTimestamp - s.MinTimestamp)
+		fmt.Fprintf(tw, "timestamps:\t%d .. %d ns (%s .. %s since boot; span %s)\n", s.MinTimestamp, s.MaxTimestamp,
+			NanosText(int64(s.MinTimestamp)), NanosText(int64(s.MaxTimestamp)), NanosText(span))
 	} else {
 		fmt.Fprintf(tw, "timestamps:\tnone\n")
 	}
@@ -69,13 +80,13 @@ func (s *Summary) WriteText(w io.Writer) error {
 		return err
 	}
 
-	fmt.Fprintln(w, "\nsequences:")
+	fmt.Fprintln(w, "\nsequences: (FIRST, LAST: after the trace's first timestamp; sequence 1 is the service's)")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tPACKETS\tBYTES\tMIN_TS\tMAX_TS\tDROPPED\tLOSS_BITS")
+	fmt.Fprintln(tw, "SEQ\tPACKETS\tBYTES\tFIRST\tLAST\tDROPPED\tLOSS_BITS")
 	for _, q := range s.Sequences {
 		lo, hi := "-", "-"
 		if q.HasTimestamps {
-			lo, hi = strconv.FormatUint(q.MinTimestamp, 10), strconv.FormatUint(q.MaxTimestamp, 10)
+			lo, hi = "+"+NanosText(int64(q.MinTimestamp-s.MinTimestamp)), "+"+NanosText(int64(q.MaxTimestamp-s.MinTimestamp))
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%d\t%s\n", q.ID, q.Packets, q.Bytes, lo, hi, q.PreviousPacketDropped, LossReasonString(q.LossBits))
 	}
@@ -102,13 +113,21 @@ func (s *Summary) WriteText(w io.Writer) error {
 	}
 
 	if s.LastTraceStats != nil {
-		fmt.Fprintln(w, "\nlast trace_stats:")
-		if err := WriteLossTable(w, LossReport(*s.LastTraceStats)); err != nil {
-			return err
+		rows := LossReport(*s.LastTraceStats)
+		if s.opts.Stats {
+			fmt.Fprintln(w, "\nlast trace_stats:")
+			if err := WriteLossTableContext(w, rows, s.LossContext); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(w, "\nlast trace_stats: %s (every counter: tracepipe stats, or inspect --stats)\n", LossHeadline(rows, s.LossContext))
 		}
 	}
-	for i, p := range s.First {
-		fmt.Fprintf(w, "\npacket %d at offset %d:\n%s", i, p.Offset, p.Text)
+	if s.FirstSkipped > 0 {
+		fmt.Fprintf(w, "\n(%d service packet(s) left out of the packets below)\n", s.FirstSkipped)
+	}
+	for _, p := range s.First {
+		fmt.Fprintf(w, "\npacket %d at offset %d:\n%s", p.Index, p.Offset, p.Text)
 	}
 	return nil
 }

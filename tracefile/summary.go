@@ -14,6 +14,13 @@ const DefaultSummaryPackets = 10
 type SummaryOptions struct {
 	FirstN        int // packets to render as text (0 → DefaultSummaryPackets, < 0 → none)
 	MaxRecordSize int // as ReaderOptions.MaxRecordSize
+	// SkipService leaves the service's own packets (sequence 1: clock
+	// snapshots, trace_config, system_info, TraceStats, ...) out of the
+	// packets rendered as text, so that they show the data.
+	SkipService bool
+	// Stats makes WriteText print the last TraceStats' whole loss table;
+	// without it, one line sums it up (`tracepipe stats` prints the table).
+	Stats bool
 }
 
 // SequenceSummary describes the packets of one trusted_packet_sequence_id
@@ -31,6 +38,7 @@ type SequenceSummary struct {
 
 // PacketText is one rendered packet.
 type PacketText struct {
+	Index  int // the packet's position in the file, from 0
 	Offset int64
 	Text   string
 }
@@ -54,7 +62,16 @@ type Summary struct {
 	SkippedFields         int               // top-level fields other than Trace.packet
 	TraceStatsPackets     int
 	LastTraceStats        *TraceStats // nil when the file has none (or none parsed)
-	First                 []PacketText
+	// LossContext comes from the first trace_config packet; it tells
+	// ring overwrites from losses in the loss line.
+	LossContext LossContext
+	First       []PacketText
+	// FirstSkipped counts service packets SkipService left out before the
+	// last packet rendered.
+	FirstSkipped int
+	// opts are the options the summary was made with (WriteText reads
+	// Stats).
+	opts SummaryOptions
 	// Truncated is set when the input ends inside a record (TruncatedErr
 	// says where); everything before it was summarised.
 	Truncated    bool
@@ -80,7 +97,7 @@ func SummarizeOptions(r io.Reader, opts SummaryOptions) (*Summary, error) {
 		return nil, err
 	}
 	defer rd.Close()
-	s := &Summary{Compression: rd.Compression(), Kinds: map[string]int{}}
+	s := &Summary{Compression: rd.Compression(), Kinds: map[string]int{}, opts: opts}
 	seqs := map[uint32]*SequenceSummary{}
 	defer func() {
 		s.StreamBytes = rd.Offset()
@@ -109,13 +126,22 @@ func SummarizeOptions(r io.Reader, opts SummaryOptions) (*Summary, error) {
 func (s *Summary) add(rec Record, seqs map[uint32]*SequenceSummary, firstN int) {
 	s.Packets++
 	s.Bytes += int64(len(rec.Packet))
-	if len(s.First) < firstN {
-		s.First = append(s.First, PacketText{Offset: rec.Offset, Text: DumpPacket(rec.Packet)})
-	}
 	info, err := DecodePacket(rec.Packet)
+	if len(s.First) < firstN {
+		if s.opts.SkipService && err == nil && info.SequenceID == serviceSequenceID {
+			s.FirstSkipped++
+		} else {
+			s.First = append(s.First, PacketText{Index: s.Packets - 1, Offset: rec.Offset, Text: DumpPacket(rec.Packet)})
+		}
+	}
 	if err != nil {
 		s.BadPackets++
 		return
+	}
+	if info.PayloadField == FieldTraceConfig && !s.LossContext.Known {
+		if c, err := DecodeLossContext(info.Payload); err == nil {
+			s.LossContext = c
+		}
 	}
 	s.Kinds[info.Kind()]++
 	q := seqs[info.SequenceID]

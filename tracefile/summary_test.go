@@ -34,7 +34,7 @@ func TestDecodeMinimalTrace(t *testing.T) {
 		}
 	}
 	dump := DumpPacket(pkts[0])
-	for _, want := range []string{"trusted_packet_sequence_id: 1", "track_descriptor {", "1: 1234", `2: "my track"`} {
+	for _, want := range []string{"trusted_packet_sequence_id: 1", "track_descriptor {", "uuid: 1234", `name: "my track"`} {
 		if !strings.Contains(dump, want) {
 			t.Errorf("dump lacks %q:\n%s", want, dump)
 		}

@@ -11,8 +11,8 @@ import (
 )
 
 const checkLong = `Predict what Perfetto's trace_processor will do with each trace file
-(plain, gzip or zstd), from the import rules in
-reference/trace-processor-import.md: packets skipped per sequence and why
+(plain, gzip or zstd), from the import rules in docs/import-rules.md:
+packets skipped per sequence and why
 (SEQ_NEEDS_INCREMENTAL_STATE on an invalid sequence), interned ids no
 interned_data defines, tracks without descriptors, counter events before
 their counter descriptor, missing clock snapshots and unconvertible clocks,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/control"
 	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/sinks"
 )
 
 // exitNoTrigger: a start_tracing or stop_tracing session saw no trigger
@@ -36,7 +38,7 @@ type sessionControl struct {
 func (c *sessionControl) Info() control.Info {
 	st := c.svc.Status()
 	sn := c.svc.SnapshotStats()
-	in := control.Info{Name: c.name, Start: c.start, Losses: st.Losses, BytesIn: st.BytesIn,
+	in := control.Info{Name: c.name, Start: c.start, Losses: st.Losses - st.RingOverwrites, RingOverwrites: st.RingOverwrites, BytesIn: st.BytesIn,
 		SnapshotsTaken: sn.Taken, SnapshotsFailed: sn.Failed, SnapshotsRefused: sn.Refused}
 	for _, b := range st.Buffers {
 		in.Buffers = append(in.Buffers, control.BufferInfo{Name: b.Name, Size: uint64(b.Size), Fill: b.Fill()})
@@ -97,8 +99,16 @@ func dialSession(sel string) (*control.Client, control.Endpoint, error) {
 func newSessionsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "sessions",
-		Short: "List running sessions: name, pid, uptime, buffer fill, losses, snapshots",
-		Args:  cobra.NoArgs,
+		Short: "List running sessions: name, pid, uptime, buffer fill, losses, ring overwrites, snapshots",
+		Long: `List running sessions: name, pid, uptime, losses, ring overwrites,
+snapshots taken and each buffer's fill.
+
+LOSSES sums the data_loss counters of the session's stats (tracepipe stats
+explains each). OVERWRITTEN counts the chunks a ring buffer overwrote in a
+session that reads its buffers once, at stop or for snapshots (a flight
+recorder): the ring keeping its newest data, which is what it is for; in a
+streaming session (write_into_file) overwrites are losses and count there.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := control.Dir()
 			if err != nil {
@@ -109,7 +119,7 @@ func newSessionsCmd() *cobra.Command {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "%-20s %8s %10s %12s %8s %s\n", "NAME", "PID", "UPTIME", "LOSSES", "SNAPS", "BUFFERS")
+			fmt.Fprintf(w, "%-20s %8s %10s %12s %12s %8s %s\n", "NAME", "PID", "UPTIME", "LOSSES", "OVERWRITTEN", "SNAPS", "BUFFERS")
 			for _, ep := range eps {
 				c, err := control.Dial(ep)
 				if err != nil {
@@ -135,8 +145,9 @@ func newSessionsCmd() *cobra.Command {
 				if name == "" {
 					name = "-"
 				}
-				fmt.Fprintf(w, "%-20s %8d %10v %12d %8d %s\n", name, in.GetPid(),
-					(time.Duration(in.GetUptimeMs()) * time.Millisecond).Truncate(time.Second), in.GetLosses(), in.GetSnapshotsTaken(), strings.Join(bufs, ", "))
+				fmt.Fprintf(w, "%-20s %8d %10v %12d %12d %8d %s\n", name, in.GetPid(),
+					(time.Duration(in.GetUptimeMs()) * time.Millisecond).Truncate(time.Second), in.GetLosses(), in.GetRingOverwrites(),
+					in.GetSnapshotsTaken(), strings.Join(bufs, ", "))
 			}
 			return nil
 		},
@@ -218,21 +229,21 @@ func newControlCmds() []*cobra.Command {
 // serveAlerts serves the Alertmanager webhook at POST /alertmanager on
 // addr until the returned stop is called.
 // alertHandler turns Alertmanager's webhook into trigger activations.
-func alertHandler(svc *pipeline.Service, stderr io.Writer) http.Handler {
+func alertHandler(svc *pipeline.Service, log *slog.Logger) http.Handler {
 	return control.AlertHandler(func(names []string) []string {
 		acted := svc.ActivateTriggers("alertmanager", names...)
-		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: alertmanager: triggers %v, acted %v\n", names, acted)
+		sinks.LogDetail(log, slog.LevelInfo, []any{"triggers", names, "acted", acted}, "alertmanager: triggers %v, acted %v", names, acted)
 		return acted
 	})
 }
 
-func serveAlerts(addr string, svc *pipeline.Service, stderr io.Writer) (func(), error) {
+func serveAlerts(addr string, svc *pipeline.Service, log *slog.Logger) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--alert-addr: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/alertmanager", alertHandler(svc, stderr))
+	mux.Handle("/alertmanager", alertHandler(svc, log))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() { _ = srv.Serve(ln) }()
 	return func() {

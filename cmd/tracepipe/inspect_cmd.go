@@ -12,12 +12,17 @@ import (
 
 const inspectLong = `Summarise a trace file (plain, gzip or zstd): totals, the time range of the
 packets' timestamps, one row per trusted_packet_sequence_id (packets, bytes,
-time range, packets flagged previous_packet_dropped and their loss reasons),
-packet kinds (the payload field), the loss table of the last TraceStats
-packet, and the first packets rendered as text.
+first and last packet, packets flagged previous_packet_dropped and their loss
+reasons), packet kinds (the payload field), one line on the last TraceStats
+packet's loss counters (--stats: the whole table, as 'tracepipe stats'
+prints it), and the first packets rendered as text with their fields named
+(--skip-service: data packets only, without the service's clock snapshots,
+trace_config, system_info, ...).
 
-Timestamps are shown as written, whatever their clock. A truncated trace is
-summarised up to its last complete packet and reported on stderr (exit 0).
+Timestamps are shown as written (nanoseconds, whatever their clock) and in
+seconds: the trace's range since boot, each sequence's first and last packet
+after the trace's first timestamp. A truncated trace is summarised up to its
+last complete packet and reported on stderr (exit 0).
 
 Several files (a rotated set, e.g. out/t.pftrace*) are summarised one line
 per file, then as one trace, in rotation order.`
@@ -25,37 +30,41 @@ per file, then as one trace, in rotation order.`
 // newInspectCmd builds `tracepipe inspect`.
 func newInspectCmd() *cobra.Command {
 	var first int
+	var skipService, stats bool
 	c := &cobra.Command{
 		Use:   "inspect TRACE...",
 		Short: "Summarise a trace: sequences, sizes, time range, kinds, first packets",
 		Long:  inspectLong,
 		Example: `  tracepipe inspect trace.pftrace
-  tracepipe inspect --packets 0 trace.pftrace.gz`,
+  tracepipe inspect --skip-service -n 3 trace.pftrace
+  tracepipe inspect --packets 0 --stats trace.pftrace.gz`,
 		Args: traceArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if first < 0 {
 				return usageError{fmt.Errorf("--packets must be >= 0, got %d", first)}
 			}
-			if len(args) > 1 {
-				return runInspectSet(args, first, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			opts := tracefile.SummaryOptions{FirstN: first, SkipService: skipService, Stats: stats}
+			if first == 0 {
+				opts.FirstN = -1 // SummaryOptions: 0 means the default, < 0 none
 			}
-			return runInspect(args[0], first, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if len(args) > 1 {
+				return runInspectSet(args, opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			return runInspect(args[0], opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	c.Flags().IntVarP(&first, "packets", "n", tracefile.DefaultSummaryPackets, "how many leading packets to print as text (0: none)")
+	c.Flags().BoolVar(&skipService, "skip-service", false, "leave the service's own packets (sequence 1) out of the packets printed as text")
+	c.Flags().BoolVar(&stats, "stats", false, "print the last TraceStats packet's whole loss table (default: one line)")
 	return c
 }
 
-func runInspect(path string, first int, stdout, stderr io.Writer) error {
+func runInspect(path string, opts tracefile.SummaryOptions, stdout, stderr io.Writer) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	opts := tracefile.SummaryOptions{FirstN: first}
-	if first == 0 {
-		opts.FirstN = -1 // SummaryOptions: 0 means the default, < 0 none
-	}
 	var size int64 = -1
 	if st, err := f.Stat(); err == nil {
 		size = st.Size()

@@ -27,13 +27,15 @@ func TestInspectPerSequence(t *testing.T) {
 		seqBytes[2] += len(pkts[i])
 	}
 	seqBytes[3] = len(pkts[2])
-	// SEQ PACKETS BYTES MIN_TS MAX_TS DROPPED LOSS_BITS
+	// SEQ PACKETS BYTES FIRST LAST DROPPED LOSS_BITS, FIRST and LAST
+	// after the trace's first timestamp (100).
 	for _, want := range []string{
-		fmt.Sprintf(`(?m)^2\s+3\s+%d\s+100\s+140\s+1\s+PRESENT\|OVERWRITE$`, seqBytes[2]),
-		fmt.Sprintf(`(?m)^3\s+1\s+%d\s+120\s+120\s+0\s+0$`, seqBytes[3]),
-		`(?m)^1\s+1\s+\d+\s+150\s+150\s+0\s+0$`, // the service's TraceStats packet
+		fmt.Sprintf(`(?m)^2\s+3\s+%d\s+\+0s\s+\+40ns\s+1\s+PRESENT\|OVERWRITE$`, seqBytes[2]),
+		fmt.Sprintf(`(?m)^3\s+1\s+%d\s+\+20ns\s+\+20ns\s+0\s+0$`, seqBytes[3]),
+		`(?m)^1\s+1\s+\d+\s+\+50ns\s+\+50ns\s+0\s+0$`, // the service's TraceStats packet
 		`(?m)^packets:\s+5$`,
-		`(?m)^timestamps:\s+100 \.\. 150 \(span 50\)$`,
+		`(?m)^timestamps:\s+100 \.\. 150 ns \(100ns \.\. 150ns since boot; span 50ns\)$`,
+		`(?m)^last trace_stats: DATA LOSS: \d+ counter\(s\) non-zero`,
 		`(?m)^for_testing\s+4$`,
 		`(?m)^trace_stats\s+1$`,
 		`(?m)^packet 0 at offset 0:$`,

@@ -4,12 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/sinks"
 )
 
-// Text lines keep the CLI's look; JSON lines are slog records.
+// Text lines keep the CLI's look after their time; JSON lines are slog
+// records carrying the message's facts under "detail", which text lines
+// leave out.
 func TestNewLogger(t *testing.T) {
 	var text bytes.Buffer
 	l, err := newLogger(&text, logFormatText, "")
@@ -18,18 +24,27 @@ func TestNewLogger(t *testing.T) {
 	}
 	l.Warn("sink disk: EIO")
 	l.Info("serve: accepting relay senders on :7010", "sessions", 2)
-	want := "tracepipe: warning: sink disk: EIO\ntracepipe: serve: accepting relay senders on :7010 sessions=2\n"
-	if text.String() != want {
-		t.Errorf("text:\n%q\nwant\n%q", text.String(), want)
+	sinks.LogDetail(l, slog.LevelWarn, []any{"sink", "disk"}, "sink %s: full", "disk")
+	ts := `\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [-+]\d{4} `
+	want := regexp.MustCompile(`^` + ts + `tracepipe: warning: sink disk: EIO\n` +
+		ts + `tracepipe: serve: accepting relay senders on :7010 sessions=2\n` +
+		ts + `tracepipe: warning: sink disk: full\n$`)
+	if !want.MatchString(text.String()) {
+		t.Errorf("text:\n%q\nwant\n%s", text.String(), want)
 	}
 
 	var js bytes.Buffer
 	if l, err = newLogger(&js, logFormatJSON, "\r"); err != nil {
 		t.Fatal(err)
 	}
-	l.Warn("sink disk: EIO")
-	var rec struct{ Level, Msg string }
-	if err := json.Unmarshal(js.Bytes(), &rec); err != nil || rec.Level != "WARN" || rec.Msg != "sink disk: EIO" {
+	sinks.LogDetail(l, slog.LevelWarn, []any{"sink", "disk", "error", "EIO"}, "sink %s: %s", "disk", "EIO")
+	var rec struct {
+		Level, Msg string
+		Time       time.Time
+		Detail     map[string]any
+	}
+	if err := json.Unmarshal(js.Bytes(), &rec); err != nil || rec.Level != "WARN" || rec.Msg != "sink disk: EIO" ||
+		rec.Time.IsZero() || rec.Detail["sink"] != "disk" || rec.Detail["error"] != "EIO" {
 		t.Errorf("json %q: %+v, %v", js.String(), rec, err)
 	}
 

@@ -48,6 +48,7 @@ trace_processor) open.
 Commands:
   run        record a trace with a config (the embedded default when none is given)
   validate   load and check a config, optionally print the effective config
+  config     print the config's JSON Schema (for editors) or its reference
   stats      print the data-loss table of a trace's last TraceStats packet
   inspect    summarise a trace: sequences, sizes, time range, first packets
   protovm    compile ProtoVM programs and replay traces through them
@@ -97,6 +98,7 @@ func newRootCmd() *cobra.Command {
 		newCheckCmd(),   // check_cmd.go
 		newPluginsCmd(), // plugins_cmd.go: `tracepipe plugins`
 		newServeCmd(),   // serve_cmd.go: receive relay and NATS streams
+		newConfigCmd(),  // config_cmd.go: JSON Schema and reference of the config
 	)
 	root.AddCommand(newControlCmds()...) // control_cmd.go: sessions, trigger, snapshot, rotate, stop
 

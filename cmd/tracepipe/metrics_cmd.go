@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 
 	"github.com/tracepipe/tracepipe/metrics"
@@ -10,8 +11,8 @@ import (
 )
 
 // serveSessionMetrics serves `run --metrics-addr`.
-func serveSessionMetrics(addr string, svc *pipeline.Service, stderr io.Writer) (func(), error) {
-	shutdown, bound, err := metrics.ServeWith(addr, map[string]http.Handler{"/alertmanager": alertHandler(svc, stderr)}, metrics.Session(svc))
+func serveSessionMetrics(addr string, svc *pipeline.Service, stderr io.Writer, log *slog.Logger) (func(), error) {
+	shutdown, bound, err := metrics.ServeWith(addr, map[string]http.Handler{"/alertmanager": alertHandler(svc, log)}, metrics.Session(svc))
 	if err != nil {
 		return nil, err
 	}

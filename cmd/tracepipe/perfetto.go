@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/sinks"
 )
 
 // startPerfetto listens on Perfetto's producer socket (the perfetto:
@@ -16,11 +17,11 @@ import (
 // and waits, at most perfetto.wait_for_producers, until the data sources
 // the config names and nothing else serves are registered. The caller
 // closes the host when the session ended.
-func startPerfetto(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) (*pipeline.PerfettoProducers, *perfettoipc.Host, error) {
+func startPerfetto(ctx context.Context, cfg *pipeline.Config, log *slog.Logger) (*pipeline.PerfettoProducers, *perfettoipc.Host, error) {
 	reg := pipeline.NewPerfettoProducers()
 	host := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
 	host.Logf = func(format string, args ...any) {
-		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: perfetto: "+format+"\n", args...)
+		sinks.Logf(log, slog.LevelInfo, "perfetto: "+format, args...)
 	}
 	path := cfg.Perfetto.ProducerSocketPath()
 	if err := host.Listen(path); err != nil {
@@ -32,7 +33,7 @@ func startPerfetto(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) 
 			names = append(names, ds.Name)
 		}
 	}
-	fmt.Fprintf(stderr, "tracepipe: perfetto: producers connect to %s (PERFETTO_PRODUCER_SOCK_NAME)\n", path)
+	sinks.LogDetail(log, slog.LevelInfo, []any{"producer_socket", path}, "perfetto: producers connect to %s (PERFETTO_PRODUCER_SOCK_NAME)", path)
 	if len(names) > 0 {
 		wctx, cancel := context.WithTimeout(ctx, cfg.Perfetto.Wait())
 		missing := reg.WaitFor(wctx, names)
@@ -44,7 +45,8 @@ func startPerfetto(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) 
 		}
 	}
 	for _, d := range reg.DataSources() {
-		fmt.Fprintf(stderr, "tracepipe: perfetto: %s from %q (pid %d, uid %d)\n", d.Name, d.Producer, d.PID, d.UID)
+		sinks.LogDetail(log, slog.LevelInfo, []any{"data_source", d.Name, "producer", d.Producer, "pid", d.PID, "uid", d.UID},
+			"perfetto: %s from %q (pid %d, uid %d)", d.Name, d.Producer, d.PID, d.UID)
 	}
 	return reg, host, nil
 }

@@ -115,7 +115,7 @@ patches, in file order, and print the final state as text.
 The program is a description (.yaml, .yml; compiled as by 'protovm compile')
 or compiled VmProgram bytes. Packets can be selected by sequence, by data
 source (every packet of the sequences that carry its payload field) or by a
-CEL filter on the packet (the file sink's filter language, see README).
+CEL filter on the packet (the file sink's filter language, see docs/sinks.md).
 
 Aborted patches are listed as they happen (--statuses lists errors too);
 --every N prints the state after every N patches. A truncated trace is

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -83,7 +85,7 @@ func newProtoVMEvalCmd() *cobra.Command {
 	c.Flags().Uint32Var(&memKB, "memory-limit-kb", 1024, "each VM's state memory limit (KiB)")
 	c.Flags().BoolVar(&protoVMs, "protovms", false, "also evaluate each program on Perfetto's protovms path")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
-	c.Flags().StringVar(&plotPath, "plot", "", "write a bar chart of the importable shares to this .svg file")
+	c.Flags().StringVar(&plotPath, "plot", "", "write a bar chart of the importable shares to this file (.svg, or .png)")
 	_ = c.MarkFlagRequired("trace")
 	_ = c.MarkFlagRequired("buffer")
 	return c
@@ -103,34 +105,64 @@ func writeEvalTable(w io.Writer, res []EvalResult) error {
 }
 
 // plotEval draws the importable share of the full trace and of the
-// survivors, per variant.
+// survivors, per variant, as SVG or PNG (by path's extension).
+//
+// Layout: each variant's label under its pair of bars on three lines
+// (program, path, the two shares, so that a 0 % bar still reads), the
+// group as wide as its longest line; the y axis runs to 120 %
+// with ticks to 100 %, so that the legend has its own band above the bars;
+// the title names the trace by its base name on a line of its own.
 func plotEval(res []EvalResult, path, trace string, size int64) error {
-	p := plot.New()
-	p.Title.Text = "protovm eval: " + trace + " through a " + strconv.FormatInt(size>>10, 10) + " KiB ring"
+	p, width, height, err := evalPlot(res, trace, size)
+	if err != nil {
+		return err
+	}
+	return p.Save(width, height, path)
+}
+
+// evalPlot builds plotEval's chart and its size.
+func evalPlot(res []EvalResult, trace string, size int64) (p *plot.Plot, width, height vg.Length, err error) {
+	p = plot.New()
+	p.Title.Text = "protovm eval: importable packets after a " + strconv.FormatInt(size>>10, 10) + " KiB ring\n" + filepath.Base(trace)
+	p.Title.Padding = vg.Points(6)
 	p.Y.Label.Text = "importable (%)"
-	p.Y.Min, p.Y.Max = 0, 100
+	p.Y.Min, p.Y.Max = 0, 120
+	p.Y.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 0, Label: "0"}, {Value: 25, Label: "25"}, {Value: 50, Label: "50"},
+		{Value: 75, Label: "75"}, {Value: 100, Label: "100"}})
 	full, surv := make(plotter.Values, len(res)), make(plotter.Values, len(res))
 	names := make([]string, len(res))
+	longest := 0
 	for i, r := range res {
-		full[i], surv[i], names[i] = 100*r.Share, 100*r.SurvivorShare, r.Variant
+		full[i], surv[i] = 100*r.Share, 100*r.SurvivorShare
+		names[i] = strings.Replace(r.Variant, "/", "\n", 1) + fmt.Sprintf("\n%.1f %% / %.1f %%", full[i], surv[i])
+		for _, line := range strings.Split(names[i], "\n") {
+			longest = max(longest, len(line))
+		}
 	}
 	w := vg.Points(18)
 	a, err := plotter.NewBarChart(full, w)
 	if err != nil {
-		return err
+		return nil, 0, 0, err
 	}
 	a.Offset = -w / 2
 	a.Color = plotter.DefaultLineStyle.Color
 	b, err := plotter.NewBarChart(surv, w)
 	if err != nil {
-		return err
+		return nil, 0, 0, err
 	}
 	b.Offset = w / 2
 	b.Color = color.Gray{Y: 170}
 	p.Add(a, b)
-	p.Legend.Add("of the full trace", a)
-	p.Legend.Add("of the survivors", b)
-	p.Legend.Top = true
+	p.Legend.Add("share of the full trace", a)
+	p.Legend.Add("share of the ring's survivors", b)
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs = vg.Points(8)
 	p.NominalX(names...)
-	return p.Save(vg.Length(120+90*len(res)), 4*vg.Inch, path)
+	// A label line is about 0.55 em wide per character at the tick font.
+	group := max(vg.Points(100), vg.Length(float64(longest)*0.58)*p.X.Tick.Label.Font.Size+vg.Points(12))
+	width = vg.Points(90) + group*vg.Length(len(res))
+	for _, line := range strings.Split(p.Title.Text, "\n") { // never clip the title
+		width = max(width, vg.Length(float64(len(line))*0.58)*p.Title.TextStyle.Font.Size+vg.Points(40))
+	}
+	return p, width, 4.5 * vg.Inch, nil
 }

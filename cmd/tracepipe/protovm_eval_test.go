@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/gzip"
+	"gonum.org/v1/plot/vg"
 
 	. "github.com/tracepipe/tracepipe/internal/tracebuild"
 	"github.com/tracepipe/tracepipe/protovm"
@@ -390,4 +391,50 @@ func FuzzProtoVMEval(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The chart had overlapping x labels, a clipped legend and title, and the
+// legend over the 100 % bar: the legend now has a band above 100 %, each
+// variant's group is as wide as its label lines, the title names the trace
+// by its base name and fits the canvas.
+func TestEvalPlotLayout(t *testing.T) {
+	res := []EvalResult{
+		{Variant: "baseline", Share: 0.001, SurvivorShare: 0.001},
+		{Variant: "a_rather_long_program_name.yaml/restore", Share: 0.15, SurvivorShare: 1},
+		{Variant: "a_rather_long_program_name.yaml/protovms", Share: 0, SurvivorShare: 0},
+	}
+	p, width, height, err := evalPlot(res, "/some/long/directory/full.pftrace", 512<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Y.Max <= 100 || !p.Legend.Top {
+		t.Errorf("no band for the legend above the 100 %% bars: y max %v, legend top %v", p.Y.Max, p.Legend.Top)
+	}
+	for _, tk := range p.Y.Tick.Marker.Ticks(p.Y.Min, p.Y.Max) {
+		if tk.Value > 100 && tk.Label != "" {
+			t.Errorf("a labelled tick above 100 %%: %+v", tk)
+		}
+	}
+	if strings.Contains(p.Title.Text, "/some/long") || !strings.Contains(p.Title.Text, "full.pftrace") || !strings.Contains(p.Title.Text, "512 KiB") {
+		t.Errorf("title %q", p.Title.Text)
+	}
+	// Each group holds its longest label line ("a_rather_long_program_name.yaml",
+	// 31 characters) with room to spare, at the tick font's size.
+	perGroup := (width - vg.Points(90)) / vg.Length(len(res))
+	if min := vg.Length(31*0.5) * p.X.Tick.Label.Font.Size; perGroup < min {
+		t.Errorf("group width %v < the label's %v: labels overlap", perGroup, min)
+	}
+	if height < 3*vg.Inch {
+		t.Errorf("height %v", height)
+	}
+	// Renders as SVG and PNG.
+	for _, ext := range []string{"svg", "png"} {
+		path := filepath.Join(t.TempDir(), "eval."+ext)
+		if err := plotEval(res, path, "full.pftrace", 512<<10); err != nil {
+			t.Fatalf("%s: %v", ext, err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+			t.Fatalf("%s: %v", ext, err)
+		}
+	}
 }

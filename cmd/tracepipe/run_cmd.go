@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -79,6 +81,9 @@ func newRunCmd() *cobra.Command {
 			cfg, err := loadRunConfig(path, output, sets, cmd.ErrOrStderr())
 			if err != nil {
 				return err
+			}
+			if writesStdout(cfg) && isTerminal(cmd.OutOrStdout()) {
+				return usageError{errors.New("refusing to write a binary trace to the terminal (a file sink's path is \"-\"): redirect standard output (tracepipe run -o - > t.pftrace, or | a program) or name a file with -o")}
 			}
 			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, logFormat)
 		},
@@ -170,7 +175,8 @@ func (r *stopRequests) on(now time.Time) int {
 // runSession runs one session with a status line on a terminal.
 func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, logFormat string) error {
 	tty := isTerminal(stderr)
-	stderr = &syncWriter{w: stderr} // sinks log from their own goroutines
+	console := &syncWriter{w: stderr, tty: tty} // sinks log from their own goroutines
+	stderr = console
 	// Our handler stays installed for the whole session: a disposition
 	// inherited from the parent (SIGINT ignored in a script's background
 	// job) is replaced, and a second signal is ours to judge.
@@ -180,17 +186,13 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	linePrefix := ""
-	if tty {
-		linePrefix = "\r\x1b[K" // clear the status line first
-	}
-	logger, err := newLogger(stderr, logFormat, linePrefix)
+	logger, err := newLogger(stderr, logFormat, "")
 	if err != nil {
 		return err
 	}
 	opts := pipeline.Options{Logger: logger, Rotatable: true}
 	if cfg.Perfetto.Enabled {
-		reg, host, err := startPerfetto(ctx, cfg, stderr)
+		reg, host, err := startPerfetto(ctx, cfg, logger)
 		if err != nil {
 			return err
 		}
@@ -209,14 +211,14 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 		defer ctl.Close()
 	}
 	if metricsAddr != "" { // metrics_cmd.go; the Alertmanager webhook rides along
-		shutdown, err := serveSessionMetrics(metricsAddr, svc, stderr)
+		shutdown, err := serveSessionMetrics(metricsAddr, svc, stderr, logger)
 		if err != nil {
 			return err
 		}
 		defer shutdown()
 	}
 	if alertAddr != "" {
-		stopAlerts, err := serveAlerts(alertAddr, svc, stderr) // control_cmd.go
+		stopAlerts, err := serveAlerts(alertAddr, svc, logger) // control_cmd.go
 		if err != nil {
 			return err
 		}
@@ -236,21 +238,21 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 				go func() {
 					r := <-svc.Snapshot(pipeline.SnapshotRequest{Trigger: "sigusr1"})
 					if r.Err != nil {
-						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: SIGUSR1 snapshot: %v\n", r.Err)
+						fmt.Fprintf(stderr, "tracepipe: SIGUSR1 snapshot: %v\n", r.Err)
 						return
 					}
-					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: SIGUSR1 snapshot %d: %s\n", r.N, strings.Join(r.Files, ", "))
+					fmt.Fprintf(stderr, "tracepipe: SIGUSR1 snapshot %d: %s\n", r.N, strings.Join(r.Files, ", "))
 				}()
 			case sig := <-sigs:
 				switch req.on(time.Now()) {
 				case sigStop:
-					fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v: stopping… (Ctrl-C again to abort)\n", sig)
+					fmt.Fprintf(stderr, "tracepipe: %v: stopping… (Ctrl-C again to abort)\n", sig)
 					cancel()
 				case sigAbort:
 					if cfg.WriteIntoFile {
-						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v again: aborting; the file ends at its last complete packet, without the final TraceStats\n", sig)
+						fmt.Fprintf(stderr, "tracepipe: %v again: aborting; the file ends at its last complete packet, without the final TraceStats\n", sig)
 					} else {
-						fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: %v again: aborting; nothing is written (write_into_file is false: the buffers are read only at the end)\n", sig)
+						fmt.Fprintf(stderr, "tracepipe: %v again: aborting; nothing is written (write_into_file is false: the buffers are read only at the end)\n", sig)
 					}
 					removeEmpty(svc.Files(), stderr)
 					abortProcess(exitAborted)
@@ -267,18 +269,24 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 				case <-done:
 					return
 				case <-t.C:
-					fmt.Fprintf(stderr, "\r\x1b[K%s", statusLine(svc.Status()))
+					console.status(statusLine(svc.Status()))
 				}
 			}
 		}()
 	}
 	res, err := svc.Run(ctx)
 	close(done)
-	if tty {
-		fmt.Fprint(stderr, "\r\x1b[K")
-	}
+	console.clearStatus()
 	if res != nil {
-		printSummary(stderr, res)
+		printSummary(stderr, res, lossContext(cfg))
+		// A sink failure is already in the log and in the sink's summary
+		// line: the exit error names the sink without a third copy.
+		for _, sr := range res.Sinks {
+			if err != nil && sr.Err != nil && errors.Is(err, sr.Err) {
+				err = fmt.Errorf("sink %s failed (its summary line above says why); the session stopped (on_error: stop)", sr.Name)
+				break
+			}
+		}
 		if err == nil && res.TriggerTimedOut {
 			for _, f := range res.Files {
 				_ = os.Remove(f)
@@ -312,7 +320,10 @@ func statusLine(st pipeline.Status) string {
 	} else {
 		fmt.Fprintf(&b, "%v (until SIGINT)", elapsed)
 	}
-	fmt.Fprintf(&b, "  in %s  out %s  %d packets  losses %d", byteSize(st.BytesIn), byteSize(st.BytesOut), st.Packets, st.Losses)
+	fmt.Fprintf(&b, "  in %s  out %s  %d packets  losses %d", byteSize(st.BytesIn), byteSize(st.BytesOut), st.Packets, st.Losses-st.RingOverwrites)
+	if st.RingOverwrites > 0 { // a ring read once keeps its newest data: not a loss
+		fmt.Fprintf(&b, "  ring overwrote %d chunks", st.RingOverwrites)
+	}
 	for i, bs := range st.Buffers {
 		name := bs.Name
 		if name == "" {
@@ -342,7 +353,7 @@ func byteSize(n uint64) string {
 
 // printSummary tells, per sink, exactly what reached its destination,
 // and whether anything was lost.
-func printSummary(w io.Writer, res *pipeline.Result) {
+func printSummary(w io.Writer, res *pipeline.Result, lc tracefile.LossContext) {
 	for _, sr := range res.Sinks {
 		dest := sr.Destination
 		if n := len(sr.Files); n > 1 {
@@ -377,14 +388,18 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 		fmt.Fprintf(w, "tracepipe: not recorded: %v\n", err)
 	}
 	printPluginFaults(w, res)
-	var lost []string
+	var lost, ring []string
 	for _, r := range tracefile.LossReport(res.Stats) {
 		if r.Lost() {
 			name := r.Name
 			if r.Index >= 0 {
 				name = fmt.Sprintf("%s[buffer %d]", r.Name, r.Index)
 			}
-			lost = append(lost, fmt.Sprintf("%s=%d", name, r.Value))
+			if lc.RingOverwrite(r) {
+				ring = append(ring, fmt.Sprintf("%s=%d", name, r.Value))
+			} else {
+				lost = append(lost, fmt.Sprintf("%s=%d", name, r.Value))
+			}
 		}
 	}
 	if len(lost) > 0 {
@@ -392,6 +407,19 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 	} else {
 		fmt.Fprintln(w, "tracepipe: no data loss")
 	}
+	if len(ring) > 0 {
+		fmt.Fprintf(w, "tracepipe: the ring buffer kept its newest data, overwriting the oldest: %s (a ring read once at the end does that; not a loss)\n", strings.Join(ring, " "))
+	}
+}
+
+// lossContext is what the trace's echoed config will tell `stats` (see
+// tracefile.LossContext), from the session's config.
+func lossContext(cfg *pipeline.Config) tracefile.LossContext {
+	lc := tracefile.LossContext{Known: true, WriteIntoFile: cfg.WriteIntoFile}
+	for _, b := range cfg.Buffers {
+		lc.Ring = append(lc.Ring, b.FillPolicy != pipeline.FillPolicyDiscard)
+	}
+	return lc
 }
 
 func firstOr(s []string, def string) string {
@@ -399,4 +427,21 @@ func firstOr(s []string, def string) string {
 		return s[0]
 	}
 	return def
+}
+
+// writesStdout reports whether a file sink of cfg streams to standard
+// output (path "-", flat or in its file section).
+func writesStdout(cfg *pipeline.Config) bool {
+	for _, s := range cfg.Sinks {
+		if s.Type != sinks.SinkTypeFile {
+			continue
+		}
+		if s.Path == sinks.StdoutPath {
+			return true
+		}
+		if p, ok := s.Sections[sinks.SinkTypeFile]["path"].(string); ok && p == sinks.StdoutPath {
+			return true
+		}
+	}
+	return false
 }

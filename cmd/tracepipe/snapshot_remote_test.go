@@ -112,7 +112,7 @@ func sameDataPackets(t *testing.T, want, got [][]byte, filtered bool) {
 				if dropEvents {
 					continue
 				}
-			case "field_113": // clone_snapshot_trigger, unknown to tracefile's names
+			case "clone_snapshot_trigger":
 				trig = true
 			}
 			out = append(out, p)

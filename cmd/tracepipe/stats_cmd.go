@@ -87,6 +87,9 @@ type statsScan struct {
 	dropped        map[uint32]map[uint32]int
 	droppedPackets int
 	truncated      error // the ErrTruncated error, if the input was cut
+	// lossCtx, from the first trace_config packet, tells the overwrites
+	// of a ring buffer read once from losses (presentation only).
+	lossCtx tracefile.LossContext
 }
 
 // scanTrace reads every packet of the trace at path. It returns the scan
@@ -140,6 +143,9 @@ func (s *statsScan) add(rec tracefile.Record, keepAll bool) {
 			s.dropped[info.SequenceID] = bySeq
 		}
 		bySeq[m]++
+	}
+	if info.PayloadField == tracefile.FieldTraceConfig && !s.lossCtx.Known {
+		s.lossCtx, _ = tracefile.DecodeLossContext(info.Payload)
 	}
 	if info.PayloadField != tracefile.FieldTraceStats {
 		return
@@ -236,11 +242,13 @@ func runStats(path string, opts statsOptions, stdout, stderr io.Writer) error {
 }
 
 // lossSummary names what lost data in the last TraceStats packet and the
-// flagged packets, or returns "" when nothing did.
+// flagged packets, or returns "" when nothing did. Overwrites of a ring
+// buffer read once (tracefile.LossContext) are the ring doing its job,
+// not a loss: trace_processor and `check` do not report them either.
 func lossSummary(s *statsScan) string {
 	var parts []string
 	for _, r := range tracefile.LossReport(s.last().ts) {
-		if r.Lost() {
+		if s.lossCtx.Lost(r) {
 			parts = append(parts, fmt.Sprintf("%s %s=%d", rowScope(r), r.Name, r.Value))
 		}
 	}
@@ -274,13 +282,13 @@ func writeStatsText(w io.Writer, path string, s *statsScan) error {
 	if len(tables) > 1 {
 		for i, st := range tables {
 			fmt.Fprintf(w, "\nTraceStats %d of %d, at offset %d:\n", i+1, len(tables), st.offset)
-			if err := tracefile.WriteLossTable(w, tracefile.LossReport(st.ts)); err != nil {
+			if err := tracefile.WriteLossTableContext(w, tracefile.LossReport(st.ts), s.lossCtx); err != nil {
 				return err
 			}
 		}
 	} else {
 		fmt.Fprintln(w)
-		if err := tracefile.WriteLossTable(w, tracefile.LossReport(last.ts)); err != nil {
+		if err := tracefile.WriteLossTableContext(w, tracefile.LossReport(last.ts), s.lossCtx); err != nil {
 			return err
 		}
 	}
@@ -325,6 +333,9 @@ type (
 		Severity   string `json:"severity"`
 		Value      uint64 `json:"value"`
 		Lost       bool   `json:"lost"`
+		// RingOverwrite marks a lost row that is a ring buffer read once
+		// overwriting its oldest data (tracefile.LossContext).
+		RingOverwrite bool `json:"ring_overwrite,omitempty"`
 	}
 	statsJSONDropped struct {
 		Type     string `json:"type"` // "previous_packet_dropped"
@@ -352,7 +363,7 @@ func writeStatsJSON(w io.Writer, path string, s *statsScan) error {
 			}
 			err := enc.Encode(statsJSONCounter{
 				Type: "counter", TraceStats: i, Offset: st.offset, Scope: scope, Index: r.Index,
-				Counter: r.Name, Severity: r.Severity, Value: r.Value, Lost: r.Lost(),
+				Counter: r.Name, Severity: r.Severity, Value: r.Value, Lost: r.Lost(), RingOverwrite: r.Lost() && s.lossCtx.RingOverwrite(r),
 			})
 			if err != nil {
 				return err

@@ -101,6 +101,9 @@ func runStatsSet(paths []string, opts statsOptions, stdout, stderr io.Writer) er
 			set.truncated = s.truncated
 		}
 		set.compression = s.compression
+		if !set.lossCtx.Known {
+			set.lossCtx = s.lossCtx
+		}
 		set.packets += s.packets
 		set.badPackets += s.badPackets
 		set.statsPackets += s.statsPackets
@@ -149,7 +152,7 @@ func runStatsSet(paths []string, opts statsOptions, stdout, stderr io.Writer) er
 }
 
 // runInspectSet summarises each file, then the set as one trace.
-func runInspectSet(paths []string, first int, stdout, stderr io.Writer) error {
+func runInspectSet(paths []string, textOpts tracefile.SummaryOptions, stdout, stderr io.Writer) error {
 	paths = rotationOrder(paths)
 	var set *tracefile.Summary
 	for i, p := range paths {
@@ -157,9 +160,9 @@ func runInspectSet(paths []string, first int, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		opts := tracefile.SummaryOptions{FirstN: -1}
-		if i == 0 && first > 0 {
-			opts.FirstN = first
+		opts := textOpts
+		if i > 0 {
+			opts.FirstN = -1
 		}
 		s, readErr := tracefile.SummarizeOptions(f, opts)
 		f.Close()

@@ -113,7 +113,22 @@ func (r *Runtime) Start() error {
 	r.started = true
 	r.tickStop, r.tickDone = make(chan struct{}), make(chan struct{})
 	go r.tick(r.tickStop, r.tickDone)
-	return r.ds.Start(r)
+	if err := r.ds.Start(r); err != nil {
+		// A data source that did not start commits nothing: its ticker
+		// ends now (the session may never call Stop for it).
+		r.endTicker()
+		return err
+	}
+	return nil
+}
+
+// endTicker stops the commit ticker once. REQUIRES: r.mu held.
+func (r *Runtime) endTicker() {
+	if r.tickStop != nil {
+		close(r.tickStop)
+		<-r.tickDone
+		r.tickStop = nil
+	}
 }
 
 func (r *Runtime) tick(stop <-chan struct{}, done chan<- struct{}) {
@@ -180,8 +195,7 @@ func (r *Runtime) Stop() error {
 				err = errors.Join(err, fmt.Errorf("closing writer %d: %w", w.ID(), cerr))
 			}
 		}
-		close(r.tickStop)
-		<-r.tickDone
+		r.endTicker()
 	}
 	r.wmu.Lock()
 	r.closed = true

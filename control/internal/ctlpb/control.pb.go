@@ -125,18 +125,21 @@ func (x *BufferInfo) GetFill() float64 {
 }
 
 type InfoResponse struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	ProtocolVersion  uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
-	Name             string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"` // unique_session_name, or "" when unnamed
-	Pid              int64                  `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
-	UptimeMs         int64                  `protobuf:"varint,4,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
-	Buffers          []*BufferInfo          `protobuf:"bytes,5,rep,name=buffers,proto3" json:"buffers,omitempty"`
-	Losses           uint64                 `protobuf:"varint,6,opt,name=losses,proto3" json:"losses,omitempty"` // every data_loss counter so far
-	BytesIn          uint64                 `protobuf:"varint,7,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
-	SnapshotsTaken   uint64                 `protobuf:"varint,8,opt,name=snapshots_taken,json=snapshotsTaken,proto3" json:"snapshots_taken,omitempty"`
-	SnapshotsFailed  uint64                 `protobuf:"varint,9,opt,name=snapshots_failed,json=snapshotsFailed,proto3" json:"snapshots_failed,omitempty"`
-	SnapshotsRefused uint64                 `protobuf:"varint,10,opt,name=snapshots_refused,json=snapshotsRefused,proto3" json:"snapshots_refused,omitempty"`
-	ConfigPath       string                 `protobuf:"bytes,11,opt,name=config_path,json=configPath,proto3" json:"config_path,omitempty"`
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ProtocolVersion uint32                 `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
+	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"` // unique_session_name, or "" when unnamed
+	Pid             int64                  `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	UptimeMs        int64                  `protobuf:"varint,4,opt,name=uptime_ms,json=uptimeMs,proto3" json:"uptime_ms,omitempty"`
+	Buffers         []*BufferInfo          `protobuf:"bytes,5,rep,name=buffers,proto3" json:"buffers,omitempty"`
+	Losses          uint64                 `protobuf:"varint,6,opt,name=losses,proto3" json:"losses,omitempty"` // every data_loss counter so far, ring_overwrites aside
+	// chunks a ring buffer overwrote in a session that reads its buffers
+	// once (at stop, for snapshots): the ring keeping its newest data
+	RingOverwrites   uint64 `protobuf:"varint,12,opt,name=ring_overwrites,json=ringOverwrites,proto3" json:"ring_overwrites,omitempty"`
+	BytesIn          uint64 `protobuf:"varint,7,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	SnapshotsTaken   uint64 `protobuf:"varint,8,opt,name=snapshots_taken,json=snapshotsTaken,proto3" json:"snapshots_taken,omitempty"`
+	SnapshotsFailed  uint64 `protobuf:"varint,9,opt,name=snapshots_failed,json=snapshotsFailed,proto3" json:"snapshots_failed,omitempty"`
+	SnapshotsRefused uint64 `protobuf:"varint,10,opt,name=snapshots_refused,json=snapshotsRefused,proto3" json:"snapshots_refused,omitempty"`
+	ConfigPath       string `protobuf:"bytes,11,opt,name=config_path,json=configPath,proto3" json:"config_path,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -209,6 +212,13 @@ func (x *InfoResponse) GetBuffers() []*BufferInfo {
 func (x *InfoResponse) GetLosses() uint64 {
 	if x != nil {
 		return x.Losses
+	}
+	return 0
+}
+
+func (x *InfoResponse) GetRingOverwrites() uint64 {
+	if x != nil {
+		return x.RingOverwrites
 	}
 	return 0
 }
@@ -636,14 +646,15 @@ const file_control_proto_rawDesc = "" +
 	"BufferInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04fill\x18\x03 \x01(\x01R\x04fill\"\x8d\x03\n" +
+	"\x04fill\x18\x03 \x01(\x01R\x04fill\"\xb6\x03\n" +
 	"\fInfoResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03pid\x18\x03 \x01(\x03R\x03pid\x12\x1b\n" +
 	"\tuptime_ms\x18\x04 \x01(\x03R\buptimeMs\x12:\n" +
 	"\abuffers\x18\x05 \x03(\v2 .tracepipe.control.v1.BufferInfoR\abuffers\x12\x16\n" +
-	"\x06losses\x18\x06 \x01(\x04R\x06losses\x12\x19\n" +
+	"\x06losses\x18\x06 \x01(\x04R\x06losses\x12'\n" +
+	"\x0fring_overwrites\x18\f \x01(\x04R\x0eringOverwrites\x12\x19\n" +
 	"\bbytes_in\x18\a \x01(\x04R\abytesIn\x12'\n" +
 	"\x0fsnapshots_taken\x18\b \x01(\x04R\x0esnapshotsTaken\x12)\n" +
 	"\x10snapshots_failed\x18\t \x01(\x04R\x0fsnapshotsFailed\x12+\n" +
