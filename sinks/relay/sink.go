@@ -59,6 +59,7 @@ const writeStallTimeout = 30 * time.Second
 type Sink struct {
 	opts Options
 	out  *remote.Outbox
+	link *sinks.Link // outages, failure, loss classification
 
 	Connects atomic.Uint64 // successful hellos
 	Failures atomic.Uint64 // failed connections or sessions
@@ -97,6 +98,11 @@ func New(opts Options) (*Sink, error) {
 		opts.Identity = remote.NewIdentity(0, opts.Identity.Hostname)
 	}
 	s := &Sink{opts: opts, out: remote.NewOutbox(opts.BatchBytes, opts.MaxBatches), done: make(chan struct{})}
+	scheme := "tcp"
+	if opts.TLS != nil {
+		scheme = "tls"
+	}
+	s.link = sinks.NewLink(fmt.Sprintf("relay %s://%s", scheme, opts.Address), opts.Logger)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
 	return s, nil
@@ -114,11 +120,28 @@ func (s *Sink) logf(format string, args ...any) {
 
 // WriteLast queues the final TraceStats even when the queue is at its
 // bound (sinks.LastWriter; see [remote.Outbox.WriteLast]).
-func (s *Sink) WriteLast(packet []byte) error { return s.out.WriteLast(packet) }
+func (s *Sink) WriteLast(packet []byte) error {
+	err := s.out.WriteLast(packet)
+	s.link.NoteDrops(s.out.Stats())
+	return err
+}
 
-// Write packs packets into batches; see [remote.Outbox.Write].
+// Write packs packets into batches; see [remote.Outbox.Write]. Packets
+// dropped at the queue bound while the receiver is unreachable are lost
+// to it (and fail the sink), not to a full queue.
 func (s *Sink) Write(_ context.Context, packets [][]byte) error {
-	return s.out.Write(packets)
+	err := s.out.Write(packets)
+	s.link.NoteDrops(s.out.Stats())
+	return err
+}
+
+// Failed reports why the sink cannot deliver, or nil (sinks.Failer).
+func (s *Sink) Failed() error { return s.link.Failed() }
+
+// lost is the outbox's count of lost packets.
+func (s *Sink) lost() uint64 {
+	st := s.out.Stats()
+	return st.PacketsDroppedQueue + st.PacketsDroppedError
 }
 
 // Flush seals the open batch so it is sent now. It does not wait for the
@@ -136,14 +159,21 @@ func (s *Sink) Close(ctx context.Context) error {
 		// A loss, counted (PacketsDroppedQueue), not an error: the session
 		// reports it in TraceStats.
 		if n := s.out.Shutdown(ctx, s.opts.CloseTimeout, func() { s.cancel(); <-s.done }); n > 0 {
-			s.logf("relay: %s: gave up at close with %d batches unacknowledged; their packets are counted as dropped", s.opts.Address, n)
+			why := s.link.Cause()
+			if why == nil {
+				why = fmt.Errorf("the receiver did not acknowledge them within close_timeout %v", s.opts.CloseTimeout)
+			}
+			s.link.Fail(fmt.Errorf("%d batches never acknowledged: %w", n, why))
+			s.logf("relay: %s: gave up at close with %d batches unacknowledged; their packets are counted as lost", s.opts.Address, n)
 		}
+		s.link.NoteDrops(s.out.Stats())
 	})
 	return nil
 }
 
-// Stats returns the outbox's counters.
-func (s *Sink) Stats() sinks.SinkStats { return s.out.Stats() }
+// Stats returns the outbox's counters as the link classifies them
+// (sinks.Link.Adjust).
+func (s *Sink) Stats() sinks.SinkStats { return s.link.Adjust(s.out.Stats()) }
 
 // run connects and reconnects until the sink is closed.
 func (s *Sink) run() {
@@ -157,9 +187,10 @@ func (s *Sink) run() {
 		if helloed {
 			backoff = s.opts.BackoffMin
 		}
+		// An outage, logged once by the link; what it costs is counted
+		// when packets are dropped (Write), not per failed attempt.
 		s.Failures.Add(1)
-		s.out.AddErrors(1)
-		s.logf("relay: %s: %v; retrying in about %v", s.opts.Address, err, backoff)
+		s.link.Down(cause(err, helloed, s.opts.TLS != nil), s.lost())
 		// ±50 % jitter spreads the reconnects of a fleet.
 		d := backoff/2 + rand.N(backoff+1)
 		t := time.NewTimer(d)
@@ -205,7 +236,7 @@ func (s *Sink) session() (bool, error) {
 	switch typ {
 	case frameHelloAck:
 	case frameError:
-		return false, fmt.Errorf("receiver refused: %s", errorText(p))
+		return false, fmt.Errorf("%w: %s", errRefused, errorText(p))
 	default:
 		return false, fmt.Errorf("%w: answer to hello has type %d", ErrProtocol, typ)
 	}
@@ -221,6 +252,7 @@ func (s *Sink) session() (bool, error) {
 	_ = c.SetDeadline(time.Time{})
 	s.Connects.Add(1)
 	s.out.Ack(last)
+	s.link.Up(s.lost())
 	var sent atomic.Uint64 // highest batch written on this connection
 	sent.Store(last)
 
@@ -242,6 +274,7 @@ func (s *Sink) session() (bool, error) {
 					return
 				}
 				s.out.Ack(seq)
+				s.link.Acked()
 			case frameError:
 				cancel(fmt.Errorf("receiver: %s", errorText(p)))
 				return
