@@ -430,6 +430,7 @@ func (s *Service) finish() (*Result, error) {
 	errs = append(errs, s.closeLanes(ctx)...)
 	s.outCancel()
 	final.Tracepipe = withSinkTotals(final.Tracepipe, s.sinkTotals())
+	final.Tracepipe.PeerSinks = s.peerStats()
 	for _, p := range s.producers {
 		p.side.close()
 		_ = p.smb.Close()

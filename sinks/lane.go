@@ -105,6 +105,7 @@ type Lane struct {
 	stats     SinkStats  // the lane's own counters (filter, queue)
 	snap      SinkStats  // the sink's Stats() as of the last item written
 	closed    bool
+	sinkDone  bool // the sink's Close returned: Stats is final
 	closeErr  error
 	err       error // first write error
 	fatalSent bool
@@ -236,6 +237,11 @@ func (l *Lane) Err() error {
 // Index is the sink's position in the session's sinks.
 func (l *Lane) Index() int { return l.index }
 
+// Network reports whether the sink delivers to a destination that can
+// fail on its own (it implements Failer): a relay or nats sink, whose
+// losses are known only once it closed.
+func (l *Lane) Network() bool { return l.failer != nil }
+
 // PeerStats summarises the sink for the other sinks' TraceStats; ok is
 // false when it lost nothing and did not fail (then it is not listed).
 func (l *Lane) PeerStats() (p tracefile.PeerSinkStats, ok bool) {
@@ -344,9 +350,14 @@ func (l *Lane) checkFailed() {
 }
 
 // Snapshot returns the counters as of the last item the lane wrote,
-// without waiting for a sink that is busy writing.
+// without waiting for a sink that is busy writing; once the sink is
+// closed, its final counters.
 func (l *Lane) Snapshot() SinkStats {
 	l.mu.Lock()
+	if l.sinkDone { // closed: ask the sink, which counted what Close gave up on
+		l.mu.Unlock()
+		return l.Stats()
+	}
 	defer l.mu.Unlock()
 	return l.snap.Add(l.stats)
 }
@@ -539,6 +550,9 @@ func (l *Lane) Close(ctx context.Context) error {
 	select {
 	case <-l.done:
 		err = l.sink.Close(ctx)
+		l.mu.Lock()
+		l.sinkDone = true
+		l.mu.Unlock()
 		if err == nil && l.failer != nil {
 			// A failure found while closing (nothing acknowledged
 			// the last batches): record and log it like any other.

@@ -363,7 +363,14 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 			notes = append(notes, fmt.Sprintf("%d dropped (queue full)", n))
 		}
 		if n := st.PacketsDroppedError; n > 0 {
-			notes = append(notes, fmt.Sprintf("%d lost to errors", n))
+			if sr.Err != nil {
+				notes = append(notes, fmt.Sprintf("%d lost to the failure below", n))
+			} else {
+				notes = append(notes, fmt.Sprintf("%d lost to errors", n))
+			}
+		}
+		if n := st.Reconnects; n > 0 {
+			notes = append(notes, fmt.Sprintf("%d outage(s) of the destination, resumed", n))
 		}
 		if len(notes) > 0 {
 			fmt.Fprintf(w, "; %s", strings.Join(notes, ", "))

@@ -15,6 +15,12 @@ import (
 // errRefused is a receiver's error frame answering the hello.
 var errRefused = errors.New("receiver refused the session")
 
+// handshakeError is a failed TLS dial (connect and handshake).
+type handshakeError struct{ err error }
+
+func (e handshakeError) Error() string { return e.err.Error() }
+func (e handshakeError) Unwrap() error { return e.err }
+
 // cause turns a failed connection attempt into the sentence a user needs:
 // what went wrong, in terms of the configuration. Causes retrying cannot
 // cure (a TLS mismatch, an untrusted certificate, a receiver that refused
@@ -30,6 +36,7 @@ func cause(err error, helloed, tlsOn bool) error {
 	var verify *tls.CertificateVerificationError
 	var alert tls.AlertError
 	var op *net.OpError
+	var hs handshakeError
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("connection refused: %w", err)
@@ -39,6 +46,8 @@ func cause(err error, helloed, tlsOn bool) error {
 		return sinks.Permanent(fmt.Errorf("TLS: the receiver's certificate is not trusted (check tls.ca_file, tls.server_name): %w", err))
 	case errors.As(err, &alert), errors.As(err, &op) && op.Op == "remote error":
 		return sinks.Permanent(fmt.Errorf("TLS handshake refused by the receiver (client certificate?): %w", err))
+	case errors.As(err, &hs) && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
+		return fmt.Errorf("TLS handshake failed: the receiver closed the connection (TLS mismatch: is `tracepipe serve` running without --tls-cert?): %w", err)
 	case errors.Is(err, io.EOF) && helloed:
 		return fmt.Errorf("the receiver closed the connection: %w", err)
 	case errors.Is(err, io.EOF) && !tlsOn:

@@ -211,7 +211,9 @@ func (s *Sink) session() (bool, error) {
 	var err error
 	if s.opts.TLS != nil {
 		td := tls.Dialer{NetDialer: &d, Config: s.opts.TLS}
-		c, err = td.DialContext(s.ctx, "tcp", s.opts.Address)
+		if c, err = td.DialContext(s.ctx, "tcp", s.opts.Address); err != nil {
+			err = handshakeError{err}
+		}
 	} else {
 		c, err = d.DialContext(s.ctx, "tcp", s.opts.Address)
 	}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A remote sink that cannot deliver is a failing sink, whatever the
+// reason: run exits 1 with the true cause in its summary, on_error: stop
+// ends the session early (drop lets it run), and the local file's final
+// TraceStats records the remote copy's loss, so `stats --fail-on-loss`
+// on it exits 3 naming the sink.
+func TestRemoteSinkFailures(t *testing.T) {
+	deadAddr := func(t *testing.T) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close() // nothing listens there now
+		return addr
+	}
+	cases := []struct {
+		name  string
+		sink  func(t *testing.T) string // the sink's YAML (sinks[1])
+		cause string                    // in the summary
+	}{
+		{"nats-no-stream", func(t *testing.T) string {
+			return fmt.Sprintf("    nats:\n      url: %s\n      subject: nostream.z\n      batch_size: 16KiB\n      max_batches: 2\n      close_timeout: 300ms\n", startNATSServer(t))
+		}, `no JetStream stream listens on subject "nostream.z"`},
+		{"nats-down", func(t *testing.T) string {
+			return fmt.Sprintf("    nats:\n      url: nats://%s\n      subject: t.x\n      batch_size: 16KiB\n      max_batches: 2\n      close_timeout: 300ms\n", deadAddr(t))
+		}, "connection refused"},
+		{"relay-dead-port", func(t *testing.T) string {
+			return fmt.Sprintf("    relay:\n      address: %s\n      batch_size: 16KiB\n      max_batches: 2\n      close_timeout: 300ms\n", deadAddr(t))
+		}, "connection refused"},
+		{"relay-tls-mismatch", func(t *testing.T) string {
+			addr, _ := startServe(t, serveFlags{listen: "127.0.0.1:0", out: t.TempDir()})
+			return fmt.Sprintf("    relay:\n      address: %s\n      tls: true\n      batch_size: 16KiB\n      max_batches: 2\n      close_timeout: 300ms\n", addr)
+		}, "TLS"},
+	}
+	for _, tc := range cases {
+		for _, policy := range []string{"stop", "drop"} {
+			t.Run(tc.name+"/"+policy, func(t *testing.T) {
+				typ := "nats"
+				if strings.HasPrefix(tc.name, "relay") {
+					typ = "relay"
+				}
+				file := filepath.Join(t.TempDir(), "local.pftrace")
+				duration := "2s"
+				if policy == "stop" {
+					duration = "60s" // ended by the failure, long before
+				}
+				cfg := sessionConfig(t, file, fmt.Sprintf("  - type: %s\n    on_error: %s\n%s", typ, policy, tc.sink(t)))
+				_, stderr, code := runCLI(t, "run", "-c", cfg, "--duration", duration,
+					"--set", "data_sources[0].config.max_packets=0", "--set", "data_sources[0].config.rate=2000")
+				if code != exitError {
+					t.Fatalf("run: exit %d, want %d\n%s", code, exitError, stderr)
+				}
+				summary := stderr
+				if !strings.Contains(summary, "sinks[1]: FAILED") || !strings.Contains(summary, tc.cause) {
+					t.Errorf("the summary does not give the cause %q:\n%s", tc.cause, summary)
+				}
+				if strings.Contains(summary, "no data loss") || strings.Contains(summary, "queue full") {
+					t.Errorf("the summary hides the loss or blames the queue:\n%s", summary)
+				}
+				stopped := strings.Contains(summary, "session stopped (on_error: stop)")
+				if stopped != (policy == "stop") {
+					t.Errorf("on_error: %s: session stopped by the sink = %v\n%s", policy, stopped, summary)
+				}
+				out, serr, code := runCLI(t, "stats", "--fail-on-loss", file)
+				if code != exitDataLoss {
+					t.Fatalf("stats --fail-on-loss on the local file: exit %d, want %d\n%s%s", code, exitDataLoss, out, serr)
+				}
+				if !strings.Contains(out+serr, "sinks[1] (") {
+					t.Errorf("the local file's loss report does not name sinks[1]:\n%s%s", out, serr)
+				}
+			})
+		}
+	}
+}
