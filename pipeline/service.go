@@ -141,10 +141,11 @@ type Service struct {
 	sinkStopOnce sync.Once
 	sinkErr      error
 
-	status statusCell
-	ran    bool
-	snap   snapState    // clone snapshots (snapshot.go)
-	trig   triggerState // triggers (triggers.go)
+	status  statusCell
+	ran     bool
+	snap    snapState    // clone snapshots (snapshot.go)
+	trig    triggerState // triggers (triggers.go)
+	refused refusals     // requests from outside turned down (refusals.go)
 	// Calls from other goroutines and the flushes they asked for
 	// (loopcall.go).
 	calls     chan func()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -215,24 +216,44 @@ func newControlCmds() []*cobra.Command {
 	return []*cobra.Command{newSessionsCmd(), trig, snap, rot, stop}
 }
 
-// serveAlerts serves the Alertmanager webhook at POST /alertmanager on
-// addr until the returned stop is called.
-// alertHandler turns Alertmanager's webhook into trigger activations.
-func alertHandler(svc *pipeline.Service, stderr io.Writer) http.Handler {
+// alertHandler turns Alertmanager's webhook into trigger activations;
+// refused requests and triggers are counted and logged by the session.
+func alertHandler(svc *pipeline.Service, token string, stderr io.Writer) http.Handler {
 	return control.AlertHandler(func(names []string) []string {
 		acted := svc.ActivateTriggers("alertmanager", names...)
 		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: alertmanager: triggers %v, acted %v\n", names, acted)
+		if len(acted) < len(names) {
+			svc.TriggersRefused("alertmanager", slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(acted, n) }))
+		}
 		return acted
-	})
+	}, control.AlertOptions{Token: token, Refused: svc.AlertRequestRefused})
 }
 
-func serveAlerts(addr string, svc *pipeline.Service, stderr io.Writer) (func(), error) {
+// serveAlerts serves the Alertmanager webhook at POST /alertmanager on
+// addr (loopback when it names no host) until the returned stop is
+// called; with tokenFile, every request must carry its bearer token.
+func serveAlerts(addr, tokenFile string, svc *pipeline.Service, stderr io.Writer) (func(), error) {
+	addr, err := control.AlertListenAddr(addr)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	var token string
+	if tokenFile != "" {
+		if token, err = control.ReadAlertToken(tokenFile); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--alert-addr: %w", err)
 	}
+	auth := "requests need the bearer token of --alert-token-file"
+	if token == "" {
+		auth = "no --alert-token-file: whoever reaches this address can fire the session's triggers"
+	}
+	fmt.Fprintf(stderr, "tracepipe: alertmanager webhook on http://%s/alertmanager (%s)\n", ln.Addr(), auth)
 	mux := http.NewServeMux()
-	mux.Handle("/alertmanager", alertHandler(svc, stderr))
+	mux.Handle("/alertmanager", alertHandler(svc, token, stderr))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() { _ = srv.Serve(ln) }()
 	return func() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -48,6 +49,7 @@ func newRunCmd() *cobra.Command {
 		duration     time.Duration
 		sets         []string
 		alertAddr    string // control_cmd.go: the Alertmanager webhook
+		alertToken   string // its bearer token file
 		perfetto     bool
 	)
 	c := &cobra.Command{
@@ -80,7 +82,7 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, logFormat)
+			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, alertToken, logFormat)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
@@ -88,7 +90,8 @@ func newRunCmd() *cobra.Command {
 	c.Flags().DurationVar(&duration, "duration", 0, "session duration, e.g. 30s (overrides the config's duration; 0 = until SIGINT)")
 	c.Flags().BoolVar(&perfetto, "perfetto", false, "act as traced for Perfetto producers: listen on Perfetto's producer socket (PERFETTO_PRODUCER_SOCK_NAME) and serve data sources they register (perfetto.enabled)")
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics while the session runs")
-	c.Flags().StringVar(&alertAddr, "alert-addr", "", "serve Prometheus Alertmanager's webhook on this address (POST /alertmanager): each firing alert activates the trigger named by its alertname (or tracepipe_trigger label)")
+	c.Flags().StringVar(&alertAddr, "alert-addr", "", "serve Prometheus Alertmanager's webhook on this address (POST /alertmanager; \":9466\" means loopback, name the host to listen elsewhere): each firing alert activates the trigger named by its alertname (or tracepipe_trigger label)")
+	c.Flags().StringVar(&alertToken, "alert-token-file", "", "with --alert-addr: every webhook request must carry \"Authorization: Bearer <the file's content>\" (others get 401, counted and logged)")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
 	addLogFormatFlag(c, &logFormat)
 	return c
@@ -168,7 +171,7 @@ func (r *stopRequests) on(now time.Time) int {
 }
 
 // runSession runs one session with a status line on a terminal.
-func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, logFormat string) error {
+func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, alertToken, logFormat string) error {
 	tty := isTerminal(stderr)
 	stderr = &syncWriter{w: stderr} // sinks log from their own goroutines
 	// Our handler stays installed for the whole session: a disposition
@@ -208,7 +211,10 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	if ctl != nil {
 		defer ctl.Close()
 	}
-	if metricsAddr != "" { // metrics_cmd.go; the Alertmanager webhook rides along
+	if alertAddr == "" && alertToken != "" {
+		return usageError{errors.New("--alert-token-file needs --alert-addr")}
+	}
+	if metricsAddr != "" { // metrics_cmd.go
 		shutdown, err := serveSessionMetrics(metricsAddr, svc, stderr)
 		if err != nil {
 			return err
@@ -216,7 +222,7 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 		defer shutdown()
 	}
 	if alertAddr != "" {
-		stopAlerts, err := serveAlerts(alertAddr, svc, stderr) // control_cmd.go
+		stopAlerts, err := serveAlerts(alertAddr, alertToken, svc, stderr) // control_cmd.go
 		if err != nil {
 			return err
 		}
@@ -383,6 +389,7 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 	for _, err := range res.StartErrors {
 		fmt.Fprintf(w, "tracepipe: not recorded: %v\n", err)
 	}
+	printRefusals(w, res)
 	var lost []string
 	for _, r := range tracefile.LossReport(res.Stats) {
 		if r.Lost() {
@@ -397,6 +404,23 @@ func printSummary(w io.Writer, res *pipeline.Result) {
 		fmt.Fprintf(w, "tracepipe: data loss: %s (details: tracepipe stats %s)\n", strings.Join(lost, " "), firstOr(res.Files, "TRACE"))
 	} else {
 		fmt.Fprintln(w, "tracepipe: no data loss")
+	}
+}
+
+// printRefusals tells what was asked of the session from outside and
+// turned down: triggers that did not act, snapshots refused, webhook
+// requests refused (TraceStats counts them too).
+func printRefusals(w io.Writer, res *pipeline.Result) {
+	tr := res.Triggers
+	if refused := tr.Unknown + tr.ProducerMismatch + tr.Skipped + tr.RateLimited + tr.Dropped; refused > 0 {
+		fmt.Fprintf(w, "tracepipe: triggers: %d received, %d acted, %d refused (unknown %d, producer mismatch %d, skipped %d, rate-limited %d, queue full %d)\n",
+			tr.Received, tr.Acted, refused, tr.Unknown, tr.ProducerMismatch, tr.Skipped, tr.RateLimited, tr.Dropped)
+	}
+	if sn := res.Snapshots; sn.Refused+sn.Failed > 0 {
+		fmt.Fprintf(w, "tracepipe: snapshots: %d taken, %d refused (too many in flight or the session ending), %d failed\n", sn.Taken, sn.Refused, sn.Failed)
+	}
+	if tp := res.Stats.Tracepipe; tp != nil && tp.AlertRequestsRefused > 0 {
+		fmt.Fprintf(w, "tracepipe: alertmanager webhook: %d request(s) refused (bad or missing token, malformed)\n", tp.AlertRequestsRefused)
 	}
 }
 
