@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A remote sink that cannot deliver is a failing sink, whatever the
@@ -81,4 +83,52 @@ func TestRemoteSinkFailures(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A receiver stopped and restarted mid-session within what the relay
+// sink's queue holds loses nothing: the sender logs one outage and its
+// end, counts a reconnect (info), reports no data loss and exits 0, and
+// the received trace holds every packet of the local file.
+func TestRelayReceiverRestartIsNoLoss(t *testing.T) {
+	addr, out := freeLoopbackAddr(t), t.TempDir()
+	_, stop := startServe(t, serveFlags{listen: addr, out: out})
+	file := filepath.Join(t.TempDir(), "local.pftrace")
+	cfg := sessionConfig(t, file, fmt.Sprintf("  - type: relay\n    relay:\n      address: %s\n      backoff_max: 100ms\n", addr))
+	type result struct {
+		stderr string
+		code   int
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, stderr, code := runCLI(t, "run", "-c", cfg, "--duration", "3s",
+			"--set", "data_sources[0].config.max_packets=0", "--set", "data_sources[0].config.rate=2000")
+		done <- result{stderr, code}
+	}()
+	waitUntil(t, "the receiver storing packets", 20*time.Second, func() bool {
+		names, _ := filepath.Glob(filepath.Join(out, "*.pftrace"))
+		if len(names) != 1 {
+			return false
+		}
+		fi, err := os.Stat(names[0])
+		return err == nil && fi.Size() > 64<<10
+	})
+	stop()
+	_, stop = startServe(t, serveFlags{listen: addr, out: out})
+	r := <-done
+	stop()
+	if r.code != exitOK {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"unreachable since", "resumed after", "nothing lost", "outage(s) of the destination, resumed", "tracepipe: no data loss"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if n := strings.Count(r.stderr, "unreachable since"); n != 1 {
+		t.Errorf("%d outage lines, want 1:\n%s", n, r.stderr)
+	}
+	if strings.Contains(r.stderr, "sink_errors") || strings.Contains(r.stderr, "FAILED") {
+		t.Errorf("a restart that lost nothing is reported as an error:\n%s", r.stderr)
+	}
+	comparePackets(t, file, onlyTrace(t, out))
 }
