@@ -69,8 +69,11 @@ type LastWriter interface {
 	WriteLast(packet []byte) error
 }
 
-// Failer is implemented by sinks that know they failed for good (a write
-// error they cannot recover from).
+// Failer is implemented by sinks that know they failed for good: a file
+// sink after a write error it cannot recover from, a network sink whose
+// destination cannot be reached (see Link), which may fail outside Write.
+// The lane checks it after every item and at Close, and treats a failure
+// like a write error (on_error applies).
 type Failer interface {
 	Failed() error
 }
@@ -237,10 +240,22 @@ func (l *Lane) Err() error {
 // Index is the sink's position in the session's sinks.
 func (l *Lane) Index() int { return l.index }
 
-// Network reports whether the sink delivers to a destination that can
-// fail on its own (it implements Failer): a relay or nats sink, whose
-// losses are known only once it closed.
-func (l *Lane) Network() bool { return l.failer != nil }
+// Outage returns why a network sink's destination is unreachable now,
+// or nil (also for sinks that cannot tell).
+func (l *Lane) Outage() error {
+	if o, ok := l.sink.(interface{ Outage() error }); ok {
+		return o.Outage()
+	}
+	return nil
+}
+
+// Network reports whether the sink delivers to a destination that can be
+// away (it reports outages: Outage), a relay or nats sink, whose losses
+// are known only once it closed.
+func (l *Lane) Network() bool {
+	_, ok := l.sink.(interface{ Outage() error })
+	return ok
+}
 
 // PeerStats summarises the sink for the other sinks' TraceStats; ok is
 // false when it lost nothing and did not fail (then it is not listed).

@@ -329,6 +329,9 @@ func statusLine(st pipeline.Status) string {
 	for _, f := range st.SinkFailures {
 		fmt.Fprintf(&b, "  SINK FAILED %s", f)
 	}
+	for _, o := range st.SinkOutages {
+		fmt.Fprintf(&b, "  UNREACHABLE %s", o)
+	}
 	return b.String()
 }
 

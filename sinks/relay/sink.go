@@ -138,6 +138,9 @@ func (s *Sink) Write(_ context.Context, packets [][]byte) error {
 // Failed reports why the sink cannot deliver, or nil (sinks.Failer).
 func (s *Sink) Failed() error { return s.link.Failed() }
 
+// Outage reports why the receiver is unreachable now, or nil.
+func (s *Sink) Outage() error { return s.link.Cause() }
+
 // lost is the outbox's count of lost packets.
 func (s *Sink) lost() uint64 {
 	st := s.out.Stats()
