@@ -26,6 +26,9 @@ type SinkResult struct {
 	Files       []string // files written, for file sinks
 	Stats       sinks.SinkStats
 	Err         error // the sink's first write error, if any
+	// StopOnError: its on_error is stop (a failure found only as the
+	// session ended could not stop it earlier).
+	StopOnError bool
 }
 
 // makeBatches fills the free list: the base number of output batches plus
@@ -255,7 +258,7 @@ func (s *Service) sinkFailures() []string {
 func (s *Service) sinkResults() []SinkResult {
 	out := make([]SinkResult, 0, len(s.lanes))
 	for _, l := range s.lanes {
-		r := SinkResult{Name: l.Name(), Destination: l.Destination(), Stats: l.Stats(), Err: l.Err()}
+		r := SinkResult{Name: l.Name(), Destination: l.Destination(), Stats: l.Stats(), Err: l.Err(), StopOnError: l.StopsOnError()}
 		if f, ok := l.Sink().(interface{ Files() []string }); ok {
 			r.Files = f.Files()
 		}

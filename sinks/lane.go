@@ -237,6 +237,9 @@ func (l *Lane) Err() error {
 	return err
 }
 
+// StopsOnError reports whether the sink's on_error is stop.
+func (l *Lane) StopsOnError() bool { return l.stopOnErr }
+
 // Index is the sink's position in the session's sinks.
 func (l *Lane) Index() int { return l.index }
 

@@ -295,6 +295,9 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 			// on_error: drop let the session finish; the run still failed
 			// to deliver everything, and the exit code says so.
 			for _, sr := range res.Sinks {
+				if sr.Err != nil && sr.StopOnError {
+					return fmt.Errorf("sink %s failed as the session ended (on_error: stop came too late to stop it): %w", sr.Name, sr.Err)
+				}
 				if sr.Err != nil {
 					return fmt.Errorf("sink %s failed (on_error: drop; the session ran to its end): %w", sr.Name, sr.Err)
 				}

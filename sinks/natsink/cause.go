@@ -24,13 +24,13 @@ func cause(err error, subject string, ackTimeout string) error {
 	switch {
 	case err == nil:
 		return errors.New("connection lost")
-	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting),
+	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrNoServers),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrReconnectBufExceeded):
 		return nil // a consequence: the connection's handlers know the cause
 	case errors.Is(err, io.EOF):
 		return fmt.Errorf("the server closed the connection: %w", err)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("connection refused: %w", err)
+		return err // "dial tcp …: connect: connection refused" says it
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
 		return sinks.Permanent(fmt.Errorf("no JetStream stream listens on subject %q (create one, or set create_stream: true): %w", subject, err))
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):

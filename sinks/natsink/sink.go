@@ -196,6 +196,9 @@ func (s *Sink) down(err error) {
 	c := cause(err, s.opts.Subject, s.opts.AckTimeout.String())
 	if c == nil {
 		if c = s.link.Cause(); c == nil {
+			if errors.Is(err, nats.ErrNoServers) {
+				return // the attempt's own error (refused, TLS, ...) follows
+			}
 			c = errors.New("connection lost")
 		}
 	}
@@ -324,6 +327,9 @@ func (s *Sink) run() {
 			select {
 			case <-s.conn:
 			case <-t.C:
+				if !s.link.IsDown() { // no attempt reported a cause yet
+					s.down(fmt.Errorf("not connected to %s", s.opts.URL))
+				}
 			case <-s.ctx.Done():
 			}
 			t.Stop()

@@ -39,7 +39,7 @@ func cause(err error, helloed, tlsOn bool) error {
 	var hs handshakeError
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("connection refused: %w", err)
+		return err // "dial tcp …: connect: connection refused" says it
 	case errors.As(err, &rec):
 		return sinks.Permanent(fmt.Errorf("TLS mismatch: the receiver does not answer TLS (is `tracepipe serve` running without --tls-cert?): %w", err))
 	case errors.As(err, &unknownCA), errors.As(err, &host), errors.As(err, &invalid), errors.As(err, &verify):
