@@ -77,8 +77,8 @@ func TestRemoteSinkFailures(t *testing.T) {
 				if code != exitDataLoss {
 					t.Fatalf("stats --fail-on-loss on the local file: exit %d, want %d\n%s%s", code, exitDataLoss, out, serr)
 				}
-				if !strings.Contains(out+serr, "sinks[1] (") {
-					t.Errorf("the local file's loss report does not name sinks[1]:\n%s%s", out, serr)
+				if !strings.Contains(out+serr, "sinks[1] (") || !strings.Contains(out, "another copy of this session") || !strings.Contains(out, tc.cause) {
+					t.Errorf("the local file's loss report does not name sinks[1] and its cause %q:\n%s%s", tc.cause, out, serr)
 				}
 			})
 		}
