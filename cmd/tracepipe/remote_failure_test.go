@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/pipeline"
 )
 
 // A remote sink that cannot deliver is a failing sink, whatever the
@@ -131,4 +133,12 @@ func TestRelayReceiverRestartIsNoLoss(t *testing.T) {
 		t.Errorf("a restart that lost nothing is reported as an error:\n%s", r.stderr)
 	}
 	comparePackets(t, file, onlyTrace(t, out))
+}
+
+// A network sink's outage, with its cause, is on the status line.
+func TestStatusLineShowsSinkOutage(t *testing.T) {
+	line := statusLine(pipeline.Status{SinkOutages: []string{"sinks[1]: dial tcp 127.0.0.1:7010: connect: connection refused"}})
+	if !strings.Contains(line, "UNREACHABLE sinks[1]: dial tcp 127.0.0.1:7010: connect: connection refused") {
+		t.Errorf("status line %q", line)
+	}
 }

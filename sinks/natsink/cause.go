@@ -33,6 +33,8 @@ func cause(err error, subject string, ackTimeout string) error {
 		return err // "dial tcp …: connect: connection refused" says it
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
 		return sinks.Permanent(fmt.Errorf("no JetStream stream listens on subject %q (create one, or set create_stream: true): %w", subject, err))
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return sinks.Permanent(fmt.Errorf("JetStream is not enabled on the server (start nats-server with -js): %w", err))
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
 		return sinks.Permanent(fmt.Errorf("authentication refused by the server (credentials?): %w", err))
 	case errors.Is(err, nats.ErrPermissionViolation):
