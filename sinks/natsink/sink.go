@@ -221,8 +221,9 @@ func (s *Sink) Close(ctx context.Context) error {
 			<-s.done
 			s.nc.Close()
 		}
-		// A loss, counted (PacketsDroppedQueue), not an error: the session
-		// reports it in TraceStats.
+		// Batches never acknowledged are lost (PacketsDroppedError) and
+		// fail the sink: Close returns no error, the lane reports the
+		// failure (Failed) and the session its TraceStats.
 		if n := s.out.Shutdown(ctx, s.opts.CloseTimeout, stop); n > 0 {
 			why := s.link.Cause()
 			if why == nil {

@@ -55,7 +55,10 @@ const writeStallTimeout = 30 * time.Second
 //
 // Stats: PacketsWritten counts packets the receiver acknowledged as
 // stored; packets still in flight are in no counter until Close, which
-// counts what was never acknowledged as PacketsDroppedQueue.
+// counts what was never acknowledged as lost (PacketsDroppedError, and
+// the sink fails). Drops at the queue bound are PacketsDroppedQueue while
+// the receiver acknowledges, PacketsDroppedError during an outage (see
+// sinks.Link).
 type Sink struct {
 	opts Options
 	out  *remote.Outbox
@@ -159,8 +162,9 @@ func (s *Sink) Flush(context.Context) error {
 // in the stats, not an error).
 func (s *Sink) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
-		// A loss, counted (PacketsDroppedQueue), not an error: the session
-		// reports it in TraceStats.
+		// Batches never acknowledged are lost (PacketsDroppedError) and
+		// fail the sink: Close returns no error, the lane reports the
+		// failure (Failed) and the session its TraceStats.
 		if n := s.out.Shutdown(ctx, s.opts.CloseTimeout, func() { s.cancel(); <-s.done }); n > 0 {
 			why := s.link.Cause()
 			if why == nil {
