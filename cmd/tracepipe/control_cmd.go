@@ -254,7 +254,8 @@ func serveAlerts(addr, tokenFile string, svc *pipeline.Service, stderr io.Writer
 	fmt.Fprintf(stderr, "tracepipe: alertmanager webhook on http://%s/alertmanager (%s)\n", ln.Addr(), auth)
 	mux := http.NewServeMux()
 	mux.Handle("/alertmanager", alertHandler(svc, token, stderr))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() { _ = srv.Serve(ln) }()
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
