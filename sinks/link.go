@@ -35,6 +35,7 @@ type Link struct {
 
 	failed     atomic.Pointer[error] // first failure; read by the lane after each item
 	reconnects atomic.Uint64
+	firstTime  time.Duration // see SetFirstContactTimeout; set before use
 
 	mu        sync.Mutex // guards everything below
 	down      bool
@@ -167,6 +168,24 @@ func (l *Link) DroppedWhileDown() bool {
 	return l.Failed() != nil
 }
 
+// DefaultFirstContactTimeout is how long a network sink that has not yet
+// reached its destination is in an outage before it fails.
+const DefaultFirstContactTimeout = 10 * time.Second
+
+// SetFirstContactTimeout sets how long an outage that began before the
+// destination was ever reached may last before the sink fails (d <= 0:
+// DefaultFirstContactTimeout): a destination never reached is most
+// likely a wrong address or a receiver that is not running, and
+// on_error: stop must not wait for the queue to fill to say so. Outages
+// after a first contact fail the sink only when they cost packets. Call
+// it before the sink starts.
+func (l *Link) SetFirstContactTimeout(d time.Duration) {
+	if d <= 0 {
+		d = DefaultFirstContactTimeout
+	}
+	l.firstTime = d
+}
+
 // Fail marks the sink failed with err, unless it already failed; the
 // packets dropped since the destination last acknowledged anything are
 // lost to the failure.
@@ -181,12 +200,25 @@ func (l *Link) Fail(err error) {
 	l.mu.Unlock()
 }
 
-// Failed returns the sink's first failure, or nil (sinks.Failer).
+// Failed returns the sink's first failure, or nil (sinks.Failer). A
+// first outage longer than the first-contact timeout becomes the failure
+// here, when the lane next asks.
 func (l *Link) Failed() error {
 	if p := l.failed.Load(); p != nil {
 		return *p
 	}
-	return nil
+	if l.firstTime <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	expired := l.down && !l.everUp && l.now().Sub(l.since) >= l.firstTime
+	since, cause := l.since, l.cause
+	l.mu.Unlock()
+	if !expired {
+		return nil
+	}
+	l.Fail(fmt.Errorf("%s not reached since %s (first_contact_timeout %v): %w", l.dest, since.Format("15:04:05"), l.firstTime, cause))
+	return *l.failed.Load()
 }
 
 // Reconnects counts the outages that ended after the destination had

@@ -161,3 +161,32 @@ func TestLaneTraceStatsListsPeersButNotItself(t *testing.T) {
 		t.Errorf("peer_sinks %+v, want only sinks[2]", p)
 	}
 }
+
+// A destination never reached fails the sink once its first outage
+// outlasts the first-contact timeout, even though nothing was dropped
+// yet; after a first contact, an outage alone fails nothing.
+func TestLinkFirstContactTimeout(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	never := NewLink("relay tcp://h:1", nil)
+	never.now = func() time.Time { return now }
+	never.SetFirstContactTimeout(5 * time.Second)
+	never.Down(errors.New("connection refused"), 0)
+	now = now.Add(4 * time.Second)
+	if err := never.Failed(); err != nil {
+		t.Fatalf("failed before the timeout: %v", err)
+	}
+	now = now.Add(time.Second)
+	if err := never.Failed(); err == nil || !strings.Contains(err.Error(), "not reached since 12:00:00") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("failure %v, want the first contact timeout with its cause", err)
+	}
+
+	once := NewLink("relay tcp://h:1", nil)
+	once.now = func() time.Time { return now }
+	once.SetFirstContactTimeout(5 * time.Second)
+	once.Up(0)
+	once.Down(errors.New("connection refused"), 0)
+	now = now.Add(time.Minute)
+	if err := once.Failed(); err != nil {
+		t.Fatalf("an outage after a first contact, with nothing lost, failed the sink: %v", err)
+	}
+}

@@ -41,6 +41,11 @@ func TestRemoteSinkFailures(t *testing.T) {
 		{"relay-dead-port", func(t *testing.T) string {
 			return fmt.Sprintf("    relay:\n      address: %s\n      batch_size: 16KiB\n      max_batches: 2\n      close_timeout: 300ms\n", deadAddr(t))
 		}, "connection refused"},
+		// Nothing dropped yet (the default 16 MiB queue): the receiver
+		// never reached within first_contact_timeout is the failure.
+		{"relay-never-reached", func(t *testing.T) string {
+			return fmt.Sprintf("    relay:\n      address: %s\n      first_contact_timeout: 300ms\n      close_timeout: 300ms\n", deadAddr(t))
+		}, "not reached since"},
 		{"relay-tls-mismatch", func(t *testing.T) string {
 			addr, _ := startServe(t, serveFlags{listen: "127.0.0.1:0", out: t.TempDir()})
 			return fmt.Sprintf("    relay:\n      address: %s\n      tls: true\n      batch_size: 16KiB\n      max_batches: 2\n      close_timeout: 300ms\n", addr)

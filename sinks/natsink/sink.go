@@ -53,7 +53,11 @@ type Options struct {
 	// CloseTimeout bounds how long Close waits for acknowledgements
 	// (default 5 s).
 	CloseTimeout time.Duration
-	Logger       *slog.Logger
+	// FirstContactTimeout: how long JetStream may be unreachable before
+	// it ever acknowledged, after which the sink fails (default
+	// sinks.DefaultFirstContactTimeout; see sinks.Link).
+	FirstContactTimeout time.Duration
+	Logger              *slog.Logger
 }
 
 // DefaultStream is the stream name a sink creates when none is given.
@@ -112,6 +116,7 @@ func New(opts Options) (*Sink, error) {
 	}
 	s := &Sink{opts: opts, out: remote.NewOutbox(opts.BatchBytes, opts.MaxBatches), done: make(chan struct{}), conn: make(chan struct{}, 1)}
 	s.link = sinks.NewLink(opts.URL+" subject "+opts.Subject, opts.Logger)
+	s.link.SetFirstContactTimeout(opts.FirstContactTimeout)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	up := func(*nats.Conn) {
 		select {

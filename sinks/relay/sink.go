@@ -28,6 +28,10 @@ type Options struct {
 	// after each failed attempt and is jittered by ±50 %.
 	BackoffMin, BackoffMax time.Duration
 	DialTimeout            time.Duration // connect and hello (default 5 s)
+	// FirstContactTimeout: how long the receiver may be unreachable
+	// before it was ever reached, after which the sink fails (default
+	// sinks.DefaultFirstContactTimeout; see sinks.Link).
+	FirstContactTimeout time.Duration
 	// CloseTimeout bounds how long Close waits for acknowledgements
 	// (default 5 s), so that an unreachable receiver delays the end of a
 	// session by at most this much.
@@ -106,6 +110,7 @@ func New(opts Options) (*Sink, error) {
 		scheme = "tls"
 	}
 	s.link = sinks.NewLink(fmt.Sprintf("relay %s://%s", scheme, opts.Address), opts.Logger)
+	s.link.SetFirstContactTimeout(opts.FirstContactTimeout)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
 	return s, nil
