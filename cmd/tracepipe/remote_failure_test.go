@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -145,5 +146,102 @@ func TestStatusLineShowsSinkOutage(t *testing.T) {
 	line := statusLine(pipeline.Status{SinkOutages: []string{"sinks[1]: dial tcp 127.0.0.1:7010: connect: connection refused"}})
 	if !strings.Contains(line, "UNREACHABLE sinks[1]: dial tcp 127.0.0.1:7010: connect: connection refused") {
 		t.Errorf("status line %q", line)
+	}
+}
+
+// natsProc is a nats-server -js the test can stop and start again on the
+// same port and store (an outage).
+type natsProc struct {
+	t        *testing.T
+	bin      string
+	addr     string
+	storeDir string
+	cmd      *exec.Cmd
+}
+
+func newNATSProc(t *testing.T) *natsProc {
+	t.Helper()
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		if _, e := os.Stat("/usr/sbin/nats-server"); e == nil {
+			bin, err = "/usr/sbin/nats-server", nil
+		}
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("nats-server not found (CI installs it): %v", err)
+		}
+		t.Skipf("nats-server not installed: %v", err)
+	}
+	n := &natsProc{t: t, bin: bin, addr: freeLoopbackAddr(t), storeDir: t.TempDir()}
+	t.Cleanup(n.stop)
+	n.start()
+	return n
+}
+
+func (n *natsProc) start() {
+	n.t.Helper()
+	_, port, _ := net.SplitHostPort(n.addr)
+	n.cmd = exec.Command(n.bin, "-js", "-a", "127.0.0.1", "-p", port, "-sd", n.storeDir)
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	waitUntil(n.t, "nats-server listening", 20*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", n.addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+func (n *natsProc) stop() {
+	if n.cmd != nil {
+		_ = n.cmd.Process.Kill()
+		_ = n.cmd.Wait()
+		n.cmd = nil
+	}
+}
+
+// NATS stopped and restarted mid-session, within what the sink's queue
+// holds: one outage line with its cause, one resumed line saying nothing
+// was lost, no data loss in the summary, exit 0.
+func TestNATSOutageMidSessionIsNoLoss(t *testing.T) {
+	srv := newNATSProc(t)
+	metricsAddr := freeLoopbackAddr(t)
+	file := filepath.Join(t.TempDir(), "local.pftrace")
+	cfg := sessionConfig(t, file, fmt.Sprintf("  - type: nats\n    nats:\n      url: nats://%s\n      subject: outage.cli\n      create_stream: true\n      backoff_max: 100ms\n", srv.addr))
+	type result struct {
+		stderr string
+		code   int
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, stderr, code := runCLI(t, "run", "-c", cfg, "--duration", "4s", "--metrics-addr", metricsAddr,
+			"--set", "data_sources[0].config.max_packets=0", "--set", "data_sources[0].config.rate=1000")
+		done <- result{stderr, code}
+	}()
+	gauge := `tracepipe_sink_unreachable{destination="nats://` + srv.addr + ` outage.cli",sink="sinks[1]"} `
+	written := `tracepipe_sink_packets_written_total{destination="nats://` + srv.addr + ` outage.cli",sink="sinks[1]"} `
+	waitUntil(t, "the nats sink delivering", 20*time.Second, func() bool {
+		m := scrapeMaybe(metricsAddr)
+		return strings.Contains(m, written) && !strings.Contains(m, written+"0\n")
+	})
+	srv.stop()
+	waitUntil(t, "the outage noticed", 20*time.Second, func() bool { return strings.Contains(scrapeMaybe(metricsAddr), gauge+"1\n") })
+	srv.start()
+	waitUntil(t, "the outage over", 20*time.Second, func() bool { return strings.Contains(scrapeMaybe(metricsAddr), gauge+"0\n") })
+	r := <-done
+	if r.code != exitOK {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "unreachable since"); n != 1 {
+		t.Errorf("%d outage lines, want 1:\n%s", n, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "resumed after"); n != 1 || !strings.Contains(r.stderr, "nothing lost") {
+		t.Errorf("%d resumed lines, want 1 saying nothing lost:\n%s", n, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "tracepipe: no data loss") || strings.Contains(r.stderr, "FAILED") {
+		t.Errorf("an outage that lost nothing is reported as a loss:\n%s", r.stderr)
 	}
 }
