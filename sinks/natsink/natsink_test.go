@@ -2,8 +2,11 @@ package natsink
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -352,5 +355,43 @@ func TestNATSNoStreamFails(t *testing.T) {
 	}
 	if st := s.Stats(); st.PacketsWritten != 0 || st.PacketsDroppedError != 20 || st.PacketsDroppedQueue != 0 {
 		t.Errorf("stats %+v: want the 20 packets lost to the failure", st)
+	}
+}
+
+// A server that requires credentials the sink does not have: the sink
+// fails at once, its cause says authentication, and nothing is written.
+func TestNATSAuthRefusedFails(t *testing.T) {
+	srv := startNATS(t)
+	srv.kill()
+	srv.cmd = exec.Command(srv.bin, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(srv.port), "-sd", filepath.Join(srv.dir, "js"), "--user", "u", "--pass", "secret")
+	if err := srv.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "nats-server with auth listening", 20*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", srv.port), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	s, err := New(Options{URL: srv.URL(), Subject: "auth.z", CreateStream: true, Identity: remote.Identity{Machine: 81, Hostname: "auth"},
+		CloseTimeout: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		if !strings.Contains(err.Error(), "authorization") {
+			t.Fatalf("New: %v", err)
+		}
+		t.Logf("refused at connect: %v", err)
+		return // as clear as a failure
+	}
+	send(t, s, nil, 0, 10, false)
+	waitFor(t, "the sink failed", 30*time.Second, func() bool { return s.Failed() != nil })
+	if err := s.Failed(); !strings.Contains(err.Error(), "authentication refused") {
+		t.Errorf("failure %q does not say authentication", err)
+	}
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.PacketsWritten != 0 || st.PacketsDroppedError != 10 {
+		t.Errorf("stats %+v: want the 10 packets lost to the failure", st)
 	}
 }
