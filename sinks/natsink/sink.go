@@ -323,8 +323,8 @@ func (s *Sink) run() {
 			// client that never reached a server does not know it
 			// supports headers); the connection's handlers record the
 			// outage and its cause.
-			if len(pending) > 0 {
-				if !fail(errors.New("connection lost"), false) {
+			if len(pending) > 0 { // ErrDisconnected keeps the outage's cause
+				if !fail(nats.ErrDisconnected, false) {
 					return
 				}
 				continue
