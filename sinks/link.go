@@ -22,10 +22,11 @@ import (
 //     (Reconnects), not a loss.
 //  3. The sink fails (Fail, then Failed reports it to its lane, which
 //     applies on_error) when the cause is permanent (TLS, authentication,
-//     a refused hello, no stream for the subject), or when packets are
-//     lost because the destination is not taking them (DroppedWhileDown).
-//     A failed sink keeps trying: with on_error drop it may still
-//     deliver later.
+//     no stream for the subject), when packets are lost because the
+//     destination is not taking them (DroppedWhileDown), or when a
+//     destination never reached stays away longer than the first-contact
+//     timeout. A failed sink keeps trying: with on_error drop it may
+//     still deliver later.
 //
 // Every method is safe for concurrent use.
 type Link struct {
@@ -57,7 +58,7 @@ func NewLink(dest string, log *slog.Logger) *Link {
 }
 
 // ErrPermanent marks a cause that retrying will not cure (a TLS or
-// authentication mismatch, a refused hello, no stream for the subject):
+// authentication mismatch, no stream for the subject):
 // a sink wraps such a cause with Permanent, and Down then fails the sink
 // at once.
 var ErrPermanent = errors.New("permanent")
@@ -67,9 +68,12 @@ func Permanent(err error) error { return permanentError{err} }
 
 type permanentError struct{ err error }
 
-func (e permanentError) Error() string                    { return e.err.Error() }
-func (e permanentError) Unwrap() []error                  { return []error{e.err, ErrPermanent} }
-func IsPermanent(err error) bool                          { return errors.Is(err, ErrPermanent) }
+func (e permanentError) Error() string   { return e.err.Error() }
+func (e permanentError) Unwrap() []error { return []error{e.err, ErrPermanent} }
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+
 func (l *Link) logf(level slog.Level, f string, a ...any) { Logf(l.log, level, f, a...) }
 
 // Down records that the destination is not reachable (or not taking
