@@ -68,33 +68,55 @@ func AlertTriggers(body []byte) ([]string, error) {
 	return out, nil
 }
 
+// AlertOptions configure AlertHandler.
+type AlertOptions struct {
+	// Token, when set, is the bearer token every request must carry.
+	Token string
+	// Refused is called for every request refused before its triggers
+	// reach the session (bad token, method, type or body), with the
+	// peer's address and why.
+	Refused func(peer string, status int, why error)
+}
+
 // AlertHandler serves the webhook: POST a notification; the triggers go to
 // activate, which returns those that acted. The reply is JSON
-// {"acted": [...], "ignored": n}.
-func AlertHandler(activate func(names []string) []string) http.Handler {
+// {"acted": [...], "ignored": n}. A request without the token (when one
+// is set) gets 401 and activates nothing.
+func AlertHandler(activate func(names []string) []string, opts AlertOptions) http.Handler {
+	refuse := func(w http.ResponseWriter, r *http.Request, status int, why error) {
+		if opts.Refused != nil {
+			opts.Refused(r.RemoteAddr, status, why)
+		}
+		http.Error(w, why.Error(), status)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkBearer(r, opts.Token); err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tracepipe alertmanager"`)
+			refuse(w, r, http.StatusUnauthorized, err)
+			return
+		}
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "POST an Alertmanager webhook notification", http.StatusMethodNotAllowed)
+			refuse(w, r, http.StatusMethodNotAllowed, errors.New("POST an Alertmanager webhook notification"))
 			return
 		}
 		if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-			http.Error(w, "want Content-Type application/json", http.StatusUnsupportedMediaType)
+			refuse(w, r, http.StatusUnsupportedMediaType, errors.New("want Content-Type application/json"))
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxAlertBody))
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("body over %d bytes", MaxAlertBody), http.StatusRequestEntityTooLarge)
+			refuse(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("body over %d bytes", MaxAlertBody))
 			return
 		}
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			refuse(w, r, http.StatusBadRequest, err)
 			return
 		}
 		names, err := AlertTriggers(body)
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+			refuse(w, r, http.StatusBadRequest, err)
 			return
 		}
 		acted := activate(names)

@@ -50,7 +50,7 @@ func Session(src StatusSource) Func {
 			gauge("sink_lane_queue_batches", "Batches waiting in the sink's lane.", float64(s.QueueLen), labels...)
 			gauge("sink_lane_queue_capacity_batches", "Capacity of the sink's lane queue.", float64(s.QueueCap), labels...)
 			for name, v := range s.Extra {
-				gauge(name, "Batches a network sink holds unacknowledged (its own queue).", v, labels...)
+				gauge(name, extraHelp[name], v, labels...)
 			}
 			Struct(emit, "sink_", "Sink counter", s.Stats, labels...)
 		}
@@ -85,4 +85,10 @@ func Receiver(store *remote.Store, srv *relay.Server, rd *natsink.Reader) Func {
 			counter("serve_nats_bad_messages_total", "NATS messages skipped as malformed.", rd.Bad.Load())
 		}
 	}
+}
+
+// extraHelp describes the sink-specific gauges of pipeline.SinkStatus.Extra.
+var extraHelp = map[string]string{
+	"sink_queue_batches": "Batches a network sink holds unacknowledged (its own queue).",
+	"sink_unreachable":   "1 while a network sink's destination is unreachable (an outage), else 0.",
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/tracefile"
 )
 
 // The fan-out: every sink runs in its own sinks.Lane (goroutine + bounded
@@ -25,6 +26,9 @@ type SinkResult struct {
 	Files       []string // files written, for file sinks
 	Stats       sinks.SinkStats
 	Err         error // the sink's first write error, if any
+	// StopOnError: its on_error is stop (a failure found only as the
+	// session ended could not stop it earlier).
+	StopOnError bool
 }
 
 // makeBatches fills the free list: the base number of output batches plus
@@ -73,7 +77,7 @@ func (s *Service) buildSinks() error {
 		if sc.Name == "" {
 			sc.Name = fmt.Sprintf("sinks[%d]", i)
 		}
-		l, err := sinks.OpenLane(sc, env, sinks.LaneOptions{Logger: s.opts.Logger, OnFatal: s.sinkFailed})
+		l, err := sinks.OpenLane(sc, env, sinks.LaneOptions{Logger: s.opts.Logger, OnFatal: s.sinkFailed, Index: i})
 		if err != nil {
 			s.closeSinks()
 			return fmt.Errorf("sinks[%d]: %w", i, err)
@@ -89,7 +93,7 @@ func (s *Service) wrapSinks(sks []sinks.Sink) {
 	for i, sk := range sks {
 		s.lanes = append(s.lanes, sinks.NewLane(sk, sinks.LaneConfig{
 			Name: fmt.Sprintf("sinks[%d]", i), Destination: fmt.Sprintf("%T", sk), Block: true,
-			LaneOptions: sinks.LaneOptions{Logger: s.opts.Logger},
+			LaneOptions: sinks.LaneOptions{Logger: s.opts.Logger, Index: i},
 		}))
 	}
 }
@@ -128,12 +132,73 @@ func (s *Service) output() {
 		}
 		b.Final = b.final
 		b.info = PassInfo{Passes: passes, Packets: packets, Bytes: bytes, Final: b.final}
+		if b.Stats != nil {
+			b.Peers = s.peerStats()
+		}
+		if b.final && s.offerFinal(b) {
+			continue
+		}
 		b.Hold(len(s.lanes) + 1)
 		for _, l := range s.lanes {
 			l.Offer(s.outCtx, &b.Item)
 		}
 		b.Release()
 	}
+}
+
+// offerFinal offers the session's last batch to the network sinks first
+// and closes them, then offers it to the other sinks with the network
+// sinks' final outcome in its Peers: whether a remote copy is complete is
+// known only once its destination acknowledged the end of the session
+// (or did not, within its close_timeout), and the local files must say
+// so. It reports false when there is nothing to order (no network sink,
+// or nothing but network sinks).
+func (s *Service) offerFinal(b *batch) bool {
+	var network, local []*sinks.Lane
+	for _, l := range s.lanes {
+		if l.Network() {
+			network = append(network, l)
+		} else {
+			local = append(local, l)
+		}
+	}
+	if len(network) == 0 || len(local) == 0 {
+		return false
+	}
+	b.Hold(len(network) + 2) // the network lanes, the local copy, this function
+	for _, l := range network {
+		l.Offer(s.outCtx, &b.Item)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sinkCloseTime)
+	var wg sync.WaitGroup
+	for _, l := range network {
+		wg.Go(func() { _ = l.Close(ctx) }) // closeLanes reports its error
+	}
+	wg.Wait()
+	cancel()
+	// A copy of the item: a network lane that gave up closing may still
+	// be reading b.Peers.
+	it := &sinks.Item{Packets: b.Packets, Pass: b.Pass, Stats: b.Stats, StatsUID: b.StatsUID, StatsTime: b.StatsTime,
+		Flush: b.Flush, Final: true, Peers: s.peerStats()}
+	it.SetRelease(b.Release)
+	it.Hold(len(local))
+	for _, l := range local {
+		l.Offer(s.outCtx, it)
+	}
+	b.Release()
+	return true
+}
+
+// peerStats lists the sinks that lost data or failed so far, for every
+// other sink's TraceStats.
+func (s *Service) peerStats() []tracefile.PeerSinkStats {
+	var out []tracefile.PeerSinkStats
+	for _, l := range s.lanes {
+		if p, ok := l.PeerStats(); ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // sinkTotals sums the lanes' counters as of their last written batch
@@ -194,7 +259,7 @@ func (s *Service) sinkFailures() []string {
 func (s *Service) sinkResults() []SinkResult {
 	out := make([]SinkResult, 0, len(s.lanes))
 	for _, l := range s.lanes {
-		r := SinkResult{Name: l.Name(), Destination: l.Destination(), Stats: l.Stats(), Err: l.Err()}
+		r := SinkResult{Name: l.Name(), Destination: l.Destination(), Stats: l.Stats(), Err: l.Err(), StopOnError: l.StopsOnError()}
 		if f, ok := l.Sink().(interface{ Files() []string }); ok {
 			r.Files = f.Files()
 		}

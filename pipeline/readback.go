@@ -28,7 +28,7 @@ type batch struct {
 
 func (b *batch) reset() {
 	b.data, b.ends, b.Packets, b.Pass = b.data[:0], b.ends[:0], b.Packets[:0], b.Pass[:0]
-	b.Stats, b.Flush, b.Final = nil, false, false
+	b.Stats, b.Flush, b.Final, b.Peers = nil, false, false, nil
 	b.endOfPass, b.final = false, false
 }
 

@@ -141,10 +141,11 @@ type Service struct {
 	sinkStopOnce sync.Once
 	sinkErr      error
 
-	status statusCell
-	ran    bool
-	snap   snapState    // clone snapshots (snapshot.go)
-	trig   triggerState // triggers (triggers.go)
+	status  statusCell
+	ran     bool
+	snap    snapState    // clone snapshots (snapshot.go)
+	trig    triggerState // triggers (triggers.go)
+	refused refusals     // requests from outside turned down (refusals.go)
 	// Calls from other goroutines and the flushes they asked for
 	// (loopcall.go).
 	calls     chan func()
@@ -436,6 +437,7 @@ func (s *Service) finish() (*Result, error) {
 	errs = append(errs, s.closeLanes(ctx)...)
 	s.outCancel()
 	final.Tracepipe = withSinkTotals(final.Tracepipe, s.sinkTotals())
+	final.Tracepipe.PeerSinks = s.peerStats()
 	for _, p := range s.producers {
 		p.side.close()
 		_ = p.smb.Close()

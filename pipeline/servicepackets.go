@@ -232,6 +232,10 @@ func (s *Service) traceStats() tracefile.TraceStats {
 			tp.SequenceRestores += r.restores
 		}
 	}
+	trig := s.TriggerStats()
+	tp.TriggersRefused = trig.Unknown + trig.ProducerMismatch + trig.Skipped + trig.RateLimited + trig.Dropped
+	tp.SnapshotsRefused = s.snap.refused.Load()
+	tp.AlertRequestsRefused = s.alertRequestsRefused()
 	ts.Tracepipe = tp
 	return ts
 }

@@ -154,6 +154,7 @@ func (s *Service) Snapshot(req SnapshotRequest) <-chan SnapshotResult {
 	case s.snap.req <- sn:
 	default:
 		s.snap.refused.Add(1)
+		s.snapshotRefused(req.Trigger, ErrSnapshotsBusy)
 		sn.reply <- SnapshotResult{Trigger: req.Trigger, Err: ErrSnapshotsBusy}
 	}
 	return sn.reply
@@ -165,11 +166,14 @@ func (s *Service) Snapshot(req SnapshotRequest) <-chan SnapshotResult {
 func (s *Service) snapRequested(sn *snapshot) {
 	switch {
 	case s.phase != phaseRecording:
+		err := errors.New("pipeline: the session is ending")
 		s.snap.refused.Add(1)
-		sn.reply <- SnapshotResult{Trigger: sn.req.Trigger, Err: errors.New("pipeline: the session is ending")}
+		s.snapshotRefused(sn.req.Trigger, err)
+		sn.reply <- SnapshotResult{Trigger: sn.req.Trigger, Err: err}
 		return
 	case s.snap.inFlight >= DefaultSnapshotsInFlight:
 		s.snap.refused.Add(1)
+		s.snapshotRefused(sn.req.Trigger, ErrSnapshotsBusy)
 		sn.reply <- SnapshotResult{Trigger: sn.req.Trigger, Err: ErrSnapshotsBusy}
 		return
 	}

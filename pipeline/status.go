@@ -25,6 +25,9 @@ type Status struct {
 	Buffers        []BufferStatus
 	// SinkFailures names each sink that failed, with its first error.
 	SinkFailures []string
+	// SinkOutages names each network sink whose destination is
+	// unreachable now, with the cause ("sinks[1]: connection refused").
+	SinkOutages []string
 	// Stats, Producers and Sinks: see status_detail.go.
 	Stats     tracefile.TraceStats
 	Producers []ProducerStatus
@@ -69,6 +72,11 @@ func (s *Service) publishStatus() {
 		st.Buffers = append(st.Buffers, BufferStatus{Name: bs.name, Size: bs.buf.Size(), Unread: bs.unread})
 	}
 	st.SinkFailures = s.sinkFailures()
+	for _, l := range s.lanes {
+		if err := l.Outage(); err != nil {
+			st.SinkOutages = append(st.SinkOutages, l.Name()+": "+err.Error())
+		}
+	}
 	s.fillDetail(st, ts)
 	s.status.p.Store(st)
 }

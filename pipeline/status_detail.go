@@ -24,7 +24,9 @@ type SinkStatus struct {
 	Name, Destination  string
 	QueueLen, QueueCap int // batches waiting in the lane / its capacity
 	Stats              sinks.SinkStats
-	// Extra holds sink-specific gauges (a network sink's own queue depth).
+	// Extra holds sink-specific gauges: a network sink's own queue depth
+	// (sink_queue_batches), 1 during an outage of its destination
+	// (sink_unreachable).
 	Extra map[string]float64
 }
 
@@ -48,6 +50,15 @@ func (s *Service) fillDetail(st *Status, ts tracefile.TraceStats) {
 		ss := SinkStatus{Name: l.Name(), Destination: l.Destination(), QueueLen: l.QueueLen(), QueueCap: l.Capacity(), Stats: l.Snapshot()}
 		if d, ok := l.Sink().(depthReporter); ok {
 			ss.Extra = map[string]float64{"sink_queue_batches": float64(d.QueueDepth())}
+		}
+		if l.Network() {
+			if ss.Extra == nil {
+				ss.Extra = map[string]float64{}
+			}
+			ss.Extra["sink_unreachable"] = 0
+			if l.Outage() != nil {
+				ss.Extra["sink_unreachable"] = 1
+			}
 		}
 		st.Sinks = append(st.Sinks, ss)
 	}

@@ -44,5 +44,14 @@
 // [Config]. The pipeline wraps each sink in a [Lane] that applies them:
 // the filter (service packets always pass), the queue and its policy, the
 // rate-limited error log, and the TraceStats packet that each sink
-// receives with its own counters.
+// receives with its own counters (and, in peer_sinks, the other sinks that
+// lost data or failed).
+//
+// # Network sinks
+//
+// A sink whose destination can be away (relay, nats) reports through a
+// [Link]: outages logged once each with their cause, drops during an
+// outage counted as lost to it, a failure (a permanent cause, or packets
+// lost) reported by Failed so that its lane applies on_error, and
+// Outage for the status line. See docs/remote-sinks.md.
 package sinks

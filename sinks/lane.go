@@ -35,6 +35,11 @@ type Item struct {
 	// full queue, and a sink that failed gets one last chance to record
 	// its TraceStats (see LastWriter).
 	Final bool
+	// Peers, with Stats, are the session's sinks that lost data or
+	// failed (Lane.PeerStats); each lane's TraceStats lists those other
+	// than itself, so that every copy says which other copy is
+	// incomplete.
+	Peers []tracefile.PeerSinkStats
 
 	refs    atomic.Int32
 	release func()
@@ -64,8 +69,11 @@ type LastWriter interface {
 	WriteLast(packet []byte) error
 }
 
-// Failer is implemented by sinks that know they failed for good (a write
-// error they cannot recover from).
+// Failer is implemented by sinks that know they failed for good: a file
+// sink after a write error it cannot recover from, a network sink whose
+// destination cannot be reached (see Link), which may fail outside Write.
+// The lane checks it after every item and at Close, and treats a failure
+// like a write error (on_error applies).
 type Failer interface {
 	Failed() error
 }
@@ -84,6 +92,8 @@ type Lane struct {
 	stopOnErr  bool
 	log        *slog.Logger
 	onFatal    func(*Lane, error)
+	index      int
+	failer     Failer // the sink, if it can fail on its own (network sinks)
 
 	q       chan *Item
 	abandon chan struct{} // closed when Close gives up
@@ -98,6 +108,7 @@ type Lane struct {
 	stats     SinkStats  // the lane's own counters (filter, queue)
 	snap      SinkStats  // the sink's Stats() as of the last item written
 	closed    bool
+	sinkDone  bool // the sink's Close returned: Stats is final
 	closeErr  error
 	err       error // first write error
 	fatalSent bool
@@ -113,6 +124,8 @@ type LaneOptions struct {
 	// OnFatal is called once, on the lane's goroutine, when the sink fails
 	// and its on_error policy is stop.
 	OnFatal func(l *Lane, err error)
+	// Index is the sink's position in the session's sinks (sinks[Index]).
+	Index int
 }
 
 // errorLogPeriod bounds how often one lane logs an error.
@@ -174,11 +187,12 @@ func NewLane(sink Sink, c LaneConfig) *Lane {
 	}
 	l := &Lane{
 		name: c.Name, dest: c.Destination, sink: sink, filter: c.Filter, filterDrop: c.FilterDrop,
-		block: c.Block, stopOnErr: c.StopOnError, log: c.Logger, onFatal: c.OnFatal,
+		block: c.Block, stopOnErr: c.StopOnError, log: c.Logger, onFatal: c.OnFatal, index: c.Index,
 		q:       make(chan *Item, c.Capacity),
 		abandon: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	l.failer, _ = sink.(Failer)
 	if es, ok := sink.(interface{ SetExtraStats(func() SinkStats) }); ok {
 		es.SetExtraStats(l.ownStats)
 	}
@@ -211,11 +225,55 @@ func (l *Lane) QueueLen() int { return len(l.q) }
 // Sink returns the destination sink the lane feeds.
 func (l *Lane) Sink() Sink { return l.sink }
 
-// Err returns the sink's first write error, or nil.
+// Err returns the sink's first error (a write error, or the failure a
+// network sink reported), or nil.
 func (l *Lane) Err() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+	err := l.err
+	l.mu.Unlock()
+	if err == nil && l.failer != nil {
+		err = l.failer.Failed()
+	}
+	return err
+}
+
+// StopsOnError reports whether the sink's on_error is stop.
+func (l *Lane) StopsOnError() bool { return l.stopOnErr }
+
+// Index is the sink's position in the session's sinks.
+func (l *Lane) Index() int { return l.index }
+
+// Outage returns why a network sink's destination is unreachable now,
+// or nil (also for sinks that cannot tell).
+func (l *Lane) Outage() error {
+	if o, ok := l.sink.(interface{ Outage() error }); ok {
+		return o.Outage()
+	}
+	return nil
+}
+
+// Network reports whether the sink delivers to a destination that can be
+// away (it reports outages: Outage), a relay or nats sink, whose losses
+// are known only once it closed.
+func (l *Lane) Network() bool {
+	_, ok := l.sink.(interface{ Outage() error })
+	return ok
+}
+
+// PeerStats summarises the sink for the other sinks' TraceStats; ok is
+// false when it lost nothing and did not fail (then it is not listed).
+func (l *Lane) PeerStats() (p tracefile.PeerSinkStats, ok bool) {
+	st, err := l.Snapshot(), l.Err()
+	dropped := st.PacketsDroppedQueue + st.PacketsDroppedError
+	if dropped == 0 && err == nil {
+		return p, false
+	}
+	p = tracefile.PeerSinkStats{Index: uint64(l.index), Name: l.name, Destination: l.dest,
+		PacketsWritten: st.PacketsWritten, PacketsDropped: dropped, Errors: st.Errors, Reconnects: st.Reconnects}
+	if err != nil {
+		p.Failed, p.Error = 1, err.Error()
+	}
+	return p, true
 }
 
 // Offer queues it (the caller has Hold it for this lane). With when_full
@@ -288,13 +346,36 @@ func (l *Lane) run() {
 		l.mu.Lock()
 		l.snap = inner
 		l.mu.Unlock()
+		l.checkFailed()
+	}
+}
+
+// checkFailed acts on a failure the sink reported on its own (a network
+// sink whose destination cannot be reached): the lane treats it as a
+// write error, once, so on_error applies.
+func (l *Lane) checkFailed() {
+	if l.failer == nil {
+		return
+	}
+	if err := l.failer.Failed(); err != nil {
+		l.mu.Lock()
+		noted := l.err != nil
+		l.mu.Unlock()
+		if !noted {
+			l.noteErr(err)
+		}
 	}
 }
 
 // Snapshot returns the counters as of the last item the lane wrote,
-// without waiting for a sink that is busy writing.
+// without waiting for a sink that is busy writing; once the sink is
+// closed, its final counters.
 func (l *Lane) Snapshot() SinkStats {
 	l.mu.Lock()
+	if l.sinkDone { // closed: ask the sink, which counted what Close gave up on
+		l.mu.Unlock()
+		return l.Stats()
+	}
 	defer l.mu.Unlock()
 	return l.snap.Add(l.stats)
 }
@@ -363,6 +444,12 @@ func (l *Lane) writeStats(it *Item) {
 		tp = *it.Stats.Tracepipe
 	}
 	setSinkCounters(&tp, st)
+	tp.PeerSinks = nil
+	for _, p := range it.Peers {
+		if p.Index != uint64(l.index) {
+			tp.PeerSinks = append(tp.PeerSinks, p)
+		}
+	}
 	ts.Tracepipe = &tp
 	l.scratch = tracefile.AppendTraceStatsPacket(l.scratch[:0], &ts, it.StatsUID, it.StatsTime)
 	if it.Final {
@@ -488,6 +575,24 @@ func (l *Lane) Close(ctx context.Context) error {
 	select {
 	case <-l.done:
 		err = l.sink.Close(ctx)
+		l.mu.Lock()
+		l.sinkDone = true
+		l.mu.Unlock()
+		if err == nil && l.failer != nil {
+			// A failure found while closing (nothing acknowledged
+			// the last batches): record and log it like any other.
+			if ferr := l.failer.Failed(); ferr != nil {
+				l.mu.Lock()
+				first := l.err == nil
+				if first {
+					l.err = ferr
+				}
+				l.mu.Unlock()
+				if first {
+					Logf(l.log, slog.LevelWarn, "sink %s: %v", l.name, ferr)
+				}
+			}
+		}
 	case <-ctx.Done():
 		close(l.abandon)
 		for it := range l.q { // what the stuck goroutine has not taken

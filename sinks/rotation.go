@@ -272,7 +272,8 @@ func setSinkCounters(tp *tracefile.TracepipeStats, st SinkStats) {
 
 // SetTraceStats writes st into tp's sink counters (sink_packets_written,
 // sink_bytes_written, sink_packets_filtered, sink_packets_dropped: queue
-// and errors, sink_errors, sink_filter_errors, sink_restore_overflows).
+// and errors, sink_errors, sink_filter_errors, sink_restore_overflows,
+// sink_reconnects).
 func SetTraceStats(tp *tracefile.TracepipeStats, st SinkStats) {
 	tp.SinkPacketsWritten = st.PacketsWritten
 	tp.SinkBytesWritten = st.BytesWritten
@@ -281,6 +282,7 @@ func SetTraceStats(tp *tracefile.TracepipeStats, st SinkStats) {
 	tp.SinkErrors = st.Errors
 	tp.SinkFilterErrors = st.FilterErrors
 	tp.SinkRestoreOverflows = st.RestoreOverflows
+	tp.SinkReconnects = st.Reconnects
 }
 
 // bootNanos is CLOCK_BOOTTIME, the trace clock of service packets.

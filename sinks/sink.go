@@ -54,6 +54,9 @@ type SinkStats struct {
 	// RestoreOverflows: times a rotating file sink's fold outgrew its
 	// bounds, so a sequence started a rotated file without its state.
 	RestoreOverflows uint64
+	// Reconnects: outages of a network sink's destination that ended
+	// (info: what an outage lost is in PacketsDroppedError).
+	Reconnects uint64
 }
 
 // PacketsDropped is every packet that did not reach the destination:
@@ -78,6 +81,7 @@ func (s SinkStats) Add(o SinkStats) SinkStats {
 		FilterErrors:        s.FilterErrors + o.FilterErrors,
 		Errors:              s.Errors + o.Errors,
 		RestoreOverflows:    s.RestoreOverflows + o.RestoreOverflows,
+		Reconnects:          s.Reconnects + o.Reconnects,
 	}
 }
 

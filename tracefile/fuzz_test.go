@@ -151,6 +151,8 @@ func FuzzDecodePacket(f *testing.F) {
 
 func FuzzDecodeTraceStats(f *testing.F) {
 	f.Add([]byte{0x0a, 0x02, 0x18, 0x05})
+	f.Add(AppendTraceStatsMessage(nil, &TraceStats{Tracepipe: &TracepipeStats{SinkReconnects: 1, TriggersRefused: 2,
+		PeerSinks: []PeerSinkStats{{Index: 1, Name: "sinks[1]", Destination: "relay tcp://h:1", PacketsDropped: 3, Failed: 1, Error: "refused"}}}}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ts, err := DecodeTraceStats(data)
 		if err != nil {

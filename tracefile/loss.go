@@ -62,7 +62,13 @@ func (r LossRow) Lost() bool { return r.Severity == SeverityDataLoss && r.Value 
 // sink_errors are data_loss; the rest (sink volume, filtered packets,
 // deferred reads, ProtoVM outcomes, data source errors) are info — a
 // filter drops by design, and a data source error shows up as loss in
-// the counters it causes.
+// the counters it causes. sink_reconnects, triggers_refused,
+// snapshots_refused and alert_requests_refused are info (an outage's loss
+// is in sink_packets_dropped; a refused trigger loses no trace data).
+// Each other sink that lost data or failed (peer_sinks) follows as
+// "sinks[i] (destination).packets_dropped" and ".failed", both data_loss:
+// this copy is complete, but the session's copy at that destination is
+// not.
 func LossReport(ts TraceStats) []LossRow {
 	var rows []LossRow
 	for _, f := range traceStatsFields {
@@ -91,6 +97,7 @@ func LossReport(ts TraceStats) []LossRow {
 			rows = append(rows, LossRow{Name: f.name, Index: -1, Severity: severity(f.loss), Value: *f.ptr(tp)})
 		}
 		rows = append(rows, producerLossRows(tp)...)
+		rows = append(rows, peerSinkLossRows(tp)...)
 	}
 	return rows
 }

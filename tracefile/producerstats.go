@@ -70,6 +70,9 @@ func appendProducerStats(b []byte, ps []ProducerStats) []byte {
 // decodeTracepipeExtra decodes TracepipeStats' non-counter fields.
 func decodeTracepipeExtra(tp *TracepipeStats) func(num protowire.Number, typ protowire.Type, v uint64, payload []byte, off int) error {
 	return func(num protowire.Number, typ protowire.Type, _ uint64, payload []byte, _ int) error {
+		if num == tpPeerSinks && typ == protowire.BytesType {
+			return decodePeerSink(tp, payload)
+		}
 		if num != tpProducers || typ != protowire.BytesType {
 			return nil
 		}

@@ -103,6 +103,22 @@ type TracepipeStats struct {
 	SinkRestoreOverflows   uint64 // 17: a rotated file started without a sequence's state (the fold outgrew its bound)
 	// Producers (20) attributes faults to the producers that had any.
 	Producers []ProducerStats
+	// SinkReconnects (30): times a network sink lost its destination;
+	// info: what such an outage lost is counted in sink_packets_dropped.
+	SinkReconnects uint64
+	// PeerSinks (31): the session's other sinks that lost data or failed,
+	// so that each copy of the trace says which other copy is incomplete
+	// (peersinks.go).
+	PeerSinks []PeerSinkStats
+	// TriggersRefused (32): triggers received that did not act (unknown
+	// name, producer mismatch, skip_probability, max_per_24h, queue full).
+	TriggersRefused uint64
+	// SnapshotsRefused (33): snapshots refused (too many in flight, the
+	// session ending) or failed.
+	SnapshotsRefused uint64
+	// AlertRequestsRefused (34): Alertmanager webhook requests refused
+	// (missing or wrong bearer token, malformed body).
+	AlertRequestsRefused uint64
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -189,6 +205,10 @@ var tracepipeStatsFields = []counterField[TracepipeStats]{
 	{15, "sequence_restores", func(s *TracepipeStats) *uint64 { return &s.SequenceRestores }, false},
 	{16, "sink_filter_errors", func(s *TracepipeStats) *uint64 { return &s.SinkFilterErrors }, true},
 	{17, "sink_restore_overflows", func(s *TracepipeStats) *uint64 { return &s.SinkRestoreOverflows }, true},
+	{30, "sink_reconnects", func(s *TracepipeStats) *uint64 { return &s.SinkReconnects }, false},
+	{32, "triggers_refused", func(s *TracepipeStats) *uint64 { return &s.TriggersRefused }, false},
+	{33, "snapshots_refused", func(s *TracepipeStats) *uint64 { return &s.SnapshotsRefused }, false},
+	{34, "alert_requests_refused", func(s *TracepipeStats) *uint64 { return &s.AlertRequestsRefused }, false},
 }
 
 // filterStatsFields lists FilterStats' scalar counters.
@@ -257,7 +277,8 @@ func appendTraceStatsBody(b []byte, ts *TraceStats) []byte {
 	}
 	if tp := ts.Tracepipe; tp != nil {
 		b = wire.AppendNested(b, tsTracepipe, func(b []byte) []byte {
-			return appendProducerStats(appendCounters(b, tracepipeStatsFields, tp), tp.Producers)
+			b = appendProducerStats(appendCounters(b, tracepipeStatsFields, tp), tp.Producers)
+			return appendPeerSinks(b, tp.PeerSinks)
 		})
 	}
 	for i := range ts.WriterStats {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -226,25 +227,46 @@ func newControlCmds() []*cobra.Command {
 	return []*cobra.Command{newSessionsCmd(), trig, snap, rot, stop}
 }
 
-// serveAlerts serves the Alertmanager webhook at POST /alertmanager on
-// addr until the returned stop is called.
-// alertHandler turns Alertmanager's webhook into trigger activations.
-func alertHandler(svc *pipeline.Service, log *slog.Logger) http.Handler {
+// alertHandler turns Alertmanager's webhook into trigger activations;
+// refused requests and triggers are counted and logged by the session.
+func alertHandler(svc *pipeline.Service, token string, log *slog.Logger) http.Handler {
 	return control.AlertHandler(func(names []string) []string {
 		acted := svc.ActivateTriggers("alertmanager", names...)
 		sinks.LogDetail(log, slog.LevelInfo, []any{"triggers", names, "acted", acted}, "alertmanager: triggers %v, acted %v", names, acted)
+		if len(acted) < len(names) {
+			svc.TriggersRefused("alertmanager", slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(acted, n) }))
+		}
 		return acted
-	})
+	}, control.AlertOptions{Token: token, Refused: svc.AlertRequestRefused})
 }
 
-func serveAlerts(addr string, svc *pipeline.Service, log *slog.Logger) (func(), error) {
+// serveAlerts serves the Alertmanager webhook at POST /alertmanager on
+// addr (loopback when it names no host) until the returned stop is
+// called; with tokenFile, every request must carry its bearer token.
+func serveAlerts(addr, tokenFile string, svc *pipeline.Service, log *slog.Logger) (func(), error) {
+	addr, err := control.AlertListenAddr(addr)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	var token string
+	if tokenFile != "" {
+		if token, err = control.ReadAlertToken(tokenFile); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--alert-addr: %w", err)
 	}
+	auth := "requests need the bearer token of --alert-token-file"
+	if token == "" {
+		auth = "no --alert-token-file: whoever reaches this address can fire the session's triggers"
+	}
+	sinks.LogDetail(log, slog.LevelInfo, []any{"addr", ln.Addr().String()}, "alertmanager webhook on http://%s/alertmanager (%s)", ln.Addr(), auth)
 	mux := http.NewServeMux()
-	mux.Handle("/alertmanager", alertHandler(svc, log))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	mux.Handle("/alertmanager", alertHandler(svc, token, log))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() { _ = srv.Serve(ln) }()
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

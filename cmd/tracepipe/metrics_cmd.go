@@ -3,16 +3,16 @@ package main
 import (
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 
 	"github.com/tracepipe/tracepipe/metrics"
 	"github.com/tracepipe/tracepipe/pipeline"
 )
 
-// serveSessionMetrics serves `run --metrics-addr`.
-func serveSessionMetrics(addr string, svc *pipeline.Service, stderr io.Writer, log *slog.Logger) (func(), error) {
-	shutdown, bound, err := metrics.ServeWith(addr, map[string]http.Handler{"/alertmanager": alertHandler(svc, log)}, metrics.Session(svc))
+// serveSessionMetrics serves `run --metrics-addr`: /metrics only (the
+// Alertmanager webhook fires triggers, so it listens only where
+// --alert-addr asks).
+func serveSessionMetrics(addr string, svc *pipeline.Service, stderr io.Writer) (func(), error) {
+	shutdown, bound, err := metrics.Serve(addr, metrics.Session(svc))
 	if err != nil {
 		return nil, err
 	}

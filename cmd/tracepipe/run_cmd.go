@@ -50,6 +50,7 @@ func newRunCmd() *cobra.Command {
 		duration     time.Duration
 		sets         []string
 		alertAddr    string // control_cmd.go: the Alertmanager webhook
+		alertToken   string // its bearer token file
 		perfetto     bool
 	)
 	c := &cobra.Command{
@@ -85,7 +86,7 @@ func newRunCmd() *cobra.Command {
 			if writesStdout(cfg) && isTerminal(cmd.OutOrStdout()) {
 				return usageError{errors.New("refusing to write a binary trace to the terminal (a file sink's path is \"-\"): redirect standard output (tracepipe run -o - > t.pftrace, or | a program) or name a file with -o")}
 			}
-			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, logFormat)
+			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, alertToken, logFormat)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
@@ -93,7 +94,8 @@ func newRunCmd() *cobra.Command {
 	c.Flags().DurationVar(&duration, "duration", 0, "session duration, e.g. 30s (overrides the config's duration; 0 = until SIGINT)")
 	c.Flags().BoolVar(&perfetto, "perfetto", false, "act as traced for Perfetto producers: listen on Perfetto's producer socket (PERFETTO_PRODUCER_SOCK_NAME) and serve data sources they register (perfetto.enabled)")
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics while the session runs")
-	c.Flags().StringVar(&alertAddr, "alert-addr", "", "serve Prometheus Alertmanager's webhook on this address (POST /alertmanager): each firing alert activates the trigger named by its alertname (or tracepipe_trigger label)")
+	c.Flags().StringVar(&alertAddr, "alert-addr", "", "serve Prometheus Alertmanager's webhook on this address (POST /alertmanager; \":9466\" means loopback, name the host to listen elsewhere): each firing alert activates the trigger named by its alertname (or tracepipe_trigger label)")
+	c.Flags().StringVar(&alertToken, "alert-token-file", "", "with --alert-addr: every webhook request must carry \"Authorization: Bearer <the file's content>\" (others get 401, counted and logged)")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
 	addLogFormatFlag(c, &logFormat)
 	return c
@@ -173,7 +175,7 @@ func (r *stopRequests) on(now time.Time) int {
 }
 
 // runSession runs one session with a status line on a terminal.
-func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, logFormat string) error {
+func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, alertToken, logFormat string) error {
 	tty := isTerminal(stderr)
 	console := &syncWriter{w: stderr, tty: tty} // sinks log from their own goroutines
 	stderr = console
@@ -210,15 +212,18 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	if ctl != nil {
 		defer ctl.Close()
 	}
-	if metricsAddr != "" { // metrics_cmd.go; the Alertmanager webhook rides along
-		shutdown, err := serveSessionMetrics(metricsAddr, svc, stderr, logger)
+	if alertAddr == "" && alertToken != "" {
+		return usageError{errors.New("--alert-token-file needs --alert-addr")}
+	}
+	if metricsAddr != "" { // metrics_cmd.go
+		shutdown, err := serveSessionMetrics(metricsAddr, svc, stderr)
 		if err != nil {
 			return err
 		}
 		defer shutdown()
 	}
 	if alertAddr != "" {
-		stopAlerts, err := serveAlerts(alertAddr, svc, logger) // control_cmd.go
+		stopAlerts, err := serveAlerts(alertAddr, alertToken, svc, logger) // control_cmd.go
 		if err != nil {
 			return err
 		}
@@ -297,6 +302,9 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 			// on_error: drop let the session finish; the run still failed
 			// to deliver everything, and the exit code says so.
 			for _, sr := range res.Sinks {
+				if sr.Err != nil && sr.StopOnError {
+					return fmt.Errorf("sink %s failed as the session ended (on_error: stop came too late to stop it): %w", sr.Name, sr.Err)
+				}
 				if sr.Err != nil {
 					return fmt.Errorf("sink %s failed (on_error: drop; the session ran to its end): %w", sr.Name, sr.Err)
 				}
@@ -333,6 +341,9 @@ func statusLine(st pipeline.Status) string {
 	}
 	for _, f := range st.SinkFailures {
 		fmt.Fprintf(&b, "  SINK FAILED %s", f)
+	}
+	for _, o := range st.SinkOutages {
+		fmt.Fprintf(&b, "  UNREACHABLE %s", o)
 	}
 	return b.String()
 }
@@ -374,7 +385,14 @@ func printSummary(w io.Writer, res *pipeline.Result, lc tracefile.LossContext) {
 			notes = append(notes, fmt.Sprintf("%d dropped (queue full)", n))
 		}
 		if n := st.PacketsDroppedError; n > 0 {
-			notes = append(notes, fmt.Sprintf("%d lost to errors", n))
+			if sr.Err != nil {
+				notes = append(notes, fmt.Sprintf("%d lost to the failure below", n))
+			} else {
+				notes = append(notes, fmt.Sprintf("%d lost to errors", n))
+			}
+		}
+		if n := st.Reconnects; n > 0 {
+			notes = append(notes, fmt.Sprintf("%d outage(s) of the destination, resumed", n))
 		}
 		if len(notes) > 0 {
 			fmt.Fprintf(w, "; %s", strings.Join(notes, ", "))
@@ -388,6 +406,7 @@ func printSummary(w io.Writer, res *pipeline.Result, lc tracefile.LossContext) {
 		fmt.Fprintf(w, "tracepipe: not recorded: %v\n", err)
 	}
 	printPluginFaults(w, res)
+	printRefusals(w, res)
 	var lost, ring []string
 	for _, r := range tracefile.LossReport(res.Stats) {
 		if r.Lost() {
@@ -420,6 +439,23 @@ func lossContext(cfg *pipeline.Config) tracefile.LossContext {
 		lc.Ring = append(lc.Ring, b.FillPolicy != pipeline.FillPolicyDiscard)
 	}
 	return lc
+}
+
+// printRefusals tells what was asked of the session from outside and
+// turned down: triggers that did not act, snapshots refused, webhook
+// requests refused (TraceStats counts them too).
+func printRefusals(w io.Writer, res *pipeline.Result) {
+	tr := res.Triggers
+	if refused := tr.Unknown + tr.ProducerMismatch + tr.Skipped + tr.RateLimited + tr.Dropped; refused > 0 {
+		fmt.Fprintf(w, "tracepipe: triggers: %d received, %d acted, %d refused (unknown %d, producer mismatch %d, skipped %d, rate-limited %d, queue full %d)\n",
+			tr.Received, tr.Acted, refused, tr.Unknown, tr.ProducerMismatch, tr.Skipped, tr.RateLimited, tr.Dropped)
+	}
+	if sn := res.Snapshots; sn.Refused+sn.Failed > 0 {
+		fmt.Fprintf(w, "tracepipe: snapshots: %d taken, %d refused (too many in flight or the session ending), %d failed\n", sn.Taken, sn.Refused, sn.Failed)
+	}
+	if tp := res.Stats.Tracepipe; tp != nil && tp.AlertRequestsRefused > 0 {
+		fmt.Fprintf(w, "tracepipe: alertmanager webhook: %d request(s) refused (bad or missing token, malformed)\n", tp.AlertRequestsRefused)
+	}
 }
 
 func firstOr(s []string, def string) string {

@@ -330,18 +330,21 @@ func TestRelayLossReachesSenderTraceStats(t *testing.T) {
 	go func() {
 		_, stderr, code := runCLI(t, "run", "-c", cfg, "--duration", "2s", "--metrics-addr", metricsAddr,
 			"--set", "data_sources[0].config.max_packets=0", "--set", "data_sources[0].config.rate=2000")
-		if code != exitOK {
-			stderr = fmt.Sprintf("exit %d: %s", code, stderr)
+		// Packets lost while the receiver was away fail the relay sink
+		// (on_error: drop): the session runs on, and run exits 1.
+		if code != exitError || !strings.Contains(stderr, "sinks[1]: FAILED") {
+			stderr = fmt.Sprintf("exit %d (want %d and the relay sink FAILED): %s", code, exitError, stderr)
 		} else {
 			stderr = ""
 		}
 		done <- stderr
 	}()
 	// Read passes (100 ms apart) with nobody listening overflow the
-	// 2-batch queue; the relay sink's drop counter says when.
+	// 2-batch queue; the relay sink's drop counter (lost to the outage)
+	// says when.
 	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(scrapeMaybe(metricsAddr), `tracepipe_sink_packets_dropped_queue_total{destination="relay tcp://`+addr+`",sink="sinks[1]"} `) ||
-		strings.Contains(scrapeMaybe(metricsAddr), `tracepipe_sink_packets_dropped_queue_total{destination="relay tcp://`+addr+`",sink="sinks[1]"} 0`+"\n") {
+	for !strings.Contains(scrapeMaybe(metricsAddr), `tracepipe_sink_packets_dropped_error_total{destination="relay tcp://`+addr+`",sink="sinks[1]"} `) ||
+		strings.Contains(scrapeMaybe(metricsAddr), `tracepipe_sink_packets_dropped_error_total{destination="relay tcp://`+addr+`",sink="sinks[1]"} 0`+"\n") {
 		if time.Now().After(deadline) {
 			t.Fatal("the relay sink dropped nothing while its receiver was away")
 		}
@@ -403,8 +406,10 @@ func TestBlockedRelayDestinationDoesNotHoldOthers(t *testing.T) {
 	start := time.Now()
 	_, stderr, code := runCLI(t, "run", "-c", cfg, "--duration", "1s",
 		"--set", "data_sources[0].config.max_packets=0", "--set", "data_sources[0].config.rate=5000")
-	if code != exitOK {
-		t.Fatalf("run: exit %d\n%s", code, stderr)
+	// The relay sink delivered nothing: it failed (on_error: drop), and
+	// run says so with its exit code.
+	if code != exitError || !strings.Contains(stderr, "sinks[1]: FAILED") {
+		t.Fatalf("run: exit %d, want %d with sinks[1] FAILED\n%s", code, exitError, stderr)
 	}
 	// The stop bound: the relay's close_timeout, far below the pipeline's
 	// 30 s sink close limit that a sink waiting on its destination would hit.

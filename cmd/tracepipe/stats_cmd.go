@@ -396,4 +396,13 @@ func writeProducerErrors(w io.Writer, ts tracefile.TraceStats) {
 			fmt.Fprintf(w, "data_sources[%d] (%s): %s\n", p.Index, p.Source, p.Error)
 		}
 	}
+	// Another sink of the session (a relay or nats destination) lost
+	// packets or failed: this file is complete, that copy is not.
+	for _, p := range ts.Tracepipe.PeerSinks {
+		fmt.Fprintf(w, "sinks[%d] (%s): another copy of this session: %d packets delivered, %d lost", p.Index, p.Destination, p.PacketsWritten, p.PacketsDropped)
+		if p.Error != "" {
+			fmt.Fprintf(w, "; FAILED: %s", p.Error)
+		}
+		fmt.Fprintln(w)
+	}
 }

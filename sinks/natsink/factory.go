@@ -29,6 +29,8 @@ type builder struct{ opts Options }
 //	backoff_min    first retry delay (default 50ms), doubled per failure, ±50 % jitter
 //	backoff_max    longest retry delay (default 5s)
 //	close_timeout  how long the end of a session waits for acknowledgements (default 5s)
+//	first_contact_timeout  how long JetStream may be unreachable before it ever
+//	               acknowledged; then the sink fails, on_error applies (default 10s)
 func factory(m map[string]any) (sinks.Builder, error) {
 	sec := sinks.NewSection(m)
 	var o Options
@@ -45,6 +47,7 @@ func factory(m map[string]any) (sinks.Builder, error) {
 	o.BackoffMin = sec.Duration("backoff_min", 0)
 	o.BackoffMax = sec.Duration("backoff_max", 0)
 	o.CloseTimeout = sec.Duration("close_timeout", 0)
+	o.FirstContactTimeout = sec.Duration("first_contact_timeout", 0)
 	if o.URL == "" {
 		sec.Bad("url", "required for a nats sink, e.g. nats://127.0.0.1:4222")
 	}
@@ -60,7 +63,7 @@ func factory(m map[string]any) (sinks.Builder, error) {
 	if o.MaxInflight < 0 || o.MaxInflight > 4096 {
 		sec.Bad("max_inflight", "%d is out of range (0 = default, at most 4096)", o.MaxInflight)
 	}
-	for key, d := range map[string]time.Duration{"ack_timeout": o.AckTimeout, "backoff_min": o.BackoffMin, "backoff_max": o.BackoffMax, "close_timeout": o.CloseTimeout} {
+	for key, d := range map[string]time.Duration{"ack_timeout": o.AckTimeout, "backoff_min": o.BackoffMin, "backoff_max": o.BackoffMax, "close_timeout": o.CloseTimeout, "first_contact_timeout": o.FirstContactTimeout} {
 		if d < 0 {
 			sec.Bad(key, "%v is negative", d)
 		}

@@ -2,8 +2,13 @@ package natsink
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,12 +251,14 @@ func TestNATSBeyondBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.Stats()
-	if st.PacketsDroppedQueue == 0 {
-		t.Fatalf("stats %+v: a 4-batch queue through an outage dropped nothing", st)
+	// Dropped while the server was down: lost to the outage (which
+	// fails the sink), not to a full queue.
+	if st.PacketsDroppedError == 0 || st.PacketsDroppedQueue != 0 || s.Failed() == nil {
+		t.Fatalf("stats %+v, failed %v: want the outage's drops counted as lost to it", st, s.Failed())
 	}
 	got := readBack(t, srv.URL(), "traces.c", s.Identity(), s.out.Acked())
-	if uint64(len(got))+st.PacketsDroppedQueue != 1500 || uint64(len(got)) != st.PacketsWritten {
-		t.Errorf("%d stored + %d counted dropped != 1500 (written %d)", len(got), st.PacketsDroppedQueue, st.PacketsWritten)
+	if uint64(len(got))+st.PacketsDroppedError != 1500 || uint64(len(got)) != st.PacketsWritten {
+		t.Errorf("%d stored + %d counted dropped != 1500 (written %d)", len(got), st.PacketsDroppedError, st.PacketsWritten)
 	}
 	prev := int64(-1)
 	for i, p := range got {
@@ -260,5 +267,131 @@ func TestNATSBeyondBound(t *testing.T) {
 			t.Fatalf("packet %d: timestamp %d after %d (duplicate or reorder)", i, info.Timestamp, prev)
 		}
 		prev = int64(info.Timestamp)
+	}
+}
+
+// lockedBuffer collects log output across goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A server stopped and restarted mid-session, within what the queue
+// holds: one outage line with its cause, one resumed line saying nothing
+// was lost, a reconnect counted (info), no error, no failure, and every
+// packet stored once.
+func TestNATSOutageResumedNothingLost(t *testing.T) {
+	srv := startNATS(t)
+	var logs lockedBuffer
+	s, err := New(Options{
+		URL: srv.URL(), Subject: "traces.o", CreateStream: true, Stream: "O",
+		Identity:   remote.Identity{Machine: 79, Session: [16]byte{9}, Hostname: "outage"},
+		BatchBytes: 4 << 10, MaxBatches: 512, AckTimeout: time.Second, CloseTimeout: 30 * time.Second,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, s, nil, 0, 300, true)
+	waitFor(t, "the first batches acknowledged", 30*time.Second, func() bool { return s.Stats().PacketsWritten == 300 })
+	srv.kill()
+	waitFor(t, "the outage noticed", 30*time.Second, func() bool { return strings.Contains(logs.String(), "unreachable since") })
+	send(t, s, nil, 300, 600, false)
+	srv.start()
+	waitFor(t, "the outage over", 30*time.Second, func() bool { return strings.Contains(logs.String(), "resumed after") })
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "unreachable since"); n != 1 {
+		t.Errorf("%d outage lines, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "resumed after"); n != 1 || !strings.Contains(out, "nothing lost") {
+		t.Errorf("%d resumed lines, want 1 saying nothing lost:\n%s", n, out)
+	}
+	if !strings.Contains(out, "connection refused") && !strings.Contains(out, "closed the connection") && !strings.Contains(out, "connection reset") {
+		t.Errorf("the outage line gives no cause:\n%s", out)
+	}
+	st := s.Stats()
+	if st.PacketsWritten != 600 || st.PacketsDropped() != 0 || st.Errors != 0 || st.Reconnects != 1 || s.Failed() != nil {
+		t.Errorf("stats %+v, failed %v: want 600 written, one reconnect, no loss, no error", st, s.Failed())
+	}
+	if got := readBack(t, srv.URL(), "traces.o", s.Identity(), s.out.Acked()); len(got) != 600 {
+		t.Errorf("read back %d packets, want 600", len(got))
+	}
+}
+
+// No stream listens on the subject: the sink fails at once with a cause
+// that names the subject, and what it could not deliver is lost to that
+// failure, not to a full queue.
+func TestNATSNoStreamFails(t *testing.T) {
+	srv := startNATS(t)
+	s, err := New(Options{URL: srv.URL(), Subject: "nostream.z", Identity: remote.Identity{Machine: 80, Hostname: "nostream"},
+		BatchBytes: 4 << 10, MaxBatches: 4, AckTimeout: time.Second, CloseTimeout: 200 * time.Millisecond,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, s, nil, 0, 20, true)
+	waitFor(t, "the sink failed", 30*time.Second, func() bool { return s.Failed() != nil })
+	if err := s.Failed(); !strings.Contains(err.Error(), `no JetStream stream listens on subject "nostream.z"`) {
+		t.Errorf("failure %q does not name the missing stream", err)
+	}
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.PacketsWritten != 0 || st.PacketsDroppedError != 20 || st.PacketsDroppedQueue != 0 {
+		t.Errorf("stats %+v: want the 20 packets lost to the failure", st)
+	}
+}
+
+// A server that requires credentials the sink does not have: the sink
+// fails at once, its cause says authentication, and nothing is written.
+func TestNATSAuthRefusedFails(t *testing.T) {
+	srv := startNATS(t)
+	srv.kill()
+	srv.cmd = exec.Command(srv.bin, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(srv.port), "-sd", filepath.Join(srv.dir, "js"), "--user", "u", "--pass", "secret")
+	if err := srv.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "nats-server with auth listening", 20*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", srv.port), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	s, err := New(Options{URL: srv.URL(), Subject: "auth.z", CreateStream: true, Identity: remote.Identity{Machine: 81, Hostname: "auth"},
+		CloseTimeout: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		if !strings.Contains(err.Error(), "authorization") {
+			t.Fatalf("New: %v", err)
+		}
+		t.Logf("refused at connect: %v", err)
+		return // as clear as a failure
+	}
+	send(t, s, nil, 0, 10, false)
+	waitFor(t, "the sink failed", 30*time.Second, func() bool { return s.Failed() != nil })
+	if err := s.Failed(); !strings.Contains(err.Error(), "authentication refused") {
+		t.Errorf("failure %q does not say authentication", err)
+	}
+	if err := s.Close(bg); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.PacketsWritten != 0 || st.PacketsDroppedError != 10 {
+		t.Errorf("stats %+v: want the 10 packets lost to the failure", st)
 	}
 }

@@ -53,7 +53,11 @@ type Options struct {
 	// CloseTimeout bounds how long Close waits for acknowledgements
 	// (default 5 s).
 	CloseTimeout time.Duration
-	Logger       *slog.Logger
+	// FirstContactTimeout: how long JetStream may be unreachable before
+	// it ever acknowledged, after which the sink fails (default
+	// sinks.DefaultFirstContactTimeout; see sinks.Link).
+	FirstContactTimeout time.Duration
+	Logger              *slog.Logger
 }
 
 // DefaultStream is the stream name a sink creates when none is given.
@@ -68,6 +72,8 @@ type Sink struct {
 	out  *remote.Outbox
 	nc   *nats.Conn
 	js   jetstream.JetStream
+	link *sinks.Link   // outages, failure, loss classification
+	conn chan struct{} // capacity 1: the connection came up
 
 	Duplicates atomic.Uint64 // publishes the stream reported as duplicates
 	Failures   atomic.Uint64
@@ -108,14 +114,33 @@ func New(opts Options) (*Sink, error) {
 	if opts.Identity.Machine == 0 {
 		opts.Identity = remote.NewIdentity(0, opts.Identity.Hostname)
 	}
+	s := &Sink{opts: opts, out: remote.NewOutbox(opts.BatchBytes, opts.MaxBatches), done: make(chan struct{}), conn: make(chan struct{}, 1)}
+	s.link = sinks.NewLink(opts.URL+" subject "+opts.Subject, opts.Logger)
+	s.link.SetFirstContactTimeout(opts.FirstContactTimeout)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	up := func(*nats.Conn) {
+		select {
+		case s.conn <- struct{}{}:
+		default:
+		}
+	}
+	down := func(_ *nats.Conn, err error) { s.down(err) }
 	nc, err := nats.Connect(opts.URL,
 		nats.Name("tracepipe "+opts.Identity.Hostname),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(opts.BackoffMin),
 		nats.ReconnectJitter(opts.BackoffMin, opts.BackoffMin),
+		// No hidden buffer while disconnected: the outbox is the one
+		// bounded queue, and it resends what was not acknowledged.
+		nats.ReconnectBufSize(-1),
+		nats.ConnectHandler(up),
+		nats.ReconnectHandler(up),
+		nats.DisconnectErrHandler(down),
+		nats.ReconnectErrHandler(down),
 	)
 	if err != nil {
+		s.cancel()
 		return nil, fmt.Errorf("natsink: %s: %w", opts.URL, err)
 	}
 	js, err := jetstream.New(nc,
@@ -123,11 +148,11 @@ func New(opts Options) (*Sink, error) {
 		jetstream.WithPublishAsyncTimeout(opts.AckTimeout),
 	)
 	if err != nil {
+		s.cancel()
 		nc.Close()
 		return nil, fmt.Errorf("natsink: %w", err)
 	}
-	s := &Sink{opts: opts, out: remote.NewOutbox(opts.BatchBytes, opts.MaxBatches), nc: nc, js: js, done: make(chan struct{})}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.nc, s.js = nc, js
 	go s.run()
 	return s, nil
 }
@@ -140,10 +165,50 @@ func (s *Sink) QueueDepth() int { return s.out.Depth() }
 
 // WriteLast queues the final TraceStats even when the queue is at its
 // bound (sinks.LastWriter; see [remote.Outbox.WriteLast]).
-func (s *Sink) WriteLast(packet []byte) error { return s.out.WriteLast(packet) }
+func (s *Sink) WriteLast(packet []byte) error {
+	err := s.out.WriteLast(packet)
+	s.link.NoteDrops(s.out.Stats())
+	return err
+}
 
-// Write packs packets into batches; see [remote.Outbox.Write].
-func (s *Sink) Write(_ context.Context, packets [][]byte) error { return s.out.Write(packets) }
+// Write packs packets into batches; see [remote.Outbox.Write]. Packets
+// dropped at the queue bound while JetStream is unreachable are lost to
+// it (and fail the sink), not to a full queue.
+func (s *Sink) Write(_ context.Context, packets [][]byte) error {
+	err := s.out.Write(packets)
+	s.link.NoteDrops(s.out.Stats())
+	return err
+}
+
+// Failed reports why the sink cannot deliver, or nil (sinks.Failer).
+func (s *Sink) Failed() error { return s.link.Failed() }
+
+// Outage reports why JetStream is unreachable now, or nil.
+func (s *Sink) Outage() error { return s.link.Cause() }
+
+// lost is the outbox's count of lost packets.
+func (s *Sink) lost() uint64 {
+	st := s.out.Stats()
+	return st.PacketsDroppedQueue + st.PacketsDroppedError
+}
+
+// down records an outage caused by err (or by what took the connection
+// down, when err only says it is down).
+func (s *Sink) down(err error) {
+	if s.ctx.Err() != nil {
+		return // Close ended the connection
+	}
+	c := cause(err, s.opts.Subject, s.opts.AckTimeout.String())
+	if c == nil {
+		if c = s.link.Cause(); c == nil {
+			if errors.Is(err, nats.ErrNoServers) {
+				return // the attempt's own error (refused, TLS, ...) follows
+			}
+			c = errors.New("connection lost")
+		}
+	}
+	s.link.Down(c, s.lost())
+}
 
 // Flush seals the open batch; it does not wait for JetStream.
 func (s *Sink) Flush(context.Context) error {
@@ -161,17 +226,25 @@ func (s *Sink) Close(ctx context.Context) error {
 			<-s.done
 			s.nc.Close()
 		}
-		// A loss, counted (PacketsDroppedQueue), not an error: the session
-		// reports it in TraceStats.
+		// Batches never acknowledged are lost (PacketsDroppedError) and
+		// fail the sink: Close returns no error, the lane reports the
+		// failure (Failed) and the session its TraceStats.
 		if n := s.out.Shutdown(ctx, s.opts.CloseTimeout, stop); n > 0 {
-			s.logf("natsink: %s: gave up at close with %d batches unacknowledged; their packets are counted as dropped", s.opts.Subject, n)
+			why := s.link.Cause()
+			if why == nil {
+				why = fmt.Errorf("JetStream did not acknowledge them within close_timeout %v", s.opts.CloseTimeout)
+			}
+			s.link.Fail(fmt.Errorf("%d batches never acknowledged: %w", n, why))
+			s.logf("natsink: %s: gave up at close with %d batches unacknowledged; their packets are counted as lost", s.opts.Subject, n)
 		}
+		s.link.NoteDrops(s.out.Stats())
 	})
 	return nil
 }
 
-// Stats returns the outbox's counters (written = acknowledged by JetStream).
-func (s *Sink) Stats() sinks.SinkStats { return s.out.Stats() }
+// Stats returns the outbox's counters (written = acknowledged by
+// JetStream) as the link classifies them (sinks.Link.Adjust).
+func (s *Sink) Stats() sinks.SinkStats { return s.link.Adjust(s.out.Stats()) }
 
 func (s *Sink) logf(format string, args ...any) {
 	sinks.Logf(s.opts.Logger, slog.LevelWarn, format, args...)
@@ -230,9 +303,10 @@ func (s *Sink) run() {
 		}
 		pending = pending[:0]
 		next = s.out.Acked() + 1
+		// An outage, logged once by the link; what it costs is counted
+		// when packets are dropped (Write), not per failed attempt.
 		s.Failures.Add(1)
-		s.out.AddErrors(1)
-		s.logf("natsink: %s: %v; retrying in about %v", s.opts.Subject, err, backoff)
+		s.down(err)
 		t := time.NewTimer(backoff/2 + rand.N(backoff+1))
 		defer t.Stop()
 		backoff = min(2*backoff, s.opts.BackoffMax)
@@ -244,9 +318,32 @@ func (s *Sink) run() {
 		}
 	}
 	for s.ctx.Err() == nil {
+		if !s.nc.IsConnected() {
+			// Publishing now would fail with a misleading error (a
+			// client that never reached a server does not know it
+			// supports headers); the connection's handlers record the
+			// outage and its cause.
+			if len(pending) > 0 { // ErrDisconnected keeps the outage's cause
+				if !fail(nats.ErrDisconnected, false) {
+					return
+				}
+				continue
+			}
+			t := time.NewTimer(s.opts.BackoffMax)
+			select {
+			case <-s.conn:
+			case <-t.C:
+				if !s.link.IsDown() { // no attempt reported a cause yet
+					s.down(fmt.Errorf("not connected to %s", s.opts.URL))
+				}
+			case <-s.ctx.Done():
+			}
+			t.Stop()
+			continue
+		}
 		if !streamReady {
 			if err := s.ensureStream(); err != nil {
-				if !fail(fmt.Errorf("creating stream: %w", err), false) {
+				if !fail(fmt.Errorf("creating stream %s: %w", s.opts.Stream, err), false) {
 					return
 				}
 				continue
@@ -300,6 +397,8 @@ func (s *Sink) run() {
 			seq := p.b.Seq
 			s.out.Release(p.b)
 			s.out.Ack(seq)
+			s.link.Acked()
+			s.link.Up(s.lost())
 			backoff = s.opts.BackoffMin
 		case err := <-p.f.Err():
 			if !fail(fmt.Errorf("batch %d: %w", p.b.Seq, err), true) {

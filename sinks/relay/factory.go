@@ -31,6 +31,8 @@ type builder struct {
 //	backoff_min      first reconnect delay (default 50ms), doubled per failure, ±50 % jitter
 //	backoff_max      longest reconnect delay (default 5s)
 //	dial_timeout     connect + hello (default 5s)
+//	first_contact_timeout  how long the receiver may be unreachable before it was
+//	                 ever reached; then the sink fails, on_error applies (default 10s)
 //	close_timeout    how long the end of a session waits for acknowledgements (default 5s)
 //	clock_sync       false: no clock-sync rounds (default true; a merged trace then cannot align this machine)
 //	clock_sync_period time between clock-sync rounds after the first (default 30s; at least 1s)
@@ -51,6 +53,7 @@ func factory(m map[string]any) (sinks.Builder, error) {
 	o.BackoffMin = sec.Duration("backoff_min", 0)
 	o.BackoffMax = sec.Duration("backoff_max", 0)
 	o.DialTimeout = sec.Duration("dial_timeout", 0)
+	o.FirstContactTimeout = sec.Duration("first_contact_timeout", 0)
 	o.CloseTimeout = sec.Duration("close_timeout", 0)
 	o.ClockSyncPeriod = sec.Duration("clock_sync_period", 0)
 	if !sec.Bool("clock_sync", true) {
@@ -75,7 +78,7 @@ func factory(m map[string]any) (sinks.Builder, error) {
 	if o.MaxBatches < 0 || o.MaxBatches > 1<<16 {
 		sec.Bad("max_batches", "%d is out of range (0 = default, at most 65536)", o.MaxBatches)
 	}
-	for key, d := range map[string]time.Duration{"backoff_min": o.BackoffMin, "backoff_max": o.BackoffMax, "dial_timeout": o.DialTimeout, "close_timeout": o.CloseTimeout} {
+	for key, d := range map[string]time.Duration{"backoff_min": o.BackoffMin, "backoff_max": o.BackoffMax, "dial_timeout": o.DialTimeout, "close_timeout": o.CloseTimeout, "first_contact_timeout": o.FirstContactTimeout} {
 		if d < 0 {
 			sec.Bad(key, "%v is negative", d)
 		}

@@ -29,6 +29,10 @@ type Options struct {
 	// after each failed attempt and is jittered by ±50 %.
 	BackoffMin, BackoffMax time.Duration
 	DialTimeout            time.Duration // connect and hello (default 5 s)
+	// FirstContactTimeout: how long the receiver may be unreachable
+	// before it was ever reached, after which the sink fails (default
+	// sinks.DefaultFirstContactTimeout; see sinks.Link).
+	FirstContactTimeout time.Duration
 	// CloseTimeout bounds how long Close waits for acknowledgements
 	// (default 5 s), so that an unreachable receiver delays the end of a
 	// session by at most this much.
@@ -63,10 +67,14 @@ const writeStallTimeout = 30 * time.Second
 //
 // Stats: PacketsWritten counts packets the receiver acknowledged as
 // stored; packets still in flight are in no counter until Close, which
-// counts what was never acknowledged as PacketsDroppedQueue.
+// counts what was never acknowledged as lost (PacketsDroppedError, and
+// the sink fails). Drops at the queue bound are PacketsDroppedQueue while
+// the receiver acknowledges, PacketsDroppedError during an outage (see
+// sinks.Link).
 type Sink struct {
 	opts Options
 	out  *remote.Outbox
+	link *sinks.Link // outages, failure, loss classification
 
 	Connects atomic.Uint64 // successful hellos
 	Failures atomic.Uint64 // failed connections or sessions
@@ -107,6 +115,12 @@ func New(opts Options) (*Sink, error) {
 		opts.Identity = remote.NewIdentity(0, opts.Identity.Hostname)
 	}
 	s := &Sink{opts: opts, out: remote.NewOutbox(opts.BatchBytes, opts.MaxBatches), done: make(chan struct{})}
+	scheme := "tcp"
+	if opts.TLS != nil {
+		scheme = "tls"
+	}
+	s.link = sinks.NewLink(fmt.Sprintf("relay %s://%s", scheme, opts.Address), opts.Logger)
+	s.link.SetFirstContactTimeout(opts.FirstContactTimeout)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
 	return s, nil
@@ -124,11 +138,31 @@ func (s *Sink) logf(format string, args ...any) {
 
 // WriteLast queues the final TraceStats even when the queue is at its
 // bound (sinks.LastWriter; see [remote.Outbox.WriteLast]).
-func (s *Sink) WriteLast(packet []byte) error { return s.out.WriteLast(packet) }
+func (s *Sink) WriteLast(packet []byte) error {
+	err := s.out.WriteLast(packet)
+	s.link.NoteDrops(s.out.Stats())
+	return err
+}
 
-// Write packs packets into batches; see [remote.Outbox.Write].
+// Write packs packets into batches; see [remote.Outbox.Write]. Packets
+// dropped at the queue bound while the receiver is unreachable are lost
+// to it (and fail the sink), not to a full queue.
 func (s *Sink) Write(_ context.Context, packets [][]byte) error {
-	return s.out.Write(packets)
+	err := s.out.Write(packets)
+	s.link.NoteDrops(s.out.Stats())
+	return err
+}
+
+// Failed reports why the sink cannot deliver, or nil (sinks.Failer).
+func (s *Sink) Failed() error { return s.link.Failed() }
+
+// Outage reports why the receiver is unreachable now, or nil.
+func (s *Sink) Outage() error { return s.link.Cause() }
+
+// lost is the outbox's count of lost packets.
+func (s *Sink) lost() uint64 {
+	st := s.out.Stats()
+	return st.PacketsDroppedQueue + st.PacketsDroppedError
 }
 
 // Flush seals the open batch so it is sent now. It does not wait for the
@@ -143,11 +177,18 @@ func (s *Sink) Flush(context.Context) error {
 // in the stats, not an error).
 func (s *Sink) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
-		// A loss, counted (PacketsDroppedQueue), not an error: the session
-		// reports it in TraceStats.
+		// Batches never acknowledged are lost (PacketsDroppedError) and
+		// fail the sink: Close returns no error, the lane reports the
+		// failure (Failed) and the session its TraceStats.
 		if n := s.out.Shutdown(ctx, s.opts.CloseTimeout, func() { s.cancel(); <-s.done }); n > 0 {
-			s.logf("relay: %s: gave up at close with %d batches unacknowledged; their packets are counted as dropped", s.opts.Address, n)
+			why := s.link.Cause()
+			if why == nil {
+				why = fmt.Errorf("the receiver did not acknowledge them within close_timeout %v", s.opts.CloseTimeout)
+			}
+			s.link.Fail(fmt.Errorf("%d batches never acknowledged: %w", n, why))
+			s.logf("relay: %s: gave up at close with %d batches unacknowledged; their packets are counted as lost", s.opts.Address, n)
 		}
+		s.link.NoteDrops(s.out.Stats())
 	})
 	return nil
 }
@@ -155,8 +196,9 @@ func (s *Sink) Close(ctx context.Context) error {
 // ClockSync returns the sink's clock-sync counters.
 func (s *Sink) ClockSync() *ClockSyncStats { return &s.clock }
 
-// Stats returns the outbox's counters.
-func (s *Sink) Stats() sinks.SinkStats { return s.out.Stats() }
+// Stats returns the outbox's counters as the link classifies them
+// (sinks.Link.Adjust).
+func (s *Sink) Stats() sinks.SinkStats { return s.link.Adjust(s.out.Stats()) }
 
 // run connects and reconnects until the sink is closed.
 func (s *Sink) run() {
@@ -170,9 +212,10 @@ func (s *Sink) run() {
 		if helloed {
 			backoff = s.opts.BackoffMin
 		}
+		// An outage, logged once by the link; what it costs is counted
+		// when packets are dropped (Write), not per failed attempt.
 		s.Failures.Add(1)
-		s.out.AddErrors(1)
-		s.logf("relay: %s: %v; retrying in about %v", s.opts.Address, err, backoff)
+		s.link.Down(cause(err, helloed, s.opts.TLS != nil), s.lost())
 		// ±50 % jitter spreads the reconnects of a fleet.
 		d := backoff/2 + rand.N(backoff+1)
 		t := time.NewTimer(d)
@@ -193,7 +236,9 @@ func (s *Sink) session() (bool, error) {
 	var err error
 	if s.opts.TLS != nil {
 		td := tls.Dialer{NetDialer: &d, Config: s.opts.TLS}
-		c, err = td.DialContext(s.ctx, "tcp", s.opts.Address)
+		if c, err = td.DialContext(s.ctx, "tcp", s.opts.Address); err != nil {
+			err = handshakeError{err}
+		}
 	} else {
 		c, err = d.DialContext(s.ctx, "tcp", s.opts.Address)
 	}
@@ -218,7 +263,7 @@ func (s *Sink) session() (bool, error) {
 	switch typ {
 	case frameHelloAck:
 	case frameError:
-		return false, fmt.Errorf("receiver refused: %s", errorText(p))
+		return false, fmt.Errorf("%w: %s", errRefused, errorText(p))
 	default:
 		return false, fmt.Errorf("%w: answer to hello has type %d", ErrProtocol, typ)
 	}
@@ -235,6 +280,7 @@ func (s *Sink) session() (bool, error) {
 	_ = c.SetDeadline(time.Time{})
 	s.Connects.Add(1)
 	s.out.Ack(last)
+	s.link.Up(s.lost())
 	var sent atomic.Uint64 // highest batch written on this connection
 	sent.Store(last)
 	cs := s.newClockSyncer(ver) // clocksync.go; nil without clock sync
@@ -258,6 +304,7 @@ func (s *Sink) session() (bool, error) {
 					return
 				}
 				s.out.Ack(seq)
+				s.link.Acked()
 			case frameClockPong:
 				if err := cs.pong(p); err != nil {
 					cancel(err)

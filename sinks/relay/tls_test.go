@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,8 +124,11 @@ func TestTLSClientCert(t *testing.T) {
 			t.Errorf("%s: Close: %v (a loss is counted, not an error)", name, err)
 		}
 		cancel()
-		if st := s.Stats(); st.PacketsDroppedQueue != 10 || st.PacketsWritten != 0 {
-			t.Errorf("%s: stats %+v, want the 10 packets counted as dropped", name, st)
+		if st := s.Stats(); st.PacketsDroppedError != 10 || st.PacketsWritten != 0 {
+			t.Errorf("%s: stats %+v, want the 10 packets counted as lost to the failure", name, st)
+		}
+		if err := s.Failed(); err == nil || !strings.Contains(err.Error(), "TLS") {
+			t.Errorf("%s: the sink's failure %v does not name TLS", name, err)
 		}
 	}
 }

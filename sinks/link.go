@@ -1,0 +1,275 @@
+package sinks
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Link is what a network sink (relay, nats) knows about reaching its
+// destination, shared so that both report outages the same way:
+//
+//  1. An outage starts at the first failed attempt or lost connection
+//     (Down) and is logged once: "<dest>: unreachable since 12:01:03
+//     (connection refused)". Later attempts in the same outage only
+//     update its cause.
+//  2. It ends when the destination acknowledges again (Up), logged once:
+//     "<dest>: resumed after 4.1 s, nothing lost" (or how many packets
+//     the outage cost). A resumed outage is an info counter
+//     (Reconnects), not a loss.
+//  3. The sink fails (Fail, then Failed reports it to its lane, which
+//     applies on_error) when the cause is permanent (TLS, authentication,
+//     no stream for the subject), when packets are lost because the
+//     destination is not taking them (DroppedWhileDown), or when a
+//     destination never reached stays away longer than the first-contact
+//     timeout. A failed sink keeps trying: with on_error drop it may
+//     still deliver later.
+//
+// Every method is safe for concurrent use.
+type Link struct {
+	dest string
+	log  *slog.Logger
+	now  func() time.Time
+
+	failed     atomic.Pointer[error] // first failure; read by the lane after each item
+	reconnects atomic.Uint64
+	firstTime  time.Duration // see SetFirstContactTimeout; set before use
+
+	mu        sync.Mutex // guards everything below
+	down      bool
+	everUp    bool // Up was called once
+	since     time.Time
+	cause     error
+	lostSince uint64 // the sink's lost-packet count when the outage began
+	seenP     uint64 // queue drops already classified (NoteDrops)
+	seenB     uint64
+	pendP     uint64 // of those, dropped since the last acknowledgement while no outage was known
+	pendB     uint64
+	movedP    uint64 // of those, lost to an outage or a failure
+	movedB    uint64
+}
+
+// NewLink returns the link of a sink delivering to dest (for messages).
+func NewLink(dest string, log *slog.Logger) *Link {
+	return &Link{dest: dest, log: log, now: time.Now}
+}
+
+// ErrPermanent marks a cause that retrying will not cure (a TLS or
+// authentication mismatch, no stream for the subject):
+// a sink wraps such a cause with Permanent, and Down then fails the sink
+// at once.
+var ErrPermanent = errors.New("permanent")
+
+// Permanent wraps err so that IsPermanent reports true.
+func Permanent(err error) error { return permanentError{err} }
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string   { return e.err.Error() }
+func (e permanentError) Unwrap() []error { return []error{e.err, ErrPermanent} }
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+
+func (l *Link) logf(level slog.Level, f string, a ...any) { Logf(l.log, level, f, a...) }
+
+// Down records that the destination is not reachable (or not taking
+// packets) because of cause; lost is the sink's count of lost packets
+// now. The first Down of an outage logs it. A permanent cause fails the
+// sink.
+func (l *Link) Down(cause error, lost uint64) {
+	l.mu.Lock()
+	first := !l.down
+	var pend uint64
+	if first {
+		// Packets dropped since the destination last acknowledged
+		// anything were lost to this outage, which the sink noticed
+		// only now (a dead peer is found by a failed write or read).
+		pend = l.pendP
+		l.down, l.since, l.lostSince = true, l.now(), lost-pend
+		l.movedP += l.pendP
+		l.movedB += l.pendB
+		l.pendP, l.pendB = 0, 0
+	}
+	l.cause = cause
+	since := l.since
+	l.mu.Unlock()
+	if first {
+		l.logf(slog.LevelWarn, "%s: unreachable since %s (%v)", l.dest, since.Format("15:04:05"), cause)
+	}
+	if IsPermanent(cause) {
+		l.Fail(cause)
+	} else if pend > 0 {
+		l.Fail(fmt.Errorf("%s unreachable (%w); packets were dropped", l.dest, cause))
+	}
+}
+
+// Acked records that the destination acknowledged something: packets
+// dropped before were lost to a destination slower than the sink's
+// queue, not to an outage.
+func (l *Link) Acked() {
+	l.mu.Lock()
+	l.pendP, l.pendB = 0, 0
+	l.mu.Unlock()
+}
+
+// Up records that the destination acknowledged again; lost is the sink's
+// count of lost packets now. It ends an outage, if one was going on, and
+// logs how long it lasted and what it cost.
+func (l *Link) Up(lost uint64) {
+	l.mu.Lock()
+	wasUp := l.everUp
+	l.everUp = true
+	if !l.down {
+		l.mu.Unlock()
+		return
+	}
+	l.down = false
+	l.pendP, l.pendB = 0, 0
+	d := l.now().Sub(l.since)
+	n := lost - l.lostSince
+	l.cause = nil
+	l.mu.Unlock()
+	if wasUp {
+		l.reconnects.Add(1)
+	}
+	if n == 0 {
+		l.logf(slog.LevelInfo, "%s: resumed after %.1f s, nothing lost", l.dest, d.Seconds())
+	} else {
+		l.logf(slog.LevelWarn, "%s: resumed after %.1f s; %d packets lost meanwhile", l.dest, d.Seconds(), n)
+	}
+}
+
+// IsDown reports whether an outage is going on.
+func (l *Link) IsDown() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.down
+}
+
+// Cause is the current outage's cause, nil when none is going on.
+func (l *Link) Cause() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.down {
+		return nil
+	}
+	return l.cause
+}
+
+// DroppedWhileDown is called when the sink lost packets (its queue full)
+// and reports whether they count as lost to the outage (an error), not
+// to a slow destination (a full queue): true during an outage or once
+// the sink failed. An outage that costs packets fails the sink.
+func (l *Link) DroppedWhileDown() bool {
+	if cause := l.Cause(); cause != nil {
+		l.Fail(fmt.Errorf("%s unreachable (%w); packets are being dropped", l.dest, cause))
+		return true
+	}
+	return l.Failed() != nil
+}
+
+// DefaultFirstContactTimeout is how long a network sink that has not yet
+// reached its destination is in an outage before it fails.
+const DefaultFirstContactTimeout = 10 * time.Second
+
+// SetFirstContactTimeout sets how long an outage that began before the
+// destination was ever reached may last before the sink fails (d <= 0:
+// DefaultFirstContactTimeout): a destination never reached is most
+// likely a wrong address or a receiver that is not running, and
+// on_error: stop must not wait for the queue to fill to say so. Outages
+// after a first contact fail the sink only when they cost packets. Call
+// it before the sink starts.
+func (l *Link) SetFirstContactTimeout(d time.Duration) {
+	if d <= 0 {
+		d = DefaultFirstContactTimeout
+	}
+	l.firstTime = d
+}
+
+// Fail marks the sink failed with err, unless it already failed; the
+// packets dropped since the destination last acknowledged anything are
+// lost to the failure.
+func (l *Link) Fail(err error) {
+	if !l.failed.CompareAndSwap(nil, &err) {
+		return
+	}
+	l.mu.Lock()
+	l.movedP += l.pendP
+	l.movedB += l.pendB
+	l.pendP, l.pendB = 0, 0
+	l.mu.Unlock()
+}
+
+// Failed returns the sink's first failure, or nil (sinks.Failer). A
+// first outage longer than the first-contact timeout becomes the failure
+// here, when the lane next asks.
+func (l *Link) Failed() error {
+	if p := l.failed.Load(); p != nil {
+		return *p
+	}
+	if l.firstTime <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	expired := l.down && !l.everUp && l.now().Sub(l.since) >= l.firstTime
+	since, cause := l.since, l.cause
+	l.mu.Unlock()
+	if !expired {
+		return nil
+	}
+	l.Fail(fmt.Errorf("%s not reached since %s (first_contact_timeout %v): %w", l.dest, since.Format("15:04:05"), l.firstTime, cause))
+	return *l.failed.Load()
+}
+
+// Reconnects counts the outages that ended after the destination had
+// been reached once.
+func (l *Link) Reconnects() uint64 { return l.reconnects.Load() }
+
+// NoteDrops is called with the sink's raw counters after it may have
+// dropped packets at its queue bound (after Write, and at Close): drops
+// since the last call that happened during an outage or after the sink
+// failed are lost to the destination, not to a full queue; Adjust then
+// reports them in PacketsDroppedError.
+func (l *Link) NoteDrops(st SinkStats) {
+	l.mu.Lock()
+	dp, db := st.PacketsDroppedQueue-l.seenP, st.BytesDroppedQueue-l.seenB
+	l.seenP, l.seenB = st.PacketsDroppedQueue, st.BytesDroppedQueue
+	l.mu.Unlock()
+	if dp == 0 {
+		return
+	}
+	if !l.DroppedWhileDown() {
+		l.mu.Lock()
+		l.pendP += dp
+		l.pendB += db
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Lock()
+	l.movedP += dp
+	l.movedB += db
+	l.mu.Unlock()
+}
+
+// Adjust returns the sink's raw counters as the link classifies them:
+// drops NoteDrops attributed to the destination move from the queue
+// counters to the error counters, a failure counts as one error, and
+// ended outages as Reconnects.
+func (l *Link) Adjust(st SinkStats) SinkStats {
+	l.mu.Lock()
+	p, b := min(l.movedP, st.PacketsDroppedQueue), min(l.movedB, st.BytesDroppedQueue)
+	l.mu.Unlock()
+	st.PacketsDroppedQueue -= p
+	st.BytesDroppedQueue -= b
+	st.PacketsDroppedError += p
+	st.BytesDroppedError += b
+	if l.Failed() != nil {
+		st.Errors++
+	}
+	st.Reconnects += l.Reconnects()
+	return st
+}
