@@ -1,7 +1,7 @@
 # The test command named in README.md. CI (.ci/run) calls exactly `make test`.
 GO ?= go
 
-.PHONY: test vet fmt-check unit bench soak snapload
+.PHONY: test vet fmt-check unit bench soak snapload interleave
 
 test: vet fmt-check unit
 
@@ -14,6 +14,7 @@ fmt-check:
 
 unit:
 	$(GO) test -race -timeout 20m ./...
+	$(GO) test -tags smbsched -timeout 10m -run 'TestInterleaveScrapeCommitRead|TestScrapeTornHeaderOfReusedChunk' ./smb
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -34,3 +35,9 @@ soak:
 SNAPLOAD_FLAGS ?=
 snapload:
 	$(GO) run ./tools/snapload $(SNAPLOAD_FLAGS)
+
+# More schedules of the scrape/commit/read interleaving test than `make
+# test` runs: make interleave SCHEDULES=20000
+SCHEDULES ?= 5000
+interleave:
+	$(GO) test -tags smbsched -timeout 60m -run TestInterleaveScrapeCommitRead ./smb -interleave.schedules $(SCHEDULES)

@@ -73,6 +73,7 @@ func (r *Reader) scrapeWalk(onChunk func(*ChunkView), holes bool) {
 		if bm == 0 {
 			continue
 		}
+		yieldAt(siteScrapeState)
 		l := LayoutOf(bm)
 		for i := range l.NumChunks() {
 			st := StateOf(bm, i)
@@ -84,7 +85,11 @@ func (r *Reader) scrapeWalk(onChunk func(*ChunkView), holes bool) {
 				continue
 			}
 			chunk := s.chunkBytes(p, l, i)
-			h := DecodeHeaderWords(load32(chunk, 0), load32(chunk, 4))
+			id := load32(chunk, 0)
+			yieldAt(siteScrapeChunkID)
+			word := load32(chunk, 4)
+			yieldAt(siteScrapeHeader)
+			h := DecodeHeaderWords(id, word)
 			if complete && r.wasScraped(uint32(p), i, h) {
 				continue // handed out whole by an earlier scrape
 			}
@@ -118,6 +123,7 @@ func (r *Reader) scrapeWalk(onChunk func(*ChunkView), holes bool) {
 				onChunk(v)
 			}
 			v.Payload = nil
+			yieldAt(siteScrapeCopied)
 		}
 	}
 }

@@ -206,6 +206,7 @@ func (s *SMB) release(p int, l PageLayout, i uint32) bool {
 	off := s.chunkOffset(p, l, i)
 	store32(s.mem, off, 0)
 	store32(s.mem, off+4, 0)
+	yieldAt(siteReleaseCleared)
 	w := s.bitmapWord(p)
 	for range casRetries {
 		old := atomic.LoadUint32(w)
