@@ -74,6 +74,18 @@ func (c *coop) start() {
 func (c *coop) yield(s site) {
 	me := c.cur
 	me.locked = siteLocked(s)
+	if s == siteStalled {
+		// A stalled writer sleeps before it retries: let the service
+		// run (free chunks) first, so schedules do not wait out sleeps.
+		for _, g := range c.gs {
+			if g.service && !g.done {
+				c.cur = g
+				g.run <- struct{}{}
+				<-me.run
+				return
+			}
+		}
+	}
 	c.next(me, false)
 }
 
