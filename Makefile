@@ -1,7 +1,7 @@
 # The test command named in README.md. CI (.ci/run) calls exactly `make test`.
 GO ?= go
 
-.PHONY: test vet fmt-check unit bench soak snapload interleave
+.PHONY: test vet fmt-check unit bench soak snapload interleave killloop
 
 test: vet fmt-check unit
 
@@ -41,3 +41,11 @@ snapload:
 SCHEDULES ?= 5000
 interleave:
 	$(GO) test -tags smbsched -timeout 60m -run TestInterleaveScrapeCommitRead ./smb -interleave.schedules $(SCHEDULES)
+
+# The starvation acceptance of issue 24, not part of `make test`: the
+# kill-at-random-moments test N times beside HOGS busy loops; fails on any
+# gap. make killloop N=1000 HOGS=2
+N ?= 1000
+HOGS ?= 2
+killloop:
+	N=$(N) HOGS=$(HOGS) ./tools/killloop/killloop.sh
