@@ -21,7 +21,13 @@ cleanup() {
 	rm -rf "$dir"
 }
 trap cleanup EXIT INT TERM
-go test -c -o "$dir/pipeline.test" ./pipeline
+# KILLLOOP_BIN runs a test binary built elsewhere (e.g. from an older
+# commit, to see the loop find the gap there).
+bin=${KILLLOOP_BIN:-}
+if [ -z "$bin" ]; then
+	bin="$dir/pipeline.test"
+	go test -c -o "$bin" ./pipeline
+fi
 i=0
 while [ "$i" -lt "$HOGS" ]; do
 	sh -c 'while :; do :; done' &
@@ -34,7 +40,7 @@ failed=0
 while [ "$done_runs" -lt "$N" ]; do
 	b=$BATCH
 	if [ $((N - done_runs)) -lt "$b" ]; then b=$((N - done_runs)); fi
-	if ! (cd pipeline && TRACEPIPE_KILL_RUNS=$b "$dir/pipeline.test" \
+	if ! (cd pipeline && TRACEPIPE_KILL_RUNS=$b "$bin" \
 		-test.run '^TestServiceSIGKILLRandomMomentsRotating$' -test.count=1 >"$dir/out" 2>&1); then
 		failed=$((failed + 1))
 		grep -m3 -E 'not a prefix|FAIL|panic' "$dir/out" || tail -5 "$dir/out"
