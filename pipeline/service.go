@@ -143,8 +143,11 @@ type Service struct {
 
 	status statusCell
 	ran    bool
-	snap   snapState    // clone snapshots (snapshot.go)
-	trig   triggerState // triggers (triggers.go)
+	// neverStart: the session was disabled before it started
+	// (DisableBeforeStart); Run starts no data source.
+	neverStart bool
+	snap       snapState    // clone snapshots (snapshot.go)
+	trig       triggerState // triggers (triggers.go)
 	// Calls from other goroutines and the flushes they asked for
 	// (loopcall.go).
 	calls     chan func()
@@ -322,6 +325,12 @@ type Result struct {
 	TriggerTimedOut bool
 }
 
+// DisableBeforeStart marks a session disabled before it started (a
+// deferred_start Perfetto session disabled before StartTracing, which
+// traced never starts): Run then starts none of its data sources, ends at
+// once and releases what New built. Call it before Run.
+func (s *Service) DisableBeforeStart() { s.neverStart = true }
+
 // ErrAlreadyRun is returned by a second call to Run.
 var ErrAlreadyRun = errors.New("pipeline: a Service runs once")
 
@@ -350,7 +359,10 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	defer cancel()
 	s.stopRecording = recCtx.Done()
 	defer s.trig.stop()
-	if !s.triggerStart() {
+	switch {
+	case s.neverStart:
+		cancel() // recording is over before it began
+	case !s.triggerStart():
 		s.startProducers()
 	}
 	s.serveUntil(func() bool { return s.recordingStopped || s.recordingOver() }, nil)
