@@ -141,13 +141,14 @@ type Service struct {
 	sinkStopOnce sync.Once
 	sinkErr      error
 
-	status statusCell
-	ran    bool
 	// neverStart: the session was disabled before it started
 	// (DisableBeforeStart); Run starts no data source.
 	neverStart bool
-	snap       snapState    // clone snapshots (snapshot.go)
-	trig       triggerState // triggers (triggers.go)
+
+	status statusCell
+	ran    bool
+	snap   snapState    // clone snapshots (snapshot.go)
+	trig   triggerState // triggers (triggers.go)
 	// Calls from other goroutines and the flushes they asked for
 	// (loopcall.go).
 	calls     chan func()
