@@ -19,6 +19,8 @@ import (
 func startPerfetto(ctx context.Context, cfg *pipeline.Config, stderr io.Writer) (*pipeline.PerfettoProducers, *perfettoipc.Host, error) {
 	reg := pipeline.NewPerfettoProducers()
 	host := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
+	host.MaxConns, host.MaxConnsPerUID = cfg.Perfetto.MaxConnections, cfg.Perfetto.MaxConnectionsPerUID
+	host.InitTimeout = cfg.Perfetto.InitTimeout
 	host.Logf = func(format string, args ...any) {
 		fmt.Fprintf(stderr, "\r\x1b[Ktracepipe: perfetto: "+format+"\n", args...)
 	}
