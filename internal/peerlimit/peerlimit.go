@@ -179,6 +179,24 @@ type Listener struct {
 	What string
 	// Lookup finds a peer's identity (tests fake uids); nil: PeerCred.
 	Lookup func(*net.UnixConn) (Cred, error)
+
+	mu   sync.Mutex // guards open
+	open map[*conn]struct{}
+}
+
+// CloseConns closes every connection Accept returned that is still open
+// (a server whose own shutdown waits for connections stuck in a handshake
+// is unblocked by it).
+func (l *Listener) CloseConns() {
+	l.mu.Lock()
+	cs := make([]*conn, 0, len(l.open))
+	for c := range l.open {
+		cs = append(cs, c)
+	}
+	l.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
 }
 
 // Accept returns the next connection within the limits.
@@ -201,19 +219,31 @@ func (l *Listener) Accept() (net.Conn, error) {
 			uc.Close()
 			continue
 		}
-		return &conn{UnixConn: uc, set: l.Set, uid: c.UID}, nil
+		nc := &conn{UnixConn: uc, l: l, uid: c.UID}
+		l.mu.Lock()
+		if l.open == nil {
+			l.open = map[*conn]struct{}{}
+		}
+		l.open[nc] = struct{}{}
+		l.mu.Unlock()
+		return nc, nil
 	}
 }
 
 // conn uncounts itself on its first Close.
 type conn struct {
 	*net.UnixConn
-	set  *Set
+	l    *Listener
 	uid  uint32
 	once sync.Once
 }
 
 func (c *conn) Close() error {
-	c.once.Do(func() { c.set.Remove(c.uid) })
+	c.once.Do(func() {
+		c.l.Set.Remove(c.uid)
+		c.l.mu.Lock()
+		delete(c.l.open, c)
+		c.l.mu.Unlock()
+	})
 	return c.UnixConn.Close()
 }
