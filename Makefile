@@ -44,10 +44,8 @@ interleave:
 
 # The starvation acceptance of issue 24, not part of `make test`: the
 # kill-at-random-moments test N times beside HOGS busy loops; fails on any
-# gap. make killloop N=1000 HOGS=2 (JITTER=1: scrapes pause at random,
-# smb/sched_on.go)
+# gap. make killloop N=1000 HOGS=2
 N ?= 1000
 HOGS ?= 2
-JITTER ?=
 killloop:
-	N=$(N) HOGS=$(HOGS) JITTER=$(JITTER) ./tools/killloop/killloop.sh
+	N=$(N) HOGS=$(HOGS) ./tools/killloop/killloop.sh

@@ -8,18 +8,11 @@
 #
 #   make killloop N=1000 HOGS=2
 #
-# JITTER=1 builds the test with the smbsched tag and sets
-# TRACEPIPE_SMB_JITTER: every scrape then pauses now and then between its
-# loads of a chunk header (smb/sched_on.go), as a starved service does,
-# which makes the old scrape's loss show within a few hundred runs
-# instead of a few thousand.
-#
 # Each run is one kill; runs go in batches of 20 per test process, so a
 # failed run ends its batch (the batch counts as one failure).
 set -eu
 N=${N:-1000}
 HOGS=${HOGS:-2}
-JITTER=${JITTER:-}
 BATCH=${BATCH:-20}
 dir=$(mktemp -d)
 hogs=""
@@ -33,11 +26,7 @@ trap cleanup EXIT INT TERM
 bin=${KILLLOOP_BIN:-}
 if [ -z "$bin" ]; then
 	bin="$dir/pipeline.test"
-	if [ -n "$JITTER" ]; then
-		go test -c -tags smbsched -o "$bin" ./pipeline
-	else
-		go test -c -o "$bin" ./pipeline
-	fi
+	go test -c -o "$bin" ./pipeline
 fi
 i=0
 while [ "$i" -lt "$HOGS" ]; do
@@ -51,7 +40,7 @@ failed=0
 while [ "$done_runs" -lt "$N" ]; do
 	b=$BATCH
 	if [ $((N - done_runs)) -lt "$b" ]; then b=$((N - done_runs)); fi
-	if ! (cd pipeline && TRACEPIPE_SMB_JITTER=$JITTER TRACEPIPE_KILL_RUNS=$b "$bin" \
+	if ! (cd pipeline && TRACEPIPE_KILL_RUNS=$b "$bin" \
 		-test.run '^TestServiceSIGKILLRandomMomentsRotating$' -test.count=1 >"$dir/out" 2>&1); then
 		failed=$((failed + 1))
 		grep -m3 -E 'not a prefix|FAIL|panic' "$dir/out" || tail -5 "$dir/out"
@@ -59,5 +48,5 @@ while [ "$done_runs" -lt "$N" ]; do
 	done_runs=$((done_runs + b))
 	echo "killloop: $done_runs/$N runs, $failed failed batch(es), $(( $(date +%s) - start ))s"
 done
-echo "killloop: $N runs beside $HOGS CPU hog(s)${JITTER:+, scrape jitter}: $failed failed batch(es) in $(( $(date +%s) - start ))s"
+echo "killloop: $N runs beside $HOGS CPU hog(s): $failed failed batch(es) in $(( $(date +%s) - start ))s"
 [ "$failed" -eq 0 ]
