@@ -1,7 +1,7 @@
 # The test command named in README.md. CI (.ci/run) calls exactly `make test`.
 GO ?= go
 
-.PHONY: test vet fmt-check unit bench soak snapload docs
+.PHONY: test vet fmt-check unit bench soak snapload docs interleave killloop
 
 test: vet fmt-check unit
 
@@ -14,6 +14,7 @@ fmt-check:
 
 unit:
 	$(GO) test -race -timeout 20m ./...
+	$(GO) test -tags smbsched -timeout 10m -run 'TestInterleaveScrapeCommitRead|TestScrapeTornHeaderOfReusedChunk' ./smb
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
@@ -41,3 +42,17 @@ snapload:
 docs:
 	$(GO) run ./cmd/tracepipe config reference > docs/configuration-reference.md
 	$(GO) run ./cmd/tracepipe config schema > docs/config.schema.json
+
+# More schedules of the scrape/commit/read interleaving test than `make
+# test` runs: make interleave SCHEDULES=20000
+SCHEDULES ?= 5000
+interleave:
+	$(GO) test -tags smbsched -timeout 60m -run TestInterleaveScrapeCommitRead ./smb -interleave.schedules $(SCHEDULES)
+
+# The starvation acceptance of issue 24, not part of `make test`: the
+# kill-at-random-moments test N times beside HOGS busy loops; fails on any
+# gap. make killloop N=1000 HOGS=2
+N ?= 1000
+HOGS ?= 2
+killloop:
+	N=$(N) HOGS=$(HOGS) ./tools/killloop/killloop.sh

@@ -12,8 +12,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/tracepipe/tracepipe/control/internal/ctlpb"
+	"github.com/tracepipe/tracepipe/internal/peerlimit"
 )
 
 // Info describes a session (the Info reply).
@@ -60,16 +62,46 @@ type Handler interface {
 // Server serves one session's control socket.
 type Server struct {
 	path string
-	ln   net.Listener
+	ln   *peerlimit.Listener
 	g    *grpc.Server
 	done chan struct{}
 }
 
-// Listen creates the session's socket in dir and serves h on it. A name
-// a live session already uses is refused (ErrNameTaken); a socket left
-// by a dead session (its process gone, or nothing answering) is removed
-// and replaced.
+// ListenOptions bound what the control socket's peers can hold.
+type ListenOptions struct {
+	// Limits bound the connections served at once, in all and per peer
+	// uid (SO_PEERCRED); zero fields: DefaultLimits'. Connections over
+	// them are closed at once.
+	Limits peerlimit.Limits
+	// IdleTimeout closes a connection that has not finished its HTTP/2
+	// handshake this long after it connected, or that has carried no call
+	// for this long (default DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// Logf reports refused connections, at most once a second (nil:
+	// silent).
+	Logf func(format string, args ...any)
+
+	// lookup fakes peer uids in tests (nil: SO_PEERCRED).
+	lookup func(*net.UnixConn) (peerlimit.Cred, error)
+}
+
+// DefaultLimits are the control socket's connection bounds. The socket is
+// its owner's alone (mode 0600), so per uid is per user and root.
+var DefaultLimits = peerlimit.Limits{Max: 64, PerUID: 32}
+
+// DefaultIdleTimeout is ListenOptions.IdleTimeout's default.
+const DefaultIdleTimeout = 10 * time.Second
+
+// Listen is ListenWith and the default bounds.
 func Listen(dir, name string, h Handler) (*Server, error) {
+	return ListenWith(dir, name, h, ListenOptions{})
+}
+
+// ListenWith creates the session's socket in dir and serves h on it,
+// within opts' bounds. A name a live session already uses is refused
+// (ErrNameTaken); a socket left by a dead session (its process gone, or
+// nothing answering) is removed and replaced.
+func ListenWith(dir, name string, h Handler, opts ListenOptions) (*Server, error) {
 	if name != "" {
 		if err := ValidName("session", name); err != nil {
 			return nil, fmt.Errorf("unique_session_name: %w", err)
@@ -108,13 +140,26 @@ func Listen(dir, name string, h Handler) (*Server, error) {
 		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("control: %w", err)
 	}
+	idle := opts.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	lim := opts.Limits
+	if lim.Max <= 0 {
+		lim.Max = DefaultLimits.Max
+	}
+	if lim.PerUID <= 0 {
+		lim.PerUID = DefaultLimits.PerUID
+	}
+	bounded := &peerlimit.Listener{UnixListener: ln.(*net.UnixListener), Set: peerlimit.NewSet(lim),
+		Log: &peerlimit.RefusalLog{Logf: opts.Logf}, What: "control", Lookup: opts.lookup}
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.MaxConcurrentStreams(16),
-		grpc.ConnectionTimeout(5*time.Second))
+		grpc.ConnectionTimeout(idle), grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle}))
 	ctlpb.RegisterControlServer(g, &service{h: h})
-	s := &Server{path: path, ln: ln, g: g, done: make(chan struct{})}
+	s := &Server{path: path, ln: bounded, g: g, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		_ = g.Serve(ln)
+		_ = g.Serve(bounded)
 	}()
 	return s, nil
 }
@@ -122,10 +167,13 @@ func Listen(dir, name string, h Handler) (*Server, error) {
 // Path is the socket's path.
 func (s *Server) Path() string { return s.path }
 
-// Close stops serving (waiting at most a second for calls in progress)
-// and removes the socket.
+// Close stops serving (waiting at most a second for calls in progress
+// and connections in their handshake) and removes the socket.
 func (s *Server) Close() error {
-	t := time.AfterFunc(time.Second, s.g.Stop)
+	t := time.AfterFunc(time.Second, func() {
+		s.ln.CloseConns() // gRPC's Stop waits for connections still in their handshake
+		s.g.Stop()
+	})
 	s.g.GracefulStop()
 	t.Stop()
 	<-s.done

@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/internal/peerlimit"
 )
 
 // Peer is a connection's identity, from SO_PEERCRED at accept time. It is
@@ -32,6 +34,11 @@ type Service struct {
 	// Call past Invoke (nor replies later): their Call is reused, so the
 	// hot path (CommitData) allocates nothing per frame.
 	Transient func(method uint32) bool
+	// InitMethod, if set, is the method a connection bound to this
+	// service must invoke within the host's InitTimeout
+	// (InitializeConnection for producers); otherwise binding the service
+	// is enough.
+	InitMethod string
 }
 
 // Handler serves one connection's calls of a bound service. Invoke and
@@ -53,15 +60,32 @@ type Host struct {
 	// MaxConns bounds concurrent connections; more are closed at accept.
 	// Default 256.
 	MaxConns int
-	// Logf reports connection errors (nil: silent).
+	// MaxConnsPerUID bounds the concurrent connections of one peer uid
+	// (SO_PEERCRED), so that one local user cannot take every slot of a
+	// world-connectable socket. Default MaxConns/4.
+	MaxConnsPerUID int
+	// InitTimeout closes a connection that has not initialized this long
+	// after it was accepted: it has not invoked the InitMethod of a
+	// service it bound, or bound no service. Default
+	// DefaultInitTimeout; negative: never.
+	InitTimeout time.Duration
+	// Logf reports connection errors (nil: silent). Refusals are
+	// reported at most once a second.
 	Logf func(format string, args ...any)
 
-	mu     sync.Mutex
-	lns    []net.Listener
-	conns  map[*Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	lns     []net.Listener
+	conns   map[*Conn]struct{}
+	limits  *peerlimit.Set // built at the first connection
+	refusal peerlimit.RefusalLog
+	closed  bool
+	wg      sync.WaitGroup
+	// cred looks a peer up; tests fake uids with it (nil: SO_PEERCRED).
+	cred func(*net.UnixConn) (Peer, error)
 }
+
+// DefaultInitTimeout is how long a connection may stay uninitialized.
+const DefaultInitTimeout = 10 * time.Second
 
 // NewHost returns a host exposing services, whose service ids are their
 // 1-based positions.
@@ -119,35 +143,90 @@ func (h *Host) Serve(ln *net.UnixListener) error {
 }
 
 // ServeConn serves one already connected socket (tests use socketpairs).
+// A connection over the host's limits (in all, or of its peer's uid) is
+// closed at once.
 func (h *Host) ServeConn(uc *net.UnixConn) {
-	peer, err := peerCred(uc)
+	lookup := h.cred
+	if lookup == nil {
+		lookup = peerCred
+	}
+	peer, err := lookup(uc)
 	if err != nil {
 		h.logf("perfettoipc: dropping connection: %v", err)
 		uc.Close()
 		return
 	}
-	max := h.MaxConns
-	if max <= 0 {
-		max = 256
-	}
 	c := &Conn{host: h, uc: uc, peer: peer, fd: -1, bound: map[uint32]Handler{}}
 	h.mu.Lock()
-	if h.closed || len(h.conns) >= max {
+	if h.limits == nil {
+		h.limits = peerlimit.NewSet(peerlimit.Limits{Max: h.MaxConns, PerUID: h.MaxConnsPerUID})
+		h.refusal.Logf = h.Logf
+	}
+	if h.closed {
 		h.mu.Unlock()
-		h.logf("perfettoipc: refusing connection from pid %d: %d connections open", peer.PID, max)
+		uc.Close()
+		return
+	}
+	if err := h.limits.Add(peer.UID); err != nil {
+		h.mu.Unlock()
+		h.refusal.Refused("perfettoipc", peerlimit.Cred{UID: peer.UID, PID: peer.PID}, err)
 		uc.Close()
 		return
 	}
 	h.conns[c] = struct{}{}
 	h.wg.Add(1)
 	h.mu.Unlock()
+	if d := h.initTimeout(); d > 0 {
+		c.initTimer = time.AfterFunc(d, func() {
+			if !c.initialized.Load() {
+				h.logf("perfettoipc: pid %d (uid %d): not initialized within %v; disconnecting", peer.PID, peer.UID, d)
+				c.Close()
+			}
+		})
+	}
 	go func() {
 		defer h.wg.Done()
 		c.readLoop()
+		if c.initTimer != nil {
+			c.initTimer.Stop()
+		}
 		h.mu.Lock()
 		delete(h.conns, c)
+		h.limits.Remove(peer.UID)
 		h.mu.Unlock()
 	}()
+}
+
+func (h *Host) initTimeout() time.Duration {
+	switch {
+	case h.InitTimeout < 0:
+		return 0
+	case h.InitTimeout == 0:
+		return DefaultInitTimeout
+	}
+	return h.InitTimeout
+}
+
+// Open returns the connections served, in all and of uid.
+func (h *Host) Open(uid uint32) (total, ofUID int) {
+	h.mu.Lock()
+	s := h.limits
+	h.mu.Unlock()
+	if s == nil {
+		return 0, 0
+	}
+	return s.Open(uid)
+}
+
+// Refused returns how many connections the limits refused.
+func (h *Host) Refused() uint64 {
+	h.mu.Lock()
+	s := h.limits
+	h.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	return s.Refused()
 }
 
 // Close stops accepting, closes every connection and waits for their
@@ -173,21 +252,8 @@ func (h *Host) Close() error {
 }
 
 func peerCred(uc *net.UnixConn) (Peer, error) {
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return Peer{}, err
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return Peer{}, err
-	}
-	if credErr != nil {
-		return Peer{}, fmt.Errorf("SO_PEERCRED: %w", credErr)
-	}
-	return Peer{UID: cred.Uid, PID: cred.Pid}, nil
+	c, err := peerlimit.PeerCred(uc)
+	return Peer{UID: c.UID, PID: c.PID}, err
 }
 
 // Conn is one client connection.
@@ -204,6 +270,19 @@ type Conn struct {
 	wmu    sync.Mutex
 	wbuf   []byte
 	closed atomic.Bool
+
+	// initialized is set once the connection invoked the InitMethod of a
+	// service it bound (or bound one without an InitMethod); until then
+	// initTimer may close it.
+	initialized atomic.Bool
+	initTimer   *time.Timer
+}
+
+// markInitialized ends the connection's init timeout.
+func (c *Conn) markInitialized() {
+	if !c.initialized.Swap(true) && c.initTimer != nil {
+		c.initTimer.Stop()
+	}
 }
 
 // Peer is the identity of the connected process (SO_PEERCRED).
@@ -318,6 +397,9 @@ func (c *Conn) bind(rid uint64, name string) {
 		if _, ok := c.bound[id]; !ok {
 			c.bound[id] = s.Open(c)
 		}
+		if s.InitMethod == "" {
+			c.markInitialized()
+		}
 		reply.Success = proto.Bool(true)
 		reply.ServiceId = proto.Uint32(id)
 		for j, mn := range s.Methods {
@@ -349,6 +431,9 @@ func (c *Conn) invoke(rid uint64, sid, mid uint32, args []byte, drop bool) {
 	if !ok || mid == 0 || int(mid) > len(svc.Methods) {
 		call.Fail()
 		return
+	}
+	if !c.initialized.Load() && svc.Methods[mid-1] == svc.InitMethod {
+		c.markInitialized()
 	}
 	hd.Invoke(mid, call)
 }

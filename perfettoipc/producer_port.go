@@ -71,7 +71,7 @@ type Backend interface {
 func NewProducerPort(b Backend) *Service {
 	return &Service{Name: "ProducerPort", Methods: ProducerPortMethods, Open: func(c *Conn) Handler {
 		return &Producer{conn: c, backend: b}
-	}, Transient: producerTransient}
+	}, Transient: producerTransient, InitMethod: "InitializeConnection"}
 }
 
 // producerTransient names the methods answered at once, whose Call the

@@ -19,6 +19,27 @@ type PerfettoConfig struct {
 	// session starts, for the Perfetto data sources the config names to be
 	// registered (default 5s; producers retry connecting every second or so).
 	WaitForProducers time.Duration `koanf:"wait_for_producers"`
+	// MaxConnections bounds the producer socket's connections (default
+	// 256); MaxConnectionsPerUID those of one peer uid (default a quarter
+	// of MaxConnections), so one local user cannot take every slot.
+	MaxConnections       int `koanf:"max_connections"`
+	MaxConnectionsPerUID int `koanf:"max_connections_per_uid"`
+	// InitTimeout closes a producer connection that has not sent
+	// InitializeConnection this long after it connected (default 10s).
+	InitTimeout time.Duration `koanf:"init_timeout"`
+}
+
+// check validates the perfetto: section's bounds.
+func (c PerfettoConfig) check(k *checker) {
+	if c.MaxConnections < 0 {
+		k.bad("perfetto.max_connections", "must be >= 0 (0: 256), got %d", c.MaxConnections)
+	}
+	if c.MaxConnectionsPerUID < 0 {
+		k.bad("perfetto.max_connections_per_uid", "must be >= 0 (0: a quarter of max_connections), got %d", c.MaxConnectionsPerUID)
+	}
+	if c.InitTimeout < 0 || c.InitTimeout > time.Hour {
+		k.bad("perfetto.init_timeout", "must be >= 0 (0: 10s) and <= 1h, got %v", c.InitTimeout)
+	}
 }
 
 // PerfettoProducerSocket is where Perfetto's producers connect by

@@ -122,6 +122,9 @@ var keyDocs = map[string]keyDoc{
 	"perfetto.enabled":                              {doc: "Listen on the Perfetto producer socket for the session."},
 	"perfetto.producer_socket":                      {doc: "Socket path. Default: $PERFETTO_PRODUCER_SOCK_NAME, else /run/perfetto/traced-producer.sock when /run/perfetto is writable, else /tmp/perfetto-producer."},
 	"perfetto.wait_for_producers":                   {doc: "How long `tracepipe run` waits, before the session starts, for the Perfetto data sources the config names to register.", def: "5s"},
+	"perfetto.max_connections":                      {doc: "Connections the producer socket accepts at once; beyond them a connection is refused (logged at most once a second).", def: "256"},
+	"perfetto.max_connections_per_uid":              {doc: "Connections one peer uid may hold, so one local user cannot take every slot.", def: "a quarter of max_connections"},
+	"perfetto.init_timeout":                         {doc: "A producer connection that has not sent InitializeConnection (a consumer: not bound a service) this long after connecting is closed.", def: "10s"},
 
 	"sinks":                  {doc: "Where packets go, at least one (`tracepipe run -o FILE` adds a file sink). Each sink is `type`, the keys every sink has, and its type's section; each runs behind its own queue."},
 	"sinks[].type":           {doc: "The sink type; its section (`file:`, `relay:`, `nats:`) holds the type's own keys."},

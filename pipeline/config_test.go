@@ -594,6 +594,9 @@ perfetto:
   enabled: false
   producer_socket: ""
   wait_for_producers: 0s
+  max_connections: 0
+  max_connections_per_uid: 0
+  init_timeout: 0s
 `
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)

@@ -109,6 +109,7 @@ func (c *Config) check(skip []Problem) []Problem {
 		k.bad("incremental_state.clear_period", "must be 0 (never) or >= 100ms, got %v", p)
 	}
 	c.checkProducers(k)
+	c.Perfetto.check(k) // config_perfetto.go
 	c.checkBuffers(k)
 	for i := range c.DataSources {
 		c.checkDataSource(k, i)

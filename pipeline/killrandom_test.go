@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,13 +18,22 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-// kill -9 at random moments of a rotating stream (20 runs): every file is
-// readable (only the last one may end inside a record), and per sequence
-// the set holds a prefix of what the writer wrote: seq 0, 1, ..., k-1,
-// each once.
+// kill -9 at random moments of a rotating stream (20 runs, or
+// $TRACEPIPE_KILL_RUNS: tools/killloop runs many beside a CPU hog): every
+// file is readable (only the last one may end inside a record), and per
+// sequence the set holds a prefix of what the writer wrote: seq 0, 1, ...,
+// k-1, each once.
 func TestServiceSIGKILLRandomMomentsRotating(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 10))
-	for run := range 20 {
+	runs := 20
+	if v := os.Getenv("TRACEPIPE_KILL_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TRACEPIPE_KILL_RUNS=%q: want a positive number of runs", v)
+		}
+		runs = n
+	}
+	for run := range runs {
 		dir := t.TempDir()
 		out := filepath.Join(dir, "k.pftrace")
 		cfgPath := filepath.Join(dir, "kill.yaml")

@@ -243,9 +243,9 @@ func (cs *consumerSession) Err() error {
 }
 
 // Disable ends the session. One never started (deferred_start) runs
-// with its context already cancelled, so that the service releases what
-// New built (SMB mappings, sinks) the one way it knows: its data sources
-// are started and at once stopped.
+// disabled before start, so that the service releases what New built
+// (SMB mappings, sinks) without starting any data source, as traced never
+// starts them.
 func (cs *consumerSession) Disable() {
 	cs.mu.Lock()
 	never := !cs.started
@@ -253,6 +253,7 @@ func (cs *consumerSession) Disable() {
 	cs.mu.Unlock()
 	cs.cancel()
 	if never {
+		cs.svc.DisableBeforeStart()
 		cs.run()
 	}
 }

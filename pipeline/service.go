@@ -141,6 +141,10 @@ type Service struct {
 	sinkStopOnce sync.Once
 	sinkErr      error
 
+	// neverStart: the session was disabled before it started
+	// (DisableBeforeStart); Run starts no data source.
+	neverStart bool
+
 	status  statusCell
 	ran     bool
 	snap    snapState    // clone snapshots (snapshot.go)
@@ -329,6 +333,12 @@ type Result struct {
 	TriggerTimedOut bool
 }
 
+// DisableBeforeStart marks a session disabled before it started (a
+// deferred_start Perfetto session disabled before StartTracing, which
+// traced never starts): Run then starts none of its data sources, ends at
+// once and releases what New built. Call it before Run.
+func (s *Service) DisableBeforeStart() { s.neverStart = true }
+
 // ErrAlreadyRun is returned by a second call to Run.
 var ErrAlreadyRun = errors.New("pipeline: a Service runs once")
 
@@ -357,7 +367,10 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	defer cancel()
 	s.stopRecording = recCtx.Done()
 	defer s.trig.stop()
-	if !s.triggerStart() {
+	switch {
+	case s.neverStart:
+		cancel() // recording is over before it began
+	case !s.triggerStart():
 		s.startProducers()
 	}
 	s.serveUntil(func() bool { return s.recordingStopped || s.recordingOver() }, nil)

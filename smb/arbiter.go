@@ -164,7 +164,9 @@ func (a *Arbiter) tryAcquire(h ChunkHeader) (page int, idx uint32, chunk []byte,
 				continue
 			}
 			chunk = s.chunkBytes(p, l, c)
+			yieldAt(siteAcquired)
 			store32(chunk, 0, h.ChunkID)
+			yieldAt(siteChunkIDStored)
 			store32(chunk, 4, HeaderWord(h.WriterID, h.Count, h.Flags))
 			a.lastPage = p
 			return p, c, chunk, true
@@ -195,6 +197,7 @@ func (a *Arbiter) acquire(h ChunkHeader, policy BufferExhaustedPolicy) (int, uin
 	start := time.Now()
 	backoff := 8 * time.Microsecond
 	for retry := 1; ; retry++ {
+		yieldAt(siteStalled)
 		if retry%2 == 1 {
 			a.FlushPendingCommits()
 		} else {
@@ -226,6 +229,7 @@ func (a *Arbiter) returnChunk(w *TraceWriter) {
 		// below would then be rejected by the reader, which counts it.
 		w.stats.returnRaces.Add(1)
 	}
+	yieldAt(siteReturned)
 	a.pending.ChunksToMove = append(a.pending.ChunksToMove, ChunkToMove{
 		Page: uint32(w.page), Chunk: w.idx, TargetBuffer: w.target,
 	})

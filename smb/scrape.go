@@ -23,6 +23,19 @@ package smb
 // is Complete by then, because a writer returns a chunk before it writes
 // into the next one, and only this goroutine frees chunks.
 //
+// The header of a chunk being written is read packets word first, then
+// chunk_id, as Perfetto does. Freeing a chunk zeroes its header, and a
+// writer acquiring it stores chunk_id before the writer_id/packets word,
+// so a packets word that counts two fragments proves the chunk_id stored
+// with it is visible. Read the other way round, a scrape preempted
+// between the two loads of a just-reacquired chunk pairs the zero chunk_id
+// of the free chunk with the new chunk's count: it handed the writer's
+// new chunk out as its chunk 0, which rewrote an unread chunk 0 in the
+// trace buffer (packets lost, uncounted) or was discarded as stale
+// (chunks_discarded): the starved-service losses of
+// TestServiceSIGKILLRandomMomentsRotating, forced in
+// TestScrapeTornHeaderOfReusedChunk.
+//
 // Scrape must run on the same goroutine as ReadCommit.
 func (r *Reader) Scrape(onChunk func(*ChunkView)) {
 	r.newest = r.newest[:0]
@@ -73,6 +86,7 @@ func (r *Reader) scrapeWalk(onChunk func(*ChunkView), holes bool) {
 		if bm == 0 {
 			continue
 		}
+		yieldAt(siteScrapeState)
 		l := LayoutOf(bm)
 		for i := range l.NumChunks() {
 			st := StateOf(bm, i)
@@ -84,7 +98,12 @@ func (r *Reader) scrapeWalk(onChunk func(*ChunkView), holes bool) {
 				continue
 			}
 			chunk := s.chunkBytes(p, l, i)
-			h := DecodeHeaderWords(load32(chunk, 0), load32(chunk, 4))
+			// The packets word first, then chunk_id (see Scrape).
+			word := load32(chunk, 4)
+			yieldAt(siteScrapeHeader)
+			id := load32(chunk, 0)
+			yieldAt(siteScrapeChunkID)
+			h := DecodeHeaderWords(id, word)
 			if complete && r.wasScraped(uint32(p), i, h) {
 				continue // handed out whole by an earlier scrape
 			}
@@ -118,6 +137,7 @@ func (r *Reader) scrapeWalk(onChunk func(*ChunkView), holes bool) {
 				onChunk(v)
 			}
 			v.Payload = nil
+			yieldAt(siteScrapeCopied)
 		}
 	}
 }

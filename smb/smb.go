@@ -161,14 +161,16 @@ func (s *SMB) chunkBytes(p int, l PageLayout, i uint32) []byte {
 }
 
 // ReadChunkHeader atomically loads the header of chunk i of page p using
-// the page's current layout. ok is false if the page's layout has no chunk i.
+// the page's current layout, packets word first (a writer stores it last;
+// see Reader.Scrape). ok is false if the page's layout has no chunk i.
 func (s *SMB) ReadChunkHeader(p int, i uint32) (h ChunkHeader, ok bool) {
 	l := LayoutOf(s.PageBitmap(p))
 	if i >= l.NumChunks() {
 		return ChunkHeader{}, false
 	}
 	off := s.chunkOffset(p, l, i)
-	return DecodeHeaderWords(load32(s.mem, off), load32(s.mem, off+4)), true
+	word := load32(s.mem, off+4)
+	return DecodeHeaderWords(load32(s.mem, off), word), true
 }
 
 // casRetries bounds every CAS loop on a page bitmap: the other side of the
@@ -206,6 +208,7 @@ func (s *SMB) release(p int, l PageLayout, i uint32) bool {
 	off := s.chunkOffset(p, l, i)
 	store32(s.mem, off, 0)
 	store32(s.mem, off+4, 0)
+	yieldAt(siteReleaseCleared)
 	w := s.bitmapWord(p)
 	for range casRetries {
 		old := atomic.LoadUint32(w)

@@ -137,6 +137,7 @@ type writerCounters struct {
 
 func (w *TraceWriter) publish() {
 	atomic.StoreUint32(w.word, HeaderWord(w.id, w.count, w.flags))
+	yieldAt(sitePublished)
 }
 
 // install makes chunk (already BeingWritten with its header stored) the
@@ -568,6 +569,7 @@ func (w *TraceWriter) WritePacket(p []byte) error {
 			w.inflated = true
 			w.packetGen++
 			atomic.StoreUint32(w.word, uint32(w.id)|uint32(w.count&0x3FF|uint16(w.flags)<<10)<<16)
+			yieldAt(sitePublished)
 			return nil
 		}
 	}

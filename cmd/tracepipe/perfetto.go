@@ -20,6 +20,8 @@ import (
 func startPerfetto(ctx context.Context, cfg *pipeline.Config, log *slog.Logger) (*pipeline.PerfettoProducers, *perfettoipc.Host, error) {
 	reg := pipeline.NewPerfettoProducers()
 	host := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
+	host.MaxConns, host.MaxConnsPerUID = cfg.Perfetto.MaxConnections, cfg.Perfetto.MaxConnectionsPerUID
+	host.InitTimeout = cfg.Perfetto.InitTimeout
 	host.Logf = func(format string, args ...any) {
 		sinks.Logf(log, slog.LevelInfo, "perfetto: "+format, args...)
 	}
