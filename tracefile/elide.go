@@ -104,7 +104,7 @@ func (r *Reader) readElided(start int64, n int) (Record, error) {
 				}
 				elided += int64(hdr) + l
 				fields++
-				if typ == protowire.BytesType && len(b)+MaxRecordHeaderSize <= budget {
+				if typ == protowire.BytesType && len(b)+protowire.SizeTag(num)+1 <= budget {
 					b = protowire.AppendTag(b, num, typ)
 					b = append(b, 0) // empty payload: the kind survives
 				}

@@ -25,6 +25,7 @@ per file, then as one trace, in rotation order.`
 // newInspectCmd builds `tracepipe inspect`.
 func newInspectCmd() *cobra.Command {
 	var first int
+	var limits readLimits
 	c := &cobra.Command{
 		Use:   "inspect TRACE...",
 		Short: "Summarise a trace: sequences, sizes, time range, kinds, first packets",
@@ -36,23 +37,28 @@ func newInspectCmd() *cobra.Command {
 			if first < 0 {
 				return usageError{fmt.Errorf("--packets must be >= 0, got %d", first)}
 			}
-			if len(args) > 1 {
-				return runInspectSet(args, first, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if err := limits.validate(); err != nil {
+				return err
 			}
-			return runInspect(args[0], first, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if len(args) > 1 {
+				return runInspectSet(args, first, limits, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
+			return runInspect(args[0], first, limits, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	c.Flags().IntVarP(&first, "packets", "n", tracefile.DefaultSummaryPackets, "how many leading packets to print as text (0: none)")
+	limits.register(c.Flags())
 	return c
 }
 
-func runInspect(path string, first int, stdout, stderr io.Writer) error {
+func runInspect(path string, first int, limits readLimits, stdout, stderr io.Writer) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	opts := tracefile.SummaryOptions{FirstN: first}
+	limits.apply(&opts)
 	if first == 0 {
 		opts.FirstN = -1 // SummaryOptions: 0 means the default, < 0 none
 	}

@@ -149,7 +149,7 @@ func runStatsSet(paths []string, opts statsOptions, stdout, stderr io.Writer) er
 }
 
 // runInspectSet summarises each file, then the set as one trace.
-func runInspectSet(paths []string, first int, stdout, stderr io.Writer) error {
+func runInspectSet(paths []string, first int, limits readLimits, stdout, stderr io.Writer) error {
 	paths = rotationOrder(paths)
 	var set *tracefile.Summary
 	for i, p := range paths {
@@ -158,6 +158,7 @@ func runInspectSet(paths []string, first int, stdout, stderr io.Writer) error {
 			return err
 		}
 		opts := tracefile.SummaryOptions{FirstN: -1}
+		limits.apply(&opts)
 		if i == 0 && first > 0 {
 			opts.FirstN = first
 		}
@@ -221,6 +222,9 @@ func mergeSummary(acc, s *tracefile.Summary) *tracefile.Summary {
 	}
 	acc.BadPackets += s.BadPackets
 	acc.SkippedFields += s.SkippedFields
+	acc.SummarisedSequences += s.SummarisedSequences // per file: an upper bound for the set
+	acc.ElidedPackets += s.ElidedPackets
+	acc.ElidedBytes += s.ElidedBytes
 	acc.TraceStatsPackets += s.TraceStatsPackets
 	if s.LastTraceStats != nil {
 		acc.LastTraceStats = s.LastTraceStats
