@@ -81,7 +81,7 @@ func runStatsSet(paths []string, opts statsOptions, stdout, stderr io.Writer) er
 	set := &statsScan{dropped: map[uint32]map[uint32]int{}}
 	var errs []error
 	for i, p := range paths {
-		s, err := scanTrace(p, opts.all)
+		s, err := scanTrace(p, opts)
 		if s == nil {
 			return err
 		}
@@ -99,6 +99,9 @@ func runStatsSet(paths []string, opts statsOptions, stdout, stderr io.Writer) er
 		}
 		if i == len(paths)-1 && s.truncated != nil {
 			set.truncated = s.truncated
+		}
+		if s.elidedPackets > 0 {
+			fmt.Fprintf(stderr, "tracepipe: warning: %s: %d packet(s) longer than the packet buffer: %d bytes of their fields skipped unread (raise with --max-packet-buffer)\n", p, s.elidedPackets, s.elidedBytes)
 		}
 		set.compression = s.compression
 		set.packets += s.packets
