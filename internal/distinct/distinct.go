@@ -1,9 +1,9 @@
 // Package distinct estimates how many distinct 64-bit keys a stream holds,
-// in fixed memory (a HyperLogLog sketch of 4096 one-byte registers: about
-// 1.6% standard error, exact-ish below a few thousand keys through linear
-// counting). Readers use it to say how many sequences they summarised
-// beyond the ones they track, without remembering them. It owns no I/O and
-// must stay allocation-free after New.
+// in fixed memory (a HyperLogLog sketch of 16,384 one-byte registers:
+// about 0.8% standard error; small sets are estimated by linear counting,
+// within a few keys). Readers use it to say how many sequences they summarised
+// beyond the ones they track, without remembering them. It owns no I/O;
+// Add never allocates.
 package distinct
 
 import (
@@ -12,7 +12,7 @@ import (
 )
 
 const (
-	precision = 12
+	precision = 14
 	registers = 1 << precision
 )
 
