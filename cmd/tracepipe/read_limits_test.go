@@ -123,3 +123,26 @@ func TestReadersMaxSequencesFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyOversizedPacket: apply skips an unselected packet longer than
+// the packet buffer unread, and stops with an error naming the flag when
+// such a packet is selected (a replay without it would be wrong).
+func TestApplyOversizedPacket(t *testing.T) {
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "prog.bin")
+	if out, err := runProtoVM(t, "compile", "-i", "../../protovm/testdata/service_program.yaml", "-o", prog); err != nil {
+		t.Fatalf("compile: %v\n%s", err, out)
+	}
+	trace := writeFile(t, "big.pftrace", traceFile(tracePacket(1, "p1"), tracePacket(2, strings.Repeat("x", 100_000)), tracePacket(1, "p2")))
+	out, err := runProtoVM(t, "apply", "--program", prog, "--max-packet-buffer", "4096", "--sequence", "1", trace)
+	if err != nil || !strings.Contains(out, "# patches=2 ") {
+		t.Fatalf("apply --sequence 1: %v\n%s", err, out)
+	}
+	_, err = runProtoVM(t, "apply", "--program", prog, "--max-packet-buffer", "4096", "--sequence", "2", trace)
+	if err == nil || !strings.Contains(err.Error(), "raise --max-packet-buffer") || !strings.Contains(err.Error(), "offset ") {
+		t.Fatalf("apply --sequence 2: %v", err)
+	}
+	if out, err := runProtoVM(t, "apply", "--program", prog, "--sequence", "2", trace); err != nil || !strings.Contains(out, "# patches=1 ") {
+		t.Fatalf("apply with the default buffer: %v\n%s", err, out)
+	}
+}
