@@ -106,4 +106,3 @@ func TestSummaryElidedTraceStats(t *testing.T) {
 		t.Fatalf("summary %+v", s)
 	}
 }
-
