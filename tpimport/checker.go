@@ -238,7 +238,7 @@ type Checker struct {
 	// sequences beyond opts.MaxSequences: one summary row per machine, and
 	// a fixed-size estimate of how many distinct sequences it stands for
 	beyond     map[uint32]*sequence
-	beyondKeys distinct.Counter
+	beyondKeys *distinct.Counter // allocated with the first summary row
 
 	// ProtoVM
 	provenance map[int32][]uint32
@@ -428,7 +428,6 @@ func (c *Checker) sequence(k seqKey) *sequence {
 
 // beyondSequence returns k's machine's summary row, reset for one packet.
 func (c *Checker) beyondSequence(k seqKey) *sequence {
-	c.beyondKeys.Add(uint64(k.machine)<<32 | uint64(k.seq))
 	c.rep.SummarisedPackets++
 	s := c.beyond[k.machine]
 	if s == nil {
@@ -436,10 +435,12 @@ func (c *Checker) beyondSequence(k seqKey) *sequence {
 		s = &sequence{key: bk, rep: SequenceReport{ID: beyondSeq, Machine: k.machine, Summarised: true}, gen: newGeneration()}
 		if c.beyond == nil {
 			c.beyond = map[uint32]*sequence{}
+			c.beyondKeys = new(distinct.Counter)
 		}
 		c.beyond[k.machine] = s
 		c.order = append(c.order, s)
 	}
+	c.beyondKeys.Add(uint64(k.machine)<<32 | uint64(k.seq))
 	resetBeyond(s)
 	return s
 }

@@ -158,7 +158,7 @@ type seqTable struct {
 	byID      map[uint32]*SequenceSummary
 	max       int
 	beyond    SequenceSummary
-	beyondIDs distinct.Counter
+	beyondIDs *distinct.Counter // allocated with the summary row
 }
 
 func (t *seqTable) row(id uint32) *SequenceSummary {
@@ -166,6 +166,9 @@ func (t *seqTable) row(id uint32) *SequenceSummary {
 		return q
 	}
 	if len(t.byID) >= t.max {
+		if t.beyondIDs == nil {
+			t.beyondIDs = new(distinct.Counter)
+		}
 		t.beyondIDs.Add(uint64(id))
 		t.beyond.ID, t.beyond.Summarised = SummarisedSequenceID, true
 		return &t.beyond
