@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/internal/distinct"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -118,7 +119,20 @@ type Options struct {
 	NoStrict bool
 	// MaxRecordSize is passed to tracefile's reader.
 	MaxRecordSize int
+	// MaxSequences bounds the sequences tracked one by one (their state is
+	// the Checker's memory); the packets of further sequences are checked
+	// together with less state, and the report says so (see
+	// Checker.sequence). 0 → DefaultMaxSequences.
+	MaxSequences int
+	// MaxPacketBuffer bounds the bytes held of one packet: the fields of a
+	// longer packet that do not fit are skipped unread and the packet is
+	// reported as not checked in full (tracefile.ReaderOptions). 0 →
+	// DefaultMaxPacketBuffer; < 0 → packets are read whole.
+	MaxPacketBuffer int
 }
+
+// DefaultMaxPacketBuffer is the default Options.MaxPacketBuffer (16 MiB).
+const DefaultMaxPacketBuffer = 16 << 20
 
 type seqKey struct{ machine, seq uint32 }
 
@@ -221,6 +235,11 @@ type Checker struct {
 
 	mach machines // machine routing and adoption (machines.go)
 
+	// sequences beyond opts.MaxSequences: one summary row per machine, and
+	// a fixed-size estimate of how many distinct sequences it stands for
+	beyond     map[uint32]*sequence
+	beyondKeys *distinct.Counter // allocated with the first summary row
+
 	// ProtoVM
 	provenance map[int32][]uint32
 	vms        []*vmInst
@@ -248,6 +267,9 @@ type findingKey struct {
 func NewChecker(opts Options) *Checker {
 	if opts.ClockSlackNs == 0 {
 		opts.ClockSlackNs = 60e9
+	}
+	if opts.MaxSequences <= 0 {
+		opts.MaxSequences = DefaultMaxSequences
 	}
 	return &Checker{
 		opts:          opts,
@@ -286,7 +308,11 @@ func CheckFile(path string, opts Options) (*Report, error) {
 // Check reads a whole trace from r and returns the prediction. See CheckFile.
 func Check(r io.Reader, opts Options) (*Report, error) {
 	c := NewChecker(opts)
-	rd, err := tracefile.NewReaderOptions(r, tracefile.ReaderOptions{MaxRecordSize: opts.MaxRecordSize})
+	keep := opts.MaxPacketBuffer
+	if keep == 0 {
+		keep = DefaultMaxPacketBuffer
+	}
+	rd, err := tracefile.NewReaderOptions(r, tracefile.ReaderOptions{MaxRecordSize: opts.MaxRecordSize, MaxPacketBuffer: max(keep, 0)})
 	if err != nil {
 		if errors.Is(err, tracefile.ErrTruncated) {
 			c.Truncated(err)
@@ -308,8 +334,23 @@ func Check(r io.Reader, opts Options) (*Report, error) {
 		if err != nil {
 			return c.Finish(), err
 		}
+		if rec.Elided > 0 {
+			c.elided(rec, keep)
+		}
 		c.Packet(rec.Packet, rec.Offset)
 	}
+}
+
+// elided records a packet of which fields were skipped unread (longer than
+// the packet buffer): it is counted in full, its skipped fields are not
+// checked, and the report says so.
+func (c *Checker) elided(rec tracefile.Record, keep int) {
+	c.rep.ElidedPackets++
+	c.rep.ElidedBytes += rec.Elided
+	c.rep.Bytes += int64(rec.Size - len(rec.Packet)) // Packet adds the bytes kept
+	c.finding(CodePacketFieldsSkipped, SeverityCheck, seqKey{}, -1, 1, rec.Offset,
+		fmt.Sprintf("packets longer than the %d-byte packet buffer: fields that did not fit were skipped unread and not checked (e.g. %d bytes in %d field(s) of a %d-byte packet; raise with --max-packet-buffer)",
+			keep, rec.Elided, rec.ElidedFields, rec.Size))
 }
 
 // Truncated records that the input ended inside a packet.
@@ -346,32 +387,71 @@ func (c *Checker) finding(code, sev string, k seqKey, index int, count, off int6
 	}
 }
 
-// Memory bounds: a Checker tracks at most this many sequences and this
-// many interned ids per generation; beyond them (only a hostile or broken
-// trace gets there) it reports not_modelled and predicts less.
+// Memory bounds: a Checker tracks at most this many interned ids per
+// generation and tracks; beyond them (only a hostile or broken trace gets
+// there) it reports not_modelled and predicts less. The number of
+// sequences tracked is Options.MaxSequences.
 const (
-	maxSequences       = 1 << 20
 	maxIIDsPerSequence = 1 << 22
 	maxTracks          = 1 << 22
 )
 
-// overflowKey collects the packets of sequences beyond maxSequences.
-var overflowKey = seqKey{machine: ^uint32(0), seq: ^uint32(0)}
+// DefaultMaxSequences is how many sequences a Checker tracks one by one
+// unless Options.MaxSequences says otherwise.
+const DefaultMaxSequences = 100_000
 
+// beyondSeq is the sequence id of the one row that stands, per machine,
+// for the sequences beyond Options.MaxSequences (SequenceReport.Summarised).
+const beyondSeq = ^uint32(0)
+
+// sequence returns the state of sequence k. Past Options.MaxSequences
+// tracked sequences, a new sequence (other than 0 and the service's) gets
+// its machine's summary row instead: per-sequence state (incremental
+// state, interned ids, defaults) starts afresh with each of its packets,
+// assumed valid, and lookups it cannot resolve within the packet are not
+// reported. Its packets are counted, the global checks (clocks, tracks,
+// stats, strict decoding) still run, and the report says how many
+// sequences were summarised.
 func (c *Checker) sequence(k seqKey) *sequence {
 	s := c.seqs[k]
-	if s == nil && len(c.seqs) >= maxSequences {
-		c.finding(CodeNotModelled, SeverityCheck, seqKey{}, -1, 1, -1,
-			fmt.Sprintf("more than %d sequences: the packets of the others are counted together, their state is not predicted", maxSequences))
-		k = overflowKey
-		s = c.seqs[k]
+	if s != nil {
+		return s
 	}
+	if len(c.seqs) >= c.opts.MaxSequences && k.seq > serviceSequence {
+		return c.beyondSequence(k)
+	}
+	s = &sequence{key: k, rep: SequenceReport{ID: k.seq, Machine: k.machine}, gen: newGeneration()}
+	c.seqs[k] = s
+	c.order = append(c.order, s)
+	return s
+}
+
+// beyondSequence returns k's machine's summary row, reset for one packet.
+func (c *Checker) beyondSequence(k seqKey) *sequence {
+	c.rep.SummarisedPackets++
+	s := c.beyond[k.machine]
 	if s == nil {
-		s = &sequence{key: k, rep: SequenceReport{ID: k.seq, Machine: k.machine}, gen: newGeneration()}
-		c.seqs[k] = s
+		bk := seqKey{machine: k.machine, seq: beyondSeq}
+		s = &sequence{key: bk, rep: SequenceReport{ID: beyondSeq, Machine: k.machine, Summarised: true}, gen: newGeneration()}
+		if c.beyond == nil {
+			c.beyond = map[uint32]*sequence{}
+			c.beyondKeys = new(distinct.Counter)
+		}
+		c.beyond[k.machine] = s
 		c.order = append(c.order, s)
 	}
+	c.beyondKeys.Add(uint64(k.machine)<<32 | uint64(k.seq))
+	resetBeyond(s)
 	return s
+}
+
+// resetBeyond forgets a summary row's per-sequence state: the next packet
+// may belong to any of the sequences it stands for.
+func resetBeyond(s *sequence) {
+	s.seen, s.valid = true, true
+	s.defaults.present = false
+	clear(s.gen.iids)
+	s.gen.pending, s.gen.first = nil, nil
 }
 
 func newGeneration() *generation {
@@ -851,6 +931,16 @@ func (c *Checker) Finish() *Report {
 	if r.Compression == "" {
 		r.Compression = tracefile.CompressionNone.String()
 	}
+	for _, s := range c.beyond {
+		resetBeyond(s) // its unresolved lookups are not reported
+	}
+	if r.SummarisedPackets > 0 {
+		r.SummarisedSequences = int64(max(c.beyondKeys.Estimate(), 1))
+		c.finding(CodeSequencesSummarised, SeverityCheck, seqKey{}, -1, r.SummarisedPackets, -1,
+			fmt.Sprintf("about %d sequences beyond the %d tracked: their per-sequence checks were summarised (%d packets; raise with --max-sequences)",
+				r.SummarisedSequences, c.opts.MaxSequences, r.SummarisedPackets))
+	}
+	r.MaxSequences = c.opts.MaxSequences
 	for _, s := range c.order {
 		c.closeGeneration(s)
 	}

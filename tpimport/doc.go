@@ -29,6 +29,13 @@
 // relates them (their offsets computed as trace_processor does,
 // RemoteClockOffsets).
 //
+// Memory is bounded (Options): at most MaxSequences sequences keep state of
+// their own (the packets of further ones are checked against one summary
+// row per machine, their count estimated and reported as
+// sequences_summarised), and at most MaxPacketBuffer bytes of a packet are
+// held (fields of a longer packet are skipped unread and reported as
+// packet_fields_skipped).
+//
 // What it must not do: write traces, hold whole traces in memory (a
 // Checker keeps per-sequence state and sets of ids, never packets), or
 // reach the network. It reads field numbers from reference/trace-format.md

@@ -13,10 +13,29 @@ func FuzzCheck(f *testing.F) {
 	// A merged trace: host snapshot, a remote round, remote events.
 	f.Add(mergedSeed())
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := Check(bytes.NewReader(data), Options{MaxRecordSize: 1 << 20})
-		if err != nil {
-			return
+		checkConsistent(t, data, Options{MaxRecordSize: 1 << 20})
+		// Tiny bounds: sequences summarised, packets streamed.
+		r := checkConsistent(t, data, Options{MaxRecordSize: 1 << 20, MaxSequences: 2, MaxPacketBuffer: 16})
+		if r != nil {
+			tracked := 0
+			for _, s := range r.Sequences {
+				if !s.Summarised && s.ID > serviceSequence { // 0 and 1 are always tracked
+					tracked++
+				}
+			}
+			if tracked > 2 {
+				t.Fatalf("%d sequences tracked with MaxSequences 2", tracked)
+			}
 		}
+	})
+}
+
+func checkConsistent(t *testing.T, data []byte, opts Options) *Report {
+	r, err := Check(bytes.NewReader(data), opts)
+	if err != nil {
+		return nil
+	}
+	{
 		var sum int64
 		for _, s := range r.Sequences {
 			if s.Imported < 0 || s.Imported > s.Packets || s.NeedsSkipped > s.NeedsTotal {
@@ -27,5 +46,6 @@ func FuzzCheck(f *testing.F) {
 		if sum > r.Packets {
 			t.Fatalf("sequences hold %d packets, trace %d", sum, r.Packets)
 		}
-	})
+	}
+	return r
 }

@@ -84,6 +84,11 @@ func (c *Checker) protoVMsPacket(b []byte, machine uint32, off int64) {
 			}
 			for _, id := range seqs {
 				s := c.sequence(seqKey{machine, id})
+				if s.rep.Summarised {
+					c.finding(CodeNotModelled, SeverityCheck, s.key, -1, 1, off,
+						"a ProtoVM of a sequence beyond the tracked ones is not run (raise with --max-sequences)")
+					continue
+				}
 				s.vms = append(s.vms, vi)
 			}
 		}

@@ -39,6 +39,8 @@ const (
 	CodeMalformedPacket        = "malformed_packet"                         // a TracePacket whose top level does not parse
 	CodeTruncated              = "truncated_file"                           // the file ends inside a packet
 	CodeNotModelled            = "not_modelled"                             // the trace uses something check does not predict
+	CodeSequencesSummarised    = "sequences_summarised"                     // sequences beyond Options.MaxSequences, checked with less state
+	CodePacketFieldsSkipped    = "packet_fields_skipped"                    // fields of packets beyond Options.MaxPacketBuffer, skipped unread
 	CodeNeedsOnSequenceZero    = "needs_incremental_state_on_sequence_zero" // fatal in trace_processor
 	CodeSeqClockOnSequenceZero = "sequence_clock_on_sequence_zero"          // fatal in trace_processor
 )
@@ -85,6 +87,10 @@ type SequenceReport struct {
 	LossCauses      map[string]int64 `json:"loss_causes,omitempty"`
 	Unresolved      map[string]int64 `json:"unresolved_iids,omitempty"` // per InternedData field
 	VMs             int              `json:"protovms,omitempty"`
+	// Summarised marks the row that stands for the sequences of its machine
+	// beyond the tracked ones (Report.SummarisedSequences); its ID is
+	// 4294967295.
+	Summarised bool `json:"summarised,omitempty"`
 }
 
 // PatchStats sums the ProtoVM outcomes of the VMs trace_processor runs.
@@ -116,6 +122,16 @@ type Report struct {
 	Sequences        []SequenceReport `json:"sequences"`
 	Stats            []Stat           `json:"stats"`
 	Findings         []Finding        `json:"findings"`
+	// MaxSequences is how many sequences were tracked one by one;
+	// SummarisedSequences estimates (within a few percent) how many more
+	// there were, whose SummarisedPackets were checked with less state.
+	MaxSequences        int   `json:"max_sequences"`
+	SummarisedSequences int64 `json:"summarised_sequences,omitempty"`
+	SummarisedPackets   int64 `json:"summarised_packets,omitempty"`
+	// ElidedPackets were longer than the packet buffer: ElidedBytes of
+	// their fields were skipped unread and not checked.
+	ElidedPackets int64 `json:"elided_packets,omitempty"`
+	ElidedBytes   int64 `json:"elided_bytes,omitempty"`
 }
 
 // Clean reports whether trace_processor will import the trace as written:
@@ -180,6 +196,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintln(tw, "  SEQ\tPACKETS\tIMPORTED\tSKIPPED\tREPLACED\tDROPPED\tLOSS\tUNRESOLVED")
 		for _, s := range r.Sequences {
 			id := strconv.FormatUint(uint64(s.ID), 10)
+			if s.Summarised {
+				id = "others"
+			}
 			if s.Machine != 0 {
 				id += "@m" + strconv.FormatUint(uint64(s.Machine), 10)
 			}
@@ -197,6 +216,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		where := "trace"
 		if f.Sequence != 0 || f.Machine != 0 {
 			where = "seq " + strconv.FormatUint(uint64(f.Sequence), 10)
+		}
+		if f.Sequence == beyondSeq {
+			where = "summarised sequences"
 		}
 		if f.Index >= 0 {
 			where += " buffer " + strconv.Itoa(f.Index)

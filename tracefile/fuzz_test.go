@@ -112,6 +112,7 @@ func FuzzReader(f *testing.F) {
 		if rd.Compression() == CompressionNone && framed > len(data) {
 			t.Fatalf("%d framed bytes from %d input bytes", framed, len(data))
 		}
+		checkStreamedLikeWhole(t, data)
 		s, err := SummarizeOptions(bytes.NewReader(data), SummaryOptions{FirstN: 2, MaxRecordSize: fuzzGuard})
 		if err == nil && s.Packets < 0 {
 			t.Fatal("negative count")
@@ -171,4 +172,48 @@ func FuzzDecodeTraceStats(f *testing.F) {
 			t.Fatalf("round trip unstable\n%+v\n%+v", ts, again)
 		}
 	})
+}
+
+// checkStreamedLikeWhole reads data whole and with a tiny packet buffer:
+// the same records at the same offsets and sizes, the same error class,
+// records under the buffer byte-identical, and a streamed packet decodes
+// only if the whole one does.
+func checkStreamedLikeWhole(t *testing.T, data []byte) {
+	opts := ReaderOptions{MaxRecordSize: fuzzGuard, MaxZstdWindow: fuzzGuard}
+	whole, err := NewReaderOptions(bytes.NewReader(data), opts)
+	if err != nil {
+		return
+	}
+	defer whole.Close()
+	opts.MaxPacketBuffer = 8
+	streamed, err := NewReaderOptions(bytes.NewReader(data), opts)
+	if err != nil {
+		t.Fatalf("streamed reader fails where the whole one did not: %v", err)
+	}
+	defer streamed.Close()
+	for {
+		a, errA := whole.Next()
+		b, errB := streamed.Next()
+		if (errA == nil) != (errB == nil) || (errA == io.EOF) != (errB == io.EOF) ||
+			errors.Is(errA, ErrTruncated) != errors.Is(errB, ErrTruncated) {
+			t.Fatalf("whole read %v, streamed read %v", errA, errB)
+		}
+		if errA != nil {
+			return
+		}
+		if a.Offset != b.Offset || b.Size != len(a.Packet) {
+			t.Fatalf("record at %d (%d bytes) streamed as at %d (%d bytes)", a.Offset, len(a.Packet), b.Offset, b.Size)
+		}
+		if b.Elided == 0 && !bytes.Equal(a.Packet, b.Packet) {
+			t.Fatalf("record at %d not elided but different", a.Offset)
+		}
+		if len(b.Packet) > 8+MaxRecordHeaderSize+1 && b.Elided > 0 {
+			t.Fatalf("streamed record kept %d bytes", len(b.Packet))
+		}
+		if _, err := DecodePacket(b.Packet); err == nil {
+			if _, err := DecodePacket(a.Packet); err != nil {
+				t.Fatalf("record at %d: streamed decodes, whole does not: %v", a.Offset, err)
+			}
+		}
+	}
 }

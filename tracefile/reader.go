@@ -69,6 +69,11 @@ type ReaderOptions struct {
 	MaxRecordSize int
 	// MaxZstdWindow bounds a zstd stream's window (0 → DefaultMaxZstdWindow).
 	MaxZstdWindow uint64
+	// MaxPacketBuffer, when > 0, is the most a Reader holds of one record:
+	// a longer record is streamed field by field, its top-level fields kept
+	// while they fit and the others discarded unread (see Record.Elided).
+	// 0 → every record is read whole (up to MaxRecordSize).
+	MaxPacketBuffer int
 }
 
 // Record is one packet read from a trace.
@@ -79,6 +84,18 @@ type Record struct {
 	// Packet is the TracePacket encoding. It is only valid until the next
 	// call to Next.
 	Packet []byte
+	// Size is the record's length as written: len(Packet) unless fields
+	// were elided.
+	Size int
+	// Elided counts the bytes of the record that were discarded unread
+	// because it was longer than ReaderOptions.MaxPacketBuffer (0: Packet
+	// is the whole record). An elided length-delimited field stays in
+	// Packet with an empty payload, so the packet's kind is still known;
+	// a record whose fields stop parsing ends in an invalid field-0 tag, so
+	// decoders report it as malformed. ElidedFields counts the elided
+	// fields.
+	Elided       int64
+	ElidedFields int
 }
 
 // Reader streams the packets of a Trace (a concatenation of
@@ -99,6 +116,11 @@ type Reader struct {
 	zdec        *zstd.Decoder
 	err         error // sticky
 	skipped     int
+	keep        int // ReaderOptions.MaxPacketBuffer
+	// records streamed because they exceeded keep, and the bytes of them
+	// discarded unread
+	elidedRecords int
+	elidedBytes   int64
 }
 
 // NewReader returns a Reader over r with default options.
@@ -107,7 +129,7 @@ func NewReader(r io.Reader) (*Reader, error) { return NewReaderOptions(r, Reader
 // NewReaderOptions returns a Reader over r. It detects gzip and zstd by
 // their magic bytes; it fails only when a compressed stream's header is bad.
 func NewReaderOptions(r io.Reader, opts ReaderOptions) (*Reader, error) {
-	rd := &Reader{max: opts.MaxRecordSize, remaining: inputSize(r)}
+	rd := &Reader{max: opts.MaxRecordSize, remaining: inputSize(r), keep: max(opts.MaxPacketBuffer, 0)}
 	if rd.max <= 0 {
 		rd.max = DefaultMaxRecordSize
 	}
@@ -172,6 +194,11 @@ func (r *Reader) Compression() Compression { return r.compression }
 // were skipped so far.
 func (r *Reader) SkippedFields() int { return r.skipped }
 
+// ElidedRecords reports how many records were longer than
+// ReaderOptions.MaxPacketBuffer (streamed, not read whole), and how many of
+// their bytes were discarded unread.
+func (r *Reader) ElidedRecords() (records int, bytes int64) { return r.elidedRecords, r.elidedBytes }
+
 // Offset reports the offset in the Trace stream of the next unread byte.
 func (r *Reader) Offset() int64 { return r.off }
 
@@ -222,12 +249,19 @@ func (r *Reader) Next() (Record, error) {
 			if r.remaining >= 0 && int64(n) > r.remaining {
 				return Record{}, r.fail(start, ErrTruncated, "length %d exceeds the %d bytes left in the input", n, r.remaining)
 			}
+			if r.keep > 0 && n > uint64(r.keep) {
+				rec, err := r.readElided(start, int(n))
+				if err != nil {
+					r.err = err
+				}
+				return rec, err
+			}
 			p, err := r.readPayload(start, int(n))
 			if err != nil {
 				r.err = err
 				return Record{}, err
 			}
-			return Record{Offset: start, Packet: p}, nil
+			return Record{Offset: start, Packet: p, Size: len(p)}, nil
 		}
 		if err := r.skipField(start, num, typ); err != nil {
 			r.err = err

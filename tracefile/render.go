@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"text/tabwriter"
 )
 
@@ -73,6 +74,12 @@ func (s *Summary) WriteText(w io.Writer) error {
 	if s.SkippedFields > 0 {
 		fmt.Fprintf(tw, "skipped top-level fields:\t%d\n", s.SkippedFields)
 	}
+	if s.SummarisedSequences > 0 {
+		fmt.Fprintf(tw, "summarised sequences:\tabout %d sequences beyond the %d tracked: their per-sequence rows were summarised in row \"others\" (raise with --max-sequences)\n", s.SummarisedSequences, s.MaxSequences)
+	}
+	if s.ElidedPackets > 0 {
+		fmt.Fprintf(tw, "packets not read whole:\t%d longer than the packet buffer: %d bytes of their fields skipped unread (raise with --max-packet-buffer)\n", s.ElidedPackets, s.ElidedBytes)
+	}
 	if s.Truncated {
 		fmt.Fprintf(tw, "TRUNCATED:\t%v\n", s.TruncatedErr)
 	}
@@ -88,7 +95,11 @@ func (s *Summary) WriteText(w io.Writer) error {
 		if q.HasTimestamps {
 			lo, hi = "+"+NanosText(int64(q.MinTimestamp-s.MinTimestamp)), "+"+NanosText(int64(q.MaxTimestamp-s.MinTimestamp))
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%d\t%s\n", q.ID, q.Packets, q.Bytes, lo, hi, q.PreviousPacketDropped, LossReasonString(q.LossBits))
+		id := strconv.FormatUint(uint64(q.ID), 10)
+		if q.Summarised {
+			id = "others"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%d\t%s\n", id, q.Packets, q.Bytes, lo, hi, q.PreviousPacketDropped, LossReasonString(q.LossBits))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"sort"
+
+	"github.com/tracepipe/tracepipe/internal/distinct"
 )
 
 // DefaultSummaryPackets is how many leading packets [Summarize] renders.
@@ -21,7 +23,26 @@ type SummaryOptions struct {
 	// Stats makes WriteText print the last TraceStats' whole loss table;
 	// without it, one line sums it up (`tracepipe stats` prints the table).
 	Stats bool
+	// MaxSequences bounds the sequences summarised one by one; the packets
+	// of further sequences are added to one row (SequenceSummary.Summarised).
+	// 0 → DefaultSummarySequences.
+	MaxSequences int
+	// MaxPacketBuffer is ReaderOptions.MaxPacketBuffer: the most held of
+	// one packet (0 → DefaultMaxPacketBuffer, < 0 → packets read whole).
+	MaxPacketBuffer int
 }
+
+// DefaultSummarySequences is SummaryOptions.MaxSequences' default.
+const DefaultSummarySequences = 100_000
+
+// DefaultMaxPacketBuffer is the packet buffer the trace-reading commands
+// use by default (16 MiB): fields of a longer packet that do not fit are
+// skipped unread (ReaderOptions.MaxPacketBuffer).
+const DefaultMaxPacketBuffer = 16 << 20
+
+// SummarisedSequenceID is the ID of the row standing for the sequences
+// beyond SummaryOptions.MaxSequences.
+const SummarisedSequenceID = ^uint32(0)
 
 // SequenceSummary describes the packets of one trusted_packet_sequence_id
 // (0 = packets without one).
@@ -34,6 +55,9 @@ type SequenceSummary struct {
 	HasTimestamps         bool
 	PreviousPacketDropped int // packets with a non-zero loss bitmask
 	LossBits              uint32
+	// Summarised marks the row (ID SummarisedSequenceID) that adds up the
+	// sequences beyond SummaryOptions.MaxSequences.
+	Summarised bool
 }
 
 // PacketText is one rendered packet.
@@ -72,6 +96,15 @@ type Summary struct {
 	// opts are the options the summary was made with (WriteText reads
 	// Stats).
 	opts SummaryOptions
+	// MaxSequences is the bound the summary was made with;
+	// SummarisedSequences estimates (within a few percent) how many
+	// sequences beyond it were added up in the Summarised row.
+	MaxSequences        int
+	SummarisedSequences int64
+	// ElidedPackets were longer than the packet buffer; ElidedBytes of
+	// their fields were skipped unread (counted in Bytes, not decoded).
+	ElidedPackets int
+	ElidedBytes   int64
 	// Truncated is set when the input ends inside a record (TruncatedErr
 	// says where); everything before it was summarised.
 	Truncated    bool
@@ -89,21 +122,33 @@ func SummarizeOptions(r io.Reader, opts SummaryOptions) (*Summary, error) {
 	if firstN == 0 {
 		firstN = DefaultSummaryPackets
 	}
-	rd, err := NewReaderOptions(r, ReaderOptions{MaxRecordSize: opts.MaxRecordSize})
+	keep := opts.MaxPacketBuffer
+	if keep == 0 {
+		keep = DefaultMaxPacketBuffer
+	}
+	maxSeqs := opts.MaxSequences
+	if maxSeqs <= 0 {
+		maxSeqs = DefaultSummarySequences
+	}
+	rd, err := NewReaderOptions(r, ReaderOptions{MaxRecordSize: opts.MaxRecordSize, MaxPacketBuffer: max(keep, 0)})
 	if err != nil {
 		if errors.Is(err, ErrTruncated) {
-			return &Summary{Kinds: map[string]int{}, Truncated: true, TruncatedErr: err}, nil
+			return &Summary{Kinds: map[string]int{}, Truncated: true, TruncatedErr: err, MaxSequences: maxSeqs}, nil
 		}
 		return nil, err
 	}
 	defer rd.Close()
-	s := &Summary{Compression: rd.Compression(), Kinds: map[string]int{}, opts: opts}
-	seqs := map[uint32]*SequenceSummary{}
+	s := &Summary{Compression: rd.Compression(), Kinds: map[string]int{}, opts: opts, MaxSequences: maxSeqs}
+	seqs := &seqTable{byID: map[uint32]*SequenceSummary{}, max: maxSeqs}
 	defer func() {
 		s.StreamBytes = rd.Offset()
 		s.SkippedFields = rd.SkippedFields()
-		for _, q := range seqs {
+		for _, q := range seqs.byID {
 			s.Sequences = append(s.Sequences, *q)
+		}
+		if seqs.beyond.Packets > 0 {
+			s.Sequences = append(s.Sequences, seqs.beyond)
+			s.SummarisedSequences = int64(max(seqs.beyondIDs.Estimate(), 1))
 		}
 		sort.Slice(s.Sequences, func(i, j int) bool { return s.Sequences[i].ID < s.Sequences[j].ID })
 	}()
@@ -123,15 +168,51 @@ func SummarizeOptions(r io.Reader, opts SummaryOptions) (*Summary, error) {
 	}
 }
 
-func (s *Summary) add(rec Record, seqs map[uint32]*SequenceSummary, firstN int) {
+// seqTable holds the per-sequence rows, at most max of them; the packets
+// of further sequences go to beyond, and beyondIDs estimates how many
+// sequences those were.
+type seqTable struct {
+	byID      map[uint32]*SequenceSummary
+	max       int
+	beyond    SequenceSummary
+	beyondIDs *distinct.Counter // allocated with the summary row
+}
+
+func (t *seqTable) row(id uint32) *SequenceSummary {
+	if q := t.byID[id]; q != nil {
+		return q
+	}
+	if len(t.byID) >= t.max {
+		if t.beyondIDs == nil {
+			t.beyondIDs = new(distinct.Counter)
+		}
+		t.beyondIDs.Add(uint64(id))
+		t.beyond.ID, t.beyond.Summarised = SummarisedSequenceID, true
+		return &t.beyond
+	}
+	q := &SequenceSummary{ID: id}
+	t.byID[id] = q
+	return q
+}
+
+func (s *Summary) add(rec Record, seqs *seqTable, firstN int) {
 	s.Packets++
-	s.Bytes += int64(len(rec.Packet))
+	size := int64(max(rec.Size, len(rec.Packet)))
+	s.Bytes += size
+	if rec.Elided > 0 {
+		s.ElidedPackets++
+		s.ElidedBytes += rec.Elided
+	}
 	info, err := DecodePacket(rec.Packet)
 	if len(s.First) < firstN {
 		if s.opts.SkipService && err == nil && info.SequenceID == serviceSequenceID {
 			s.FirstSkipped++
 		} else {
-			s.First = append(s.First, PacketText{Index: s.Packets - 1, Offset: rec.Offset, Text: DumpPacket(rec.Packet)})
+			text := DumpPacket(rec.Packet)
+			if rec.Elided > 0 {
+				text += fmt.Sprintf("(%d bytes in %d field(s) skipped unread: the packet is longer than the packet buffer; an empty field stands for each)\n", rec.Elided, rec.ElidedFields)
+			}
+			s.First = append(s.First, PacketText{Index: s.Packets - 1, Offset: rec.Offset, Text: text})
 		}
 	}
 	if err != nil {
@@ -144,13 +225,9 @@ func (s *Summary) add(rec Record, seqs map[uint32]*SequenceSummary, firstN int) 
 		}
 	}
 	s.Kinds[info.Kind()]++
-	q := seqs[info.SequenceID]
-	if q == nil {
-		q = &SequenceSummary{ID: info.SequenceID}
-		seqs[info.SequenceID] = q
-	}
+	q := seqs.row(info.SequenceID)
 	q.Packets++
-	q.Bytes += int64(len(rec.Packet))
+	q.Bytes += size
 	if info.HasTimestamp {
 		widen(&q.MinTimestamp, &q.MaxTimestamp, &q.HasTimestamps, info.Timestamp)
 		widen(&s.MinTimestamp, &s.MaxTimestamp, &s.HasTimestamps, info.Timestamp)
@@ -162,7 +239,9 @@ func (s *Summary) add(rec Record, seqs map[uint32]*SequenceSummary, firstN int) 
 	}
 	if info.PayloadField == FieldTraceStats {
 		s.TraceStatsPackets++
-		if ts, err := DecodeTraceStats(info.Payload); err == nil {
+		if rec.Elided > 0 && len(info.Payload) == 0 {
+			s.BadPackets++ // its stats were skipped unread: never shown as zeros
+		} else if ts, err := DecodeTraceStats(info.Payload); err == nil {
 			s.LastTraceStats = &ts
 		} else {
 			s.BadPackets++

@@ -21,6 +21,12 @@ data_loss and notice stats trace_processor will raise (e.g.
 config_write_into_file_no_flush), payloads strict protobuf decoders reject,
 and producer timestamps far from the session's clocks.
 
+Memory is bounded: --max-sequences sequences are tracked one by one (the
+packets of further sequences are checked with less state, and the report
+says how many were summarised), and at most --max-packet-buffer bytes of one
+packet are held (fields of a longer packet that do not fit are skipped
+unread, and reported).
+
 Several files (e.g. a rotated set) are each checked on their own, as
 trace_processor opens each on its own. A truncated file is checked up to its
 last whole packet and reported.
@@ -30,8 +36,10 @@ Exit codes: 0 every file clean, 3 problems found, 1 a file could not be read.`
 // newCheckCmd builds `tracepipe check`.
 func newCheckCmd() *cobra.Command {
 	var (
-		asJSON bool
-		slack  int64
+		asJSON  bool
+		slack   int64
+		maxSeqs int
+		maxBuf  int
 	)
 	c := &cobra.Command{
 		Use:   "check TRACE...",
@@ -41,11 +49,20 @@ func newCheckCmd() *cobra.Command {
   tracepipe check --json out/ring-*.pftrace.gz`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runCheck(args, tpimport.Options{ClockSlackNs: slack}, asJSON, cmd.OutOrStdout())
+			if maxSeqs < 1 {
+				return usageError{fmt.Errorf("--max-sequences must be >= 1, got %d", maxSeqs)}
+			}
+			if maxBuf < 1 {
+				return usageError{fmt.Errorf("--max-packet-buffer must be >= 1, got %d", maxBuf)}
+			}
+			opts := tpimport.Options{ClockSlackNs: slack, MaxSequences: maxSeqs, MaxPacketBuffer: maxBuf}
+			return runCheck(args, opts, asJSON, cmd.OutOrStdout())
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON report per file, one per line")
 	c.Flags().Int64Var(&slack, "clock-slack-ns", 0, "how far producer timestamps may lie outside the session's clock range (0: 60 s, < 0: no check)")
+	c.Flags().IntVar(&maxSeqs, "max-sequences", tpimport.DefaultMaxSequences, "sequences tracked one by one; the packets of further sequences are checked together, with less state, and reported as summarised")
+	c.Flags().IntVar(&maxBuf, "max-packet-buffer", tpimport.DefaultMaxPacketBuffer, "bytes held of one packet; fields of a longer packet that do not fit are skipped unread and reported")
 	return c
 }
 

@@ -31,6 +31,7 @@ per file, then as one trace, in rotation order.`
 func newInspectCmd() *cobra.Command {
 	var first int
 	var skipService, stats bool
+	var limits readLimits
 	c := &cobra.Command{
 		Use:   "inspect TRACE...",
 		Short: "Summarise a trace: sequences, sizes, time range, kinds, first packets",
@@ -43,7 +44,11 @@ func newInspectCmd() *cobra.Command {
 			if first < 0 {
 				return usageError{fmt.Errorf("--packets must be >= 0, got %d", first)}
 			}
+			if err := limits.validate(); err != nil {
+				return err
+			}
 			opts := tracefile.SummaryOptions{FirstN: first, SkipService: skipService, Stats: stats}
+			limits.apply(&opts)
 			if first == 0 {
 				opts.FirstN = -1 // SummaryOptions: 0 means the default, < 0 none
 			}
@@ -56,6 +61,7 @@ func newInspectCmd() *cobra.Command {
 	c.Flags().IntVarP(&first, "packets", "n", tracefile.DefaultSummaryPackets, "how many leading packets to print as text (0: none)")
 	c.Flags().BoolVar(&skipService, "skip-service", false, "leave the service's own packets (sequence 1) out of the packets printed as text")
 	c.Flags().BoolVar(&stats, "stats", false, "print the last TraceStats packet's whole loss table (default: one line)")
+	limits.register(c.Flags())
 	return c
 }
 

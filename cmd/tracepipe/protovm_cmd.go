@@ -105,6 +105,7 @@ func loadProgram(path string, files *protoregistry.Files) ([]byte, error) {
 type applyOptions struct {
 	program, descriptors, initial string
 	memLimit, every               int
+	maxPacketBuffer               int
 	statuses                      bool
 	sel                           packetSelector
 }
@@ -140,6 +141,9 @@ func newProtoVMApplyCmd() *cobra.Command {
 			if o.every < 0 {
 				return usageError{fmt.Errorf("--every must be >= 0, got %d", o.every)}
 			}
+			if o.maxPacketBuffer < 1 {
+				return usageError{fmt.Errorf("--max-packet-buffer must be >= 1, got %d", o.maxPacketBuffer)}
+			}
 			o.sel.bySeq = cmd.Flags().Changed("sequence")
 			if filter != "" {
 				f, err := sinks.NewFilter(filter)
@@ -157,6 +161,7 @@ func newProtoVMApplyCmd() *cobra.Command {
 	c.Flags().Uint32Var(&o.sel.seq, "sequence", 0, "only packets with this trusted_packet_sequence_id")
 	c.Flags().StringVar(&filter, "filter", "", "only packets for which this CEL expression (sinks' filter language) is true")
 	c.Flags().IntVar(&o.memLimit, "memory-limit", protoVMDefaultMem, "state memory limit in bytes")
+	c.Flags().IntVar(&o.maxPacketBuffer, "max-packet-buffer", tracefile.DefaultMaxPacketBuffer, "bytes held of one packet; a selected packet longer than this stops apply with an error, others are skipped unread")
 	c.Flags().StringVar(&o.initial, "initial-state", "", "file holding an initial serialised state")
 	c.Flags().IntVar(&o.every, "every", 0, "print the state after every N patches (0: only the final state)")
 	c.Flags().BoolVar(&o.statuses, "statuses", false, "list every patch that does not return Ok (default: aborts only)")
@@ -190,9 +195,12 @@ func runApply(path string, o applyOptions, out, stderr io.Writer) error {
 		return fmt.Errorf("%s: %w", o.program, err)
 	}
 	n := 0
-	err = readTrace(path, stderr, func(rec tracefile.Record, info *tracefile.PacketInfo) {
+	err = readTrace(path, o.maxPacketBuffer, stderr, func(rec tracefile.Record, info *tracefile.PacketInfo) error {
 		if !o.sel.accept(info) {
-			return
+			return nil // a packet not applied is never held whole
+		}
+		if rec.Elided > 0 {
+			return fmt.Errorf("packet at offset %d is %d bytes, longer than the %d-byte packet buffer: raise --max-packet-buffer to apply it", rec.Offset, rec.Size, o.maxPacketBuffer)
 		}
 		st := vm.ApplyPatch(rec.Packet)
 		n++
@@ -203,6 +211,7 @@ func runApply(path string, o applyOptions, out, stderr io.Writer) error {
 			fmt.Fprintf(out, "# state after patch %d (packet at offset %d):\n", n, rec.Offset)
 			writeState(out, vm)
 		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -228,16 +237,17 @@ func writeState(w io.Writer, vm *protovm.VM) {
 // readTrace streams the packets of the trace at path (plain, gzip or zstd)
 // to fn with their decoded top-level fields (see readRecords); packets
 // whose top level does not decode are skipped and counted on stderr.
-func readTrace(path string, stderr io.Writer, fn func(tracefile.Record, *tracefile.PacketInfo)) error {
+// At most maxPacketBuffer bytes of a packet are held (0: packets are read
+// whole); fn sees Record.Elided on a longer one.
+func readTrace(path string, maxPacketBuffer int, stderr io.Writer, fn func(tracefile.Record, *tracefile.PacketInfo) error) error {
 	bad := 0
-	err := readRecords(path, stderr, func(rec tracefile.Record) error {
+	err := readRecords(path, maxPacketBuffer, stderr, func(rec tracefile.Record) error {
 		info, err := tracefile.DecodePacket(rec.Packet)
 		if err != nil {
 			bad++
 			return nil
 		}
-		fn(rec, &info)
-		return nil
+		return fn(rec, &info)
 	})
 	if bad > 0 {
 		fmt.Fprintf(stderr, "tracepipe: warning: %s: %d packet(s) could not be decoded and were skipped\n", path, bad)

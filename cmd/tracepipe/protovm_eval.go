@@ -151,7 +151,7 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 	seqs := map[uint32]*evalSeq{}
 	var packets int64
 	var stripped []byte
-	err = readRecords(path, stderr, func(rec tracefile.Record) error {
+	err = readRecords(path, 0, stderr, func(rec tracefile.Record) error {
 		var t tracefile.Trusted
 		stripped, t = stripTrusted(stripped[:0], rec.Packet)
 		if t.SequenceID <= 1 {
@@ -214,13 +214,15 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 
 // readRecords streams the records of the trace at path to fn; a truncated
 // trace is read up to its last whole packet, with a warning.
-func readRecords(path string, stderr io.Writer, fn func(tracefile.Record) error) error {
+// At most maxPacketBuffer bytes of a packet are held (0: whole packets; see
+// tracefile.ReaderOptions.MaxPacketBuffer).
+func readRecords(path string, maxPacketBuffer int, stderr io.Writer, fn func(tracefile.Record) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	rd, err := tracefile.NewReader(f)
+	rd, err := tracefile.NewReaderOptions(f, tracefile.ReaderOptions{MaxPacketBuffer: maxPacketBuffer})
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

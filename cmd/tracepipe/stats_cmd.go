@@ -49,6 +49,9 @@ func newStatsCmd() *cobra.Command {
   tracepipe stats out/long.pftrace.zst*     # a rotated set: each file, then the set`,
 		Args: traceArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.maxPacketBuffer < 1 {
+				return usageError{fmt.Errorf("--max-packet-buffer must be >= 1, got %d", opts.maxPacketBuffer)}
+			}
 			if len(args) > 1 {
 				return runStatsSet(args, opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
@@ -58,13 +61,16 @@ func newStatsCmd() *cobra.Command {
 	c.Flags().BoolVar(&opts.failOnLoss, "fail-on-loss", false, "exit with code 3 when a data_loss counter is non-zero or a packet has previous_packet_dropped set")
 	c.Flags().BoolVar(&opts.all, "all", false, "print the table of every TraceStats packet in the file, not only the last")
 	c.Flags().BoolVar(&opts.json, "json", false, "print JSON lines, one object per row (kinds: trace, counter, previous_packet_dropped)")
+	c.Flags().IntVar(&opts.maxPacketBuffer, "max-packet-buffer", tracefile.DefaultMaxPacketBuffer,
+		"bytes held of one packet; fields of a longer packet that do not fit are skipped unread and reported (a TraceStats packet among them is not decoded)")
 	return c
 }
 
 type statsOptions struct {
-	failOnLoss bool
-	all        bool
-	json       bool
+	failOnLoss      bool
+	all             bool
+	json            bool
+	maxPacketBuffer int // 0: tracefile.DefaultMaxPacketBuffer
 }
 
 // statsAt is one decoded TraceStats packet and where it was.
@@ -90,19 +96,28 @@ type statsScan struct {
 	// lossCtx, from the first trace_config packet, tells the overwrites
 	// of a ring buffer read once from losses (presentation only).
 	lossCtx tracefile.LossContext
+	// packets longer than the packet buffer, and the bytes of their fields
+	// skipped unread
+	elidedPackets int
+	elidedBytes   int64
 }
 
 // scanTrace reads every packet of the trace at path. It returns the scan
 // of what was readable together with any reader error other than
 // truncation (which is recorded in statsScan.truncated).
-func scanTrace(path string, keepAll bool) (*statsScan, error) {
+func scanTrace(path string, opts statsOptions) (*statsScan, error) {
+	keepAll := opts.all
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	s := &statsScan{dropped: map[uint32]map[uint32]int{}}
-	rd, err := tracefile.NewReader(f)
+	keep := opts.maxPacketBuffer
+	if keep <= 0 {
+		keep = tracefile.DefaultMaxPacketBuffer
+	}
+	rd, err := tracefile.NewReaderOptions(f, tracefile.ReaderOptions{MaxPacketBuffer: keep})
 	if err != nil {
 		if errors.Is(err, tracefile.ErrTruncated) {
 			s.truncated = err
@@ -130,6 +145,10 @@ func scanTrace(path string, keepAll bool) (*statsScan, error) {
 
 func (s *statsScan) add(rec tracefile.Record, keepAll bool) {
 	s.packets++
+	if rec.Elided > 0 {
+		s.elidedPackets++
+		s.elidedBytes += rec.Elided
+	}
 	info, err := tracefile.DecodePacket(rec.Packet)
 	if err != nil {
 		s.badPackets++
@@ -151,6 +170,13 @@ func (s *statsScan) add(rec tracefile.Record, keepAll bool) {
 		return
 	}
 	s.statsPackets++
+	if rec.Elided > 0 && len(info.Payload) == 0 {
+		s.badStats++ // skipped unread: never read as a TraceStats of zeros
+		if s.badStatsErr == nil {
+			s.badStatsErr = fmt.Errorf("TraceStats packet at offset %d: %d bytes, longer than the packet buffer: skipped unread (raise with --max-packet-buffer)", rec.Offset, rec.Size)
+		}
+		return
+	}
 	ts, _, err := tracefile.DecodeTraceStatsPacket(rec.Packet)
 	if err != nil {
 		s.badStats++
@@ -197,7 +223,7 @@ func (s *statsScan) reasons(id uint32) []uint32 {
 }
 
 func runStats(path string, opts statsOptions, stdout, stderr io.Writer) error {
-	s, readErr := scanTrace(path, opts.all)
+	s, readErr := scanTrace(path, opts)
 	if s == nil {
 		return readErr
 	}
@@ -206,6 +232,9 @@ func runStats(path string, opts statsOptions, stdout, stderr io.Writer) error {
 	}
 	if s.badPackets > 0 {
 		fmt.Fprintf(stderr, "tracepipe: warning: %s: %d packet(s) could not be decoded\n", path, s.badPackets)
+	}
+	if s.elidedPackets > 0 {
+		fmt.Fprintf(stderr, "tracepipe: warning: %s: %d packet(s) longer than the packet buffer: %d bytes of their fields skipped unread (raise with --max-packet-buffer)\n", path, s.elidedPackets, s.elidedBytes)
 	}
 	if s.badStats > 0 {
 		fmt.Fprintf(stderr, "tracepipe: warning: %s: %d TraceStats packet(s) could not be decoded; first: %v\n", path, s.badStats, s.badStatsErr)

@@ -81,7 +81,7 @@ func runStatsSet(paths []string, opts statsOptions, stdout, stderr io.Writer) er
 	set := &statsScan{dropped: map[uint32]map[uint32]int{}}
 	var errs []error
 	for i, p := range paths {
-		s, err := scanTrace(p, opts.all)
+		s, err := scanTrace(p, opts)
 		if s == nil {
 			return err
 		}
@@ -99,6 +99,9 @@ func runStatsSet(paths []string, opts statsOptions, stdout, stderr io.Writer) er
 		}
 		if i == len(paths)-1 && s.truncated != nil {
 			set.truncated = s.truncated
+		}
+		if s.elidedPackets > 0 {
+			fmt.Fprintf(stderr, "tracepipe: warning: %s: %d packet(s) longer than the packet buffer: %d bytes of their fields skipped unread (raise with --max-packet-buffer)\n", p, s.elidedPackets, s.elidedBytes)
 		}
 		set.compression = s.compression
 		if !set.lossCtx.Known {
@@ -224,6 +227,9 @@ func mergeSummary(acc, s *tracefile.Summary) *tracefile.Summary {
 	}
 	acc.BadPackets += s.BadPackets
 	acc.SkippedFields += s.SkippedFields
+	acc.SummarisedSequences += s.SummarisedSequences // per file: an upper bound for the set
+	acc.ElidedPackets += s.ElidedPackets
+	acc.ElidedBytes += s.ElidedBytes
 	acc.TraceStatsPackets += s.TraceStatsPackets
 	if s.LastTraceStats != nil {
 		acc.LastTraceStats = s.LastTraceStats
