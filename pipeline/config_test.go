@@ -673,8 +673,8 @@ func TestEditDistanceAndSuggest(t *testing.T) {
 		a, b string
 		want int
 	}{{"", "", 0}, {"abc", "abc", 0}, {"sizekb", "size_kb", 1}, {"kitten", "sitting", 3}, {"x", "", 1}, {"ab", "ba", 2}} {
-		if got := editDistance(c.a, c.b, 10); got != c.want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		if got := sinks.EditDistance(c.a, c.b, 10); got != c.want {
+			t.Errorf("EditDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
 		}
 	}
 	fields := fieldsOf(reflect.TypeFor[Config]())

@@ -175,10 +175,15 @@ func (c Config) Build() (Builder, error) {
 		if !isFE {
 			fe = FieldErrors{{Message: err.Error()}}
 		}
+		// Name the key the user must type: a section's key lives under the
+		// type's name (relay.address), whether or not the section was
+		// written; only a file sink's flat keys (path) stand alone.
+		_, hasSec := c.Sections[c.Type]
 		for _, e := range fe {
 			first, _, _ := strings.Cut(e.Path, ".")
 			first, _, _ = strings.Cut(first, "[")
-			if _, hasSec := c.Sections[c.Type]; hasSec && !fromFlat[first] {
+			flat := fromFlat[first] || c.Type == SinkTypeFile && !hasSec
+			if !flat {
 				e = FieldErrors{e}.Prefixed(c.Type)[0]
 			}
 			errs = append(errs, e)
@@ -215,4 +220,23 @@ func (c Config) Validate() error {
 // by its filter and its queue (a Lane). Logs are discarded.
 func New(cfg Config) (Sink, error) {
 	return Open(cfg, Env{Now: time.Now()})
+}
+
+// TypeHasKey reports whether the section of sink type typ takes key (so
+// that a key written beside `type` instead of inside the section can be
+// pointed there). It asks the type's factory about a section holding only
+// key, unset.
+func TypeHasKey(typ, key string) bool {
+	f, ok := Lookup(typ)
+	if !ok {
+		return false
+	}
+	_, err := callFactory(f, map[string]any{key: nil})
+	fe, _ := err.(FieldErrors)
+	for _, e := range fe {
+		if e.Path == key && strings.HasPrefix(e.Message, "unknown key") {
+			return false
+		}
+	}
+	return err == nil || fe != nil
 }

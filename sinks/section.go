@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -182,9 +183,24 @@ func (s *Section) Err() error {
 	slices.Sort(keys)
 	errs := s.errs
 	for _, k := range keys {
-		errs.Add(k, "unknown key")
+		errs.Add(k, "unknown key%s", s.suggest(k))
 	}
 	return errs.Err()
+}
+
+// suggest returns " (did you mean K?)" for the key a getter asked for that
+// is nearest to an unknown key k (edit distance at most 2), else "".
+func (s *Section) suggest(k string) string {
+	best, bestD := "", 3
+	for _, known := range slices.Sorted(maps.Keys(s.seen)) {
+		if d := EditDistance(strings.ToLower(k), known, bestD); d < bestD {
+			best, bestD = known, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
 }
 
 func toInt64(v any) (int64, bool) {
