@@ -562,7 +562,7 @@ data_sources:
     target_buffer_name: ""
     buffer_exhausted_policy: drop
     plugin: ""
-    on_start_error: ""
+    on_start_error: continue
 write_into_file: false
 file_write_period: 5s
 max_file_size: 0
@@ -579,14 +579,14 @@ sinks:
   - type: file
     name: ""
     filter: ""
-    filter_error: ""
-    queue_capacity: 0
-    when_full: ""
+    filter_error: drop
+    queue_capacity: 16
+    when_full: block
     on_error: stop
     path: out.pftrace
     compression: ""
     max_file_size: 0
-    fsync_period: 0s
+    fsync_period: 5s
 plugin_dir: ""
 unique_session_name: ""
 rotate_period: 0s

@@ -123,3 +123,20 @@ func TestSectionDurationBareZero(t *testing.T) {
 		t.Errorf("bare 10: %v", err)
 	}
 }
+
+// EffectiveSection fills a file section's defaults, keeps what was
+// written, and leaves a section with a problem as it was (a default must
+// not replace a mistyped value).
+func TestEffectiveSection(t *testing.T) {
+	eff, ok := EffectiveSection(SinkTypeFile, map[string]any{"path": "t.pftrace"})
+	if !ok || eff["path"] != "t.pftrace" || eff["fsync_period"] != DefaultFsyncPeriod.String() || eff["buffer_size"] != int64(DefaultFileBufferSize) {
+		t.Errorf("effective file section: %v %v", eff, ok)
+	}
+	bad := map[string]any{"path": "t.pftrace", "fsync_period": "soon"}
+	if eff, ok := EffectiveSection(SinkTypeFile, bad); ok || eff["fsync_period"] != "soon" {
+		t.Errorf("a section with a problem came back as %v %v", eff, ok)
+	}
+	if _, ok := EffectiveSection("nosuch", nil); ok {
+		t.Error("an unknown type has an effective section")
+	}
+}

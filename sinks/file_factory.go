@@ -33,8 +33,8 @@ func fileFactory(m map[string]any) (Builder, error) {
 		Path:        sec.String("path", ""),
 		Compression: sec.String("compression", ""),
 		MaxFileSize: sec.ByteSize("max_file_size", 0),
-		FsyncPeriod: sec.Duration("fsync_period", 0),
-		BufferSize:  int(sec.ByteSize("buffer_size", 0)),
+		FsyncPeriod: sec.Duration("fsync_period", DefaultFsyncPeriod),
+		BufferSize:  int(sec.ByteSize("buffer_size", DefaultFileBufferSize)),
 	}
 	if o.Path == "" && !sec.Has("path") {
 		sec.Bad("path", "required for a file sink")

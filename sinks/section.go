@@ -25,11 +25,34 @@ type Section struct {
 	m    map[string]any
 	seen map[string]bool
 	errs FieldErrors
+	eff  map[string]any // when EffectiveSection asks: every value a getter returned
 }
+
+// effectiveKey, present in a section given to NewSection, points at the
+// map EffectiveSection collects the section's effective values into.
+const effectiveKey = "\x00effective"
 
 // NewSection wraps a decoded section (nil is an empty section).
 func NewSection(m map[string]any) *Section {
-	return &Section{m: m, seen: map[string]bool{}}
+	s := &Section{m: m, seen: map[string]bool{}}
+	if eff, ok := m[effectiveKey].(map[string]any); ok {
+		s.eff = eff
+		s.m = maps.Clone(m)
+		delete(s.m, effectiveKey)
+	}
+	return s
+}
+
+// record notes the value a getter returned for key (its default when the
+// key is absent), as the config file would spell it.
+func (s *Section) record(key string, v any) {
+	if s.eff == nil {
+		return
+	}
+	if d, ok := v.(time.Duration); ok {
+		v = d.String()
+	}
+	s.eff[key] = v
 }
 
 // Has reports whether key is set (to a non-nil value).
@@ -49,6 +72,13 @@ func (s *Section) get(key string) (any, bool) {
 
 // String returns a string value, or def when the key is absent.
 func (s *Section) String(key, def string) string {
+	v := s.stringRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// stringRaw is String without recording.
+func (s *Section) stringRaw(key, def string) string {
 	v, ok := s.get(key)
 	if !ok {
 		return def
@@ -63,6 +93,13 @@ func (s *Section) String(key, def string) string {
 
 // Bool returns a bool value, or def.
 func (s *Section) Bool(key string, def bool) bool {
+	v := s.boolRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// boolRaw is Bool without recording.
+func (s *Section) boolRaw(key string, def bool) bool {
 	v, ok := s.get(key)
 	if !ok {
 		return def
@@ -78,6 +115,13 @@ func (s *Section) Bool(key string, def bool) bool {
 // Int returns an integer value, or def. Integral floats (JSON) are
 // accepted.
 func (s *Section) Int(key string, def int64) int64 {
+	v := s.intRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// intRaw is Int without recording.
+func (s *Section) intRaw(key string, def int64) int64 {
 	v, ok := s.get(key)
 	if !ok {
 		return def
@@ -92,6 +136,13 @@ func (s *Section) Int(key string, def int64) int64 {
 
 // Duration returns a duration given as a Go duration string ("5s"), or def.
 func (s *Section) Duration(key string, def time.Duration) time.Duration {
+	v := s.durationRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// durationRaw is Duration without recording.
+func (s *Section) durationRaw(key string, def time.Duration) time.Duration {
 	v, ok := s.get(key)
 	if !ok {
 		return def
@@ -119,6 +170,13 @@ func (s *Section) Duration(key string, def time.Duration) time.Duration {
 // ByteSize returns a byte count given as an integer or a string with a
 // unit (see [ParseByteSize]), or def.
 func (s *Section) ByteSize(key string, def int64) int64 {
+	v := s.byteSizeRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// byteSizeRaw is ByteSize without recording.
+func (s *Section) byteSizeRaw(key string, def int64) int64 {
 	v, ok := s.get(key)
 	if !ok {
 		return def
@@ -138,6 +196,13 @@ func (s *Section) ByteSize(key string, def int64) int64 {
 
 // Strings returns a list of strings, or def.
 func (s *Section) Strings(key string, def []string) []string {
+	v := s.stringsRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// stringsRaw is Strings without recording.
+func (s *Section) stringsRaw(key string, def []string) []string {
 	v, ok := s.get(key)
 	if !ok {
 		return def

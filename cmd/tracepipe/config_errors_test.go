@@ -83,3 +83,30 @@ func TestYAMLSyntaxErrorLine(t *testing.T) {
 		}
 	}
 }
+
+// TestValidatePrintShowsEffectiveValues: --print shows the values a session
+// uses, not the zero values that stand for them (queue_capacity: 0,
+// when_full: "", on_start_error: "", fsync_period: 0s, no NATS defaults),
+// and its output loads again.
+func TestValidatePrintShowsEffectiveValues(t *testing.T) {
+	stdout, stderr, code := runCLI(t, "validate", "--print", "--set", "sinks[1].type=nats",
+		"--set", "sinks[1].nats.url=nats://127.0.0.1:4222", "--set", "sinks[1].nats.subject=t")
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr %s", code, stderr)
+	}
+	for _, bad := range []string{"queue_capacity: 0\n", "when_full: \"\"", "on_start_error: \"\"", "fsync_period: 0s", "filter_error: \"\"", "on_error: \"\""} {
+		if strings.Contains(stdout, bad) {
+			t.Errorf("--print shows %q:\n%s", bad, stdout)
+		}
+	}
+	for _, want := range []string{"queue_capacity: 16\n", "when_full: block\n", "on_start_error: continue\n", "fsync_period: 5s\n",
+		"    nats:\n", "      ack_timeout: 5s\n", "      max_inflight: 16\n", "      max_batches: 64\n", "      stream: TRACEPIPE\n", "      close_timeout: 5s\n"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("--print lacks %q:\n%s", want, stdout)
+		}
+	}
+	path := writeFile(t, "printed.yaml", []byte(stdout))
+	if out, stderr, code := runCLI(t, "validate", path); code != exitOK {
+		t.Errorf("the printed config does not validate: exit %d %s %s", code, out, stderr)
+	}
+}
