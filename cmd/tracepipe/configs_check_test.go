@@ -79,6 +79,12 @@ func TestExampleConfigsCheck(t *testing.T) {
 				if len(ts.BufferStats) == 0 || ts.BufferStats[0].WriteWrapCount < 3 {
 					t.Fatalf("the ring did not wrap 3 times: %+v", ts.BufferStats)
 				}
+				// The process tree dumped at start survives the wraps: it
+				// has a buffer of its own (it shared the ring, and was
+				// the first thing overwritten).
+				if n := summarize(t, filepath.Join(dir, "wrap.pftrace.gz")).Kinds["process_tree"]; n == 0 {
+					t.Errorf("the wrapped ring's trace has no process_tree packet")
+				}
 			},
 		},
 		{
