@@ -122,8 +122,13 @@ func TestExampleConfigsCheck(t *testing.T) {
 			for _, s := range tc.set {
 				args = append(args, "--set", strings.ReplaceAll(s, "{dir}", dir))
 			}
-			if _, stderr, code := runCLI(t, args...); code != exitOK {
+			_, stderr, code := runCLI(t, args...)
+			if code != exitOK {
 				t.Fatalf("run: exit %d\n%s", code, stderr)
+			}
+			// Outputs check finds clean draw no import warning from run.
+			if strings.Contains(stderr, "Perfetto may skip") {
+				t.Errorf("run warns about a trace check finds clean:\n%s", stderr)
 			}
 			if tc.premise != nil {
 				tc.premise(t, dir)

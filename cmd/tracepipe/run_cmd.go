@@ -278,12 +278,18 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 		fmt.Fprint(stderr, "\r\x1b[K")
 	}
 	if res != nil {
-		printSummary(stderr, res)
 		if err == nil && res.TriggerTimedOut {
+			// The files are removed before the summary, which then says
+			// so: it never reports a file that no longer exists.
 			for _, f := range res.Files {
 				_ = os.Remove(f)
 			}
+			printDiscarded(stderr, res)
 			return exitCodeError{code: exitNoTrigger, err: fmt.Errorf("trigger_timeout: no trigger acted within %v; no trace written", cfg.TriggerConfig.Timeout)}
+		}
+		printSummary(stderr, res)
+		if warn := importWarning(res, cfg); warn != "" { // run_import.go
+			fmt.Fprintln(stderr, warn)
 		}
 		if err == nil {
 			// on_error: drop let the session finish; the run still failed

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tracepipe/tracepipe/tpimport"
+)
+
+// TestRunWarnsWhenTheTraceImportsPoorly: a ring overwriting an unthrottled
+// synthetic source without a ProtoVM program imports almost nothing
+// (check's verdict, asserted as the premise); run's summary says so and
+// names `tracepipe check` with the file.
+func TestRunWarnsWhenTheTraceImportsPoorly(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "ring.pftrace")
+	cfg := writeFile(t, "ring.yaml", []byte(`duration: 1s
+write_into_file: false
+buffers:
+  - size_kb: 1024
+data_sources:
+  - name: tracepipe.synthetic
+    buffer_exhausted_policy: stall
+    config: {rate: 20000}
+sinks:
+  - type: file
+    path: `+out+"\n"))
+	_, stderr, code := runCLI(t, "run", cfg)
+	if code != exitOK {
+		t.Fatalf("run: exit %d\n%s", code, stderr)
+	}
+	r, err := tpimport.CheckFile(out, tpimport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Clean() {
+		t.Fatalf("premise: the wrapped ring's trace is check-clean; the warning would be wrong\n%s", stderr)
+	}
+	want := "tracepipe: warning: Perfetto may skip many packets of this trace (buffers[0] overwrote "
+	if !strings.Contains(stderr, want) || !strings.Contains(stderr, "holding tracepipe.synthetic, which has no ProtoVM program") ||
+		!strings.Contains(stderr, "see what imports: tracepipe check "+out+"\n") {
+		t.Errorf("run's summary does not warn and name tracepipe check:\n%s", stderr)
+	}
+}
+
+// TestTriggerTimeoutSummaryNamesNoRemovedFile: a start_tracing session
+// that no trigger reached removes its file, and its summary never claims
+// to have written it.
+func TestTriggerTimeoutSummaryNamesNoRemovedFile(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "st.pftrace")
+	cfg := writeFile(t, "st.yaml", []byte(`duration: 10s
+buffers:
+  - size_kb: 1024
+data_sources:
+  - name: tracepipe.synthetic
+    config: {rate: 100}
+trigger_config:
+  trigger_mode: start_tracing
+  trigger_timeout: 200ms
+  triggers:
+    - {name: go, stop_delay: 1s}
+sinks:
+  - type: file
+    path: `+out+"\n"))
+	_, stderr, code := runCLI(t, "run", cfg)
+	if code != exitNoTrigger {
+		t.Fatalf("run: exit %d, want %d\n%s", code, exitNoTrigger, stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("%s still exists (%v)", out, err)
+	}
+	if strings.Contains(stderr, "wrote") || !strings.Contains(stderr, "no trace kept: no trigger acted, so "+out+" (") {
+		t.Errorf("the summary reports the removed file as written:\n%s", stderr)
+	}
+}
