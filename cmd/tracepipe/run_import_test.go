@@ -76,3 +76,36 @@ sinks:
 		t.Errorf("the summary reports the removed file as written:\n%s", stderr)
 	}
 }
+
+// TestExamplePluginTraceIsClean: the example counter plugin's trace is
+// clean under check (its packets were stamped 1..N ns, far outside the
+// session: timestamps_outside_session).
+func TestExamplePluginTraceIsClean(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "counter.pftrace")
+	cfg := writeFile(t, "counter.yaml", []byte(`duration: 10s
+buffers:
+  - size_kb: 1024
+data_sources:
+  - name: example.counter
+    plugin: `+examplePlugin(t)+`
+    config: {packets: 200}
+sinks:
+  - type: file
+    path: `+out+"\n"))
+	if _, stderr, code := runCLI(t, "run", cfg); code != exitOK {
+		t.Fatalf("run: exit %d\n%s", code, stderr)
+	}
+	r, err := tpimport.CheckFile(out, tpimport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Clean() {
+		var sb strings.Builder
+		_ = r.WriteText(&sb)
+		t.Fatalf("findings %q\n%s", r.Codes(), sb.String())
+	}
+	if s := summarize(t, out); s.Kinds["for_testing"] != 200 {
+		t.Fatalf("%d counter packets, want 200", s.Kinds["for_testing"])
+	}
+}
