@@ -41,6 +41,7 @@ func TestExampleConfigsCheck(t *testing.T) {
 		first []string
 		rest  func(s *tracefile.Summary) []string
 	}
+	covered := map[string]bool{}
 	for _, tc := range []struct {
 		config  string
 		set     []string
@@ -88,6 +89,13 @@ func TestExampleConfigsCheck(t *testing.T) {
 			},
 		},
 		{
+			// The flight recorder read at stop (its periodic trigger
+			// fires after 30 s: no snapshot in 1 s).
+			config:  "flight_recorder.yaml",
+			set:     []string{"duration=1s", "unique_session_name=", "data_sources[0].config.rate=2000", "sinks[0].path={dir}/flight.pftrace"},
+			outputs: []output{{name: "flight.pftrace", first: []string{}}},
+		},
+		{
 			config: "two_buffers.yaml",
 			set:    []string{"duration=1s", "sinks[0].path={dir}/events.pftrace", "sinks[1].path={dir}/processes.pftrace"},
 			outputs: []output{
@@ -116,6 +124,7 @@ func TestExampleConfigsCheck(t *testing.T) {
 			}},
 		},
 	} {
+		covered[tc.config] = true
 		t.Run(strings.TrimSuffix(tc.config, ".yaml")+"/"+tc.outputs[0].name, func(t *testing.T) {
 			dir := t.TempDir()
 			args := []string{"run", "-c", filepath.Join("..", "..", "configs", tc.config)}
@@ -164,6 +173,16 @@ func TestExampleConfigsCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+	// Every example config is run and checked.
+	examples, err := filepath.Glob(filepath.Join("..", "..", "configs", "*.yaml"))
+	if err != nil || len(examples) == 0 {
+		t.Fatalf("no example configs: %v", err)
+	}
+	for _, e := range examples {
+		if !covered[filepath.Base(e)] {
+			t.Errorf("configs/%s is not checked here", filepath.Base(e))
+		}
 	}
 }
 
