@@ -1,9 +1,18 @@
 # The test command named in README.md. CI (.ci/run) calls exactly `make test`.
 GO ?= go
 
-.PHONY: test vet fmt-check unit bench soak snapload
+.PHONY: test vet fmt-check unit bench soak snapload build
 
 test: vet fmt-check unit
+
+# ./tracepipe, its --version stamped with the git revision, commit time and
+# work-tree state (also where the go command records none: a git worktree,
+# GOFLAGS=-buildvcs=false).
+build:
+	$(GO) build -ldflags "-X main.stampRevision=$$(git rev-parse HEAD 2>/dev/null) \
+		-X main.stampTime=$$(TZ=UTC git log -1 --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd 2>/dev/null) \
+		-X main.stampModified=$$(if [ -n "$$(git status --porcelain 2>/dev/null)" ]; then echo true; else echo false; fi)" \
+		-o tracepipe ./cmd/tracepipe
 
 vet:
 	$(GO) vet ./...
