@@ -19,7 +19,10 @@
 // one writer, which is flushed at the end; the source is plugins.Finite and
 // its Done channel closes once every packet is written.
 //
-// Run by hand it only explains that it is a plugin.
+// Run by hand it only explains that it is a plugin. To have plugin_dir
+// find it, name the binary by the plugin convention:
+//
+//	go build -o DIR/tracepipe-plugin-counter ./plugins/example/counterplugin
 package main
 
 import (
