@@ -288,8 +288,9 @@ func loadBytes(name string, data []byte, baseDir string, environ, sets []string,
 	d.decodeStruct("", raw, reflect.ValueOf(c).Elem())
 	hintSectionKeys(d.problems, c)
 	c.baseDir = baseDir
+	c.resolveSinkPaths()
 	if output != "" {
-		c.setOutput(output)
+		c.setOutput(output) // -o: relative to the working directory
 	}
 	c.SetDefaults()
 	problems := d.problems
@@ -478,6 +479,31 @@ func setPath(cur any, path []pathSeg, val any, where string) (any, error) {
 	}
 	m[s.key] = nv
 	return m, nil
+}
+
+// resolveSinkPaths makes every relative file-sink path relative to the
+// config file's directory, the rule data_sources[i].plugin, protovm
+// programs and plugin_dir follow: one rule for every path in a config
+// file (and in its --set and TRACEPIPE_ overrides). The embedded default
+// has no directory: its paths, like -o, are the working directory's.
+func (c *Config) resolveSinkPaths() {
+	if c.baseDir == "" {
+		return
+	}
+	for i := range c.Sinks {
+		sc := &c.Sinks[i]
+		if sc.Type != sinks.SinkTypeFile {
+			continue
+		}
+		if sc.Path != "" && sc.Path != sinks.StdoutPath {
+			sc.Path = c.resolve(sc.Path)
+		}
+		if sec := sc.Sections[sinks.SinkTypeFile]; sec != nil {
+			if p, ok := sec["path"].(string); ok && p != "" && p != sinks.StdoutPath {
+				sec["path"] = c.resolve(p)
+			}
+		}
+	}
 }
 
 // setOutput points the first file sink at path, adding one if needed.

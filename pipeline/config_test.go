@@ -229,18 +229,21 @@ func wantGood(t *testing.T, dir string) *Config {
 			{Name: "side", SizeKB: 1024, FillPolicy: FillPolicyDiscard},
 		},
 		DataSources: []DataSourceConfig{
-			{Name: "test.fake", TargetBuffer: 1, BufferExhaustedPolicy: BufferExhaustedStall,
+			{Name: "test.fake", TargetBuffer: 1, BufferExhaustedPolicy: BufferExhaustedStall, OnStartError: OnStartErrorContinue,
 				Config: map[string]any{"rate": 1000, "mode": "a"}},
-			{Name: "test.any", TargetBuffer: 0, TargetBufferName: "main", BufferExhaustedPolicy: BufferExhaustedDrop,
+			{Name: "test.any", TargetBuffer: 0, TargetBufferName: "main", BufferExhaustedPolicy: BufferExhaustedDrop, OnStartError: OnStartErrorContinue,
 				Config:  map[string]any{"list": []any{1, 2.5, "x"}, "nested": map[string]any{"deep": 3}},
 				ProtoVM: &ProtoVMConfig{Program: filepath.Join(dir, "prog.yaml"), MemoryLimitKB: 256, Path: ProtoVMPathRestore, ProgramBytes: prog}},
 		},
 		Sinks: []sinks.Config{
-			{Type: "file", Path: "out/a.pftrace", Compression: "zstd", MaxFileSize: 2 << 20, FsyncPeriod: time.Second,
-				Filter: `packet.kind != "sys_stats"`, QueueCapacity: 8, OnError: "drop"},
+			// Relative sink paths are the config file's directory's;
+			// every sink key holds the value the sink uses.
+			{Type: "file", Path: filepath.Join(dir, "out/a.pftrace"), Compression: "zstd", MaxFileSize: 2 << 20, FsyncPeriod: time.Second,
+				Filter: `packet.kind != "sys_stats"`, QueueCapacity: 8, OnError: "drop", FilterError: "drop", WhenFull: "block"},
 			// max_file_size inherited from the top level; on_error drop
 			// since the session has another file sink.
-			{Type: "file", Path: "out/b.pftrace", MaxFileSize: 64 << 20, OnError: "drop"},
+			{Type: "file", Path: filepath.Join(dir, "out/b.pftrace"), MaxFileSize: 64 << 20, OnError: "drop",
+				FilterError: "drop", WhenFull: "block", QueueCapacity: sinks.DefaultQueueCapacity, FsyncPeriod: sinks.DefaultFsyncPeriod},
 		},
 		baseDir: dir,
 	}
@@ -382,7 +385,7 @@ func TestSetValues(t *testing.T) {
 		"data_sources[0].config.s=10s",
 		"data_sources[0].config.filter=a: b", // not a map: a string
 		"data_sources[0].config.m={x: 1}",    // braces: a map
-		"sinks[0].filter=packet.size > 10 && packet.kind == \"x\"",
+		"sinks[0].filter=packet.size > 10 && packet.kind == \"track_event\"",
 		"max_file_size=2GB",
 	}})
 	if err != nil {
@@ -395,7 +398,7 @@ func TestSetValues(t *testing.T) {
 	if !cfg.WriteIntoFile || cfg.Buffers[0].SizeKB != 12 || cfg.Buffers[0].Name != "" || cfg.MaxFileSize != 2e9 {
 		t.Errorf("sets not applied: %+v", cfg)
 	}
-	if cfg.Sinks[0].Filter != `packet.size > 10 && packet.kind == "x"` {
+	if cfg.Sinks[0].Filter != `packet.size > 10 && packet.kind == "track_event"` {
 		t.Errorf("filter %q", cfg.Sinks[0].Filter)
 	}
 }
@@ -549,7 +552,7 @@ func TestDumpRoundTrip(t *testing.T) {
 		}
 	}
 	c, _ := Load(LoadOptions{Path: writeFile(t, dir, "e.yaml", baseYAML)})
-	want := `duration: 10s
+	want := strings.ReplaceAll(`duration: 10s
 buffers:
   - name: main
     size_kb: 1024
@@ -583,7 +586,7 @@ sinks:
     queue_capacity: 16
     when_full: block
     on_error: stop
-    path: out.pftrace
+    path: $DIR/out.pftrace
     compression: ""
     max_file_size: 0
     fsync_period: 5s
@@ -594,7 +597,7 @@ perfetto:
   enabled: false
   producer_socket: ""
   wait_for_producers: 0s
-`
+`, "$DIR", dir)
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)
 	}

@@ -121,3 +121,41 @@ func TestPluginsRunsOnlyNamedPlugins(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
+
+// One rule for relative paths in a config file: a file sink's path is the
+// config file's directory's, like a plugin's (it was the working
+// directory's); -o stays the working directory's.
+func TestRelativePathsFollowTheConfigFile(t *testing.T) {
+	confDir, work := t.TempDir(), t.TempDir()
+	plugin, err := os.ReadFile(examplePlugin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(confDir, "counter"), plugin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(confDir, "c.yaml")
+	if err := os.WriteFile(cfg, []byte(`duration: 0s
+buffers: [{size_kb: 1024}]
+data_sources: [{name: example.counter, plugin: ./counter, config: {packets: 5}}]
+sinks: [{type: file, path: traces/rel.pftrace}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(confDir, "traces"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(work)
+	if _, stderr, code := runCLI(t, "run", "-c", cfg); code != exitOK {
+		t.Fatalf("run: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(confDir, "traces", "rel.pftrace")); err != nil {
+		t.Errorf("the sink path was not taken relative to the config file: %v", err)
+	}
+	if _, stderr, code := runCLI(t, "run", "-c", cfg, "-o", "cli.pftrace"); code != exitOK {
+		t.Fatalf("run -o: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(work, "cli.pftrace")); err != nil {
+		t.Errorf("-o was not taken relative to the working directory: %v", err)
+	}
+}
