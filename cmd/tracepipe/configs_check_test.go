@@ -5,10 +5,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -31,7 +31,7 @@ const (
 // example config").
 func TestExampleConfigsCheck(t *testing.T) {
 	type output struct {
-		// name is the sink file; rotated files are name, name.1, name.2, ...
+		// name is the sink file; rotated files are sinks.FileName's
 		name string
 		// first is what the (first) file must show. rest, for rotated
 		// sets, gives what each later file must show, from the file's
@@ -186,15 +186,13 @@ func TestExampleConfigsCheck(t *testing.T) {
 	}
 }
 
-// rotatedFiles returns name, name.1, name.2, ... as they exist in dir.
+// rotatedFiles returns name and its rotated files (sinks.FileName), as
+// they exist in dir.
 func rotatedFiles(t *testing.T, dir, name string) []string {
 	t.Helper()
 	var out []string
 	for i := 0; ; i++ {
-		p := filepath.Join(dir, name)
-		if i > 0 {
-			p += "." + strconv.Itoa(i)
-		}
+		p := sinks.FileName(filepath.Join(dir, name), i)
 		if _, err := os.Stat(p); err != nil {
 			break
 		}
