@@ -110,7 +110,7 @@ data_sources:
       memory_limit_kb: 256
 sinks:
   - type: file
-    path: out/a.pftrace
+    path: out/a.pftrace.zst
     compression: zstd
     max_file_size: 2MiB
     fsync_period: 1s
@@ -162,7 +162,7 @@ protovm = { program = "prog.yaml", memory_limit_kb = 256 }
 
 [[sinks]]
 type = "file"
-path = "out/a.pftrace"
+path = "out/a.pftrace.zst"
 compression = "zstd"
 max_file_size = "2MiB"
 fsync_period = "1s"
@@ -196,7 +196,7 @@ const goodJSON = `{
      "protovm": {"program": "prog.yaml", "memory_limit_kb": 256}}
   ],
   "sinks": [
-    {"type": "file", "path": "out/a.pftrace", "compression": "zstd", "max_file_size": "2MiB",
+    {"type": "file", "path": "out/a.pftrace.zst", "compression": "zstd", "max_file_size": "2MiB",
      "fsync_period": "1s", "filter": "packet.kind != \"sys_stats\"", "queue_capacity": 8},
     {"type": "file", "path": "out/b.pftrace"}
   ]
@@ -238,7 +238,7 @@ func wantGood(t *testing.T, dir string) *Config {
 		Sinks: []sinks.Config{
 			// Relative sink paths are the config file's directory's;
 			// every sink key holds the value the sink uses.
-			{Type: "file", Path: filepath.Join(dir, "out/a.pftrace"), Compression: "zstd", MaxFileSize: 2 << 20, FsyncPeriod: time.Second,
+			{Type: "file", Path: filepath.Join(dir, "out/a.pftrace.zst"), Compression: "zstd", MaxFileSize: 2 << 20, FsyncPeriod: time.Second,
 				Filter: `packet.kind != "sys_stats"`, QueueCapacity: 8, OnError: "drop", FilterError: "drop", WhenFull: "block"},
 			// max_file_size inherited from the top level; on_error drop
 			// since the session has another file sink.

@@ -109,3 +109,38 @@ sinks:
 		t.Fatalf("%d counter packets, want 200", s.Kinds["for_testing"])
 	}
 }
+
+// The output's name and compression never disagree: -o x.pftrace with a
+// config that compresses with zstd is refused with the names to use (it
+// wrote zstd into x.pftrace); -o x.pftrace.zst, or compression none, work.
+func TestOutputNameAndCompressionAgree(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, "zstd.yaml", []byte(`duration: 200ms
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 1024}]
+data_sources: [{name: tracepipe.synthetic, config: {rate: 100}}]
+sinks: [{type: file, path: t.pftrace.zst, compression: zstd}]
+`))
+	plain := filepath.Join(dir, "x.pftrace")
+	_, stderr, code := runCLI(t, "run", cfg, "-o", plain)
+	if code == exitOK || !strings.Contains(stderr, `sinks[0].compression: "zstd", but the name "x.pftrace" says uncompressed: name it x.pftrace.zst, or set compression to none`) {
+		t.Fatalf("-o x.pftrace with zstd: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(plain); !os.IsNotExist(err) {
+		t.Fatalf("%s was written (%v)", plain, err)
+	}
+	if _, stderr, code := runCLI(t, "run", cfg, "-o", plain, "--set", "sinks[0].compression=none"); code != exitOK {
+		t.Fatalf("compression none: exit %d\n%s", code, stderr)
+	}
+	if b, err := os.ReadFile(plain); err != nil || len(b) < 4 || string(b[:4]) == "\x28\xb5\x2f\xfd" {
+		t.Fatalf("%s: %v, zstd magic %v", plain, err, err == nil && len(b) >= 4 && string(b[:4]) == "\x28\xb5\x2f\xfd")
+	}
+	zst := filepath.Join(dir, "x.pftrace.zst")
+	if _, stderr, code := runCLI(t, "run", cfg, "-o", zst); code != exitOK {
+		t.Fatalf("-o x.pftrace.zst: exit %d\n%s", code, stderr)
+	}
+	if b, err := os.ReadFile(zst); err != nil || len(b) < 4 || string(b[:4]) != "\x28\xb5\x2f\xfd" {
+		t.Fatalf("%s is not zstd: %v", zst, err)
+	}
+}
