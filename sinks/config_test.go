@@ -50,7 +50,7 @@ func TestConfigValidate(t *testing.T) {
 	if !errors.As(filterErr, &fe) || len(fe) != 1 || fe[0].Path != "filter" || !strings.Contains(fe[0].Message, "undefined field 'nope'") {
 		t.Errorf("bad filter: %v", filterErr)
 	}
-	ok := Config{Type: "file", Path: "x", Compression: "zstd", MaxFileSize: 1 << 20, FsyncPeriod: time.Second, Filter: "true", QueueCapacity: 4}
+	ok := Config{Type: "file", Path: "x.zst", Compression: "zstd", MaxFileSize: 1 << 20, FsyncPeriod: time.Second, Filter: "true", QueueCapacity: 4}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
