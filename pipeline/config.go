@@ -57,6 +57,9 @@ type Config struct {
 	// data_sources[i].protovm.program) are resolved against: the config
 	// file's directory, or "" (the current directory).
 	baseDir string
+	// envs are the TRACEPIPE_ overrides Load applied, so that problems
+	// found later (a plugin's check of its config) name their variable.
+	envs []override
 }
 
 // BufferConfig is one trace buffer (Perfetto's TraceConfig.BufferConfig).

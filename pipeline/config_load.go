@@ -288,6 +288,7 @@ func loadBytes(name string, data []byte, baseDir string, environ, sets []string,
 	d.decodeStruct("", raw, reflect.ValueOf(c).Elem())
 	hintSectionKeys(d.problems, c)
 	c.baseDir = baseDir
+	c.envs = envs
 	c.resolveSinkPaths()
 	if output != "" {
 		c.setOutput(output) // -o: relative to the working directory

@@ -110,3 +110,13 @@ func TestValidatePrintShowsEffectiveValues(t *testing.T) {
 		t.Errorf("the printed config does not validate: exit %d %s %s", code, out, stderr)
 	}
 }
+
+// A plugin's verdict on a key a variable set names the variable too.
+func TestPluginProblemNamesItsVariable(t *testing.T) {
+	path := goodConfig(t)
+	t.Setenv("TRACEPIPE_DATA_SOURCES__0__CONFIG__PACKETS", "-1")
+	_, stderr, code := runCLI(t, "validate", "-c", path)
+	if code == exitOK || !strings.Contains(stderr, "data_sources[0].config.packets: must be >= 0, got -1 (set by TRACEPIPE_DATA_SOURCES__0__CONFIG__PACKETS)") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
