@@ -7,6 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,6 +60,13 @@ type Handler interface {
 	Snapshot(ctx context.Context, path, trigger string) (SnapshotResult, error)
 	Rotate() (closed []string, err error)
 	Stop()
+}
+
+// TriggerNamer is a Handler that knows its session's trigger names
+// (trigger_config.triggers): the server then refuses a Trigger request
+// naming any other, before activating one, with an error naming it.
+type TriggerNamer interface {
+	TriggerNames() []string
 }
 
 // Server serves one session's control socket.
@@ -247,6 +257,11 @@ func (s *service) Trigger(_ context.Context, req *ctlpb.TriggerRequest) (*ctlpb.
 	if err := ValidateTrigger(req); err != nil {
 		return nil, errf(codes.InvalidArgument, "%v", err)
 	}
+	if tn, ok := s.h.(TriggerNamer); ok {
+		if err := unknownTriggers(req.GetNames(), tn.TriggerNames()); err != nil {
+			return nil, errf(codes.NotFound, "%v", err)
+		}
+	}
 	acted, ignored := s.h.Trigger(req.GetNames())
 	return &ctlpb.TriggerResponse{Acted: acted, Ignored: uint32(ignored)}, nil
 }
@@ -307,4 +322,21 @@ func ValidateSnapshot(req *ctlpb.SnapshotRequest) error {
 		}
 	}
 	return nil
+}
+
+// unknownTriggers returns an error naming the names that are not in known.
+func unknownTriggers(names, known []string) error {
+	var bad []string
+	for _, n := range names {
+		if q := strconv.Quote(n); !slices.Contains(known, n) && !slices.Contains(bad, q) {
+			bad = append(bad, q)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	if len(known) == 0 {
+		return fmt.Errorf("unknown trigger %s: the session has no trigger_config triggers", strings.Join(bad, ", "))
+	}
+	return fmt.Errorf("unknown trigger %s: the session's triggers are %s (nothing was activated)", strings.Join(bad, ", "), strings.Join(known, ", "))
 }

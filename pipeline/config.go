@@ -57,6 +57,9 @@ type Config struct {
 	// data_sources[i].protovm.program) are resolved against: the config
 	// file's directory, or "" (the current directory).
 	baseDir string
+	// envs are the TRACEPIPE_ overrides Load applied, so that problems
+	// found later (a plugin's check of its config) name their variable.
+	envs []override
 }
 
 // BufferConfig is one trace buffer (Perfetto's TraceConfig.BufferConfig).
@@ -236,6 +239,9 @@ func (c *Config) SetDefaults() {
 		if d.BufferExhaustedPolicy == "" {
 			d.BufferExhaustedPolicy = BufferExhaustedDrop
 		}
+		if d.OnStartError == "" {
+			d.OnStartError = OnStartErrorContinue
+		}
 	}
 	files := 0
 	for i := range c.Sinks {
@@ -256,14 +262,12 @@ func (c *Config) SetDefaults() {
 				s.MaxFileSize = c.MaxFileSize
 			}
 		}
-		if s.OnError == "" {
-			// The only file sink stops the session when it fails, so that
-			// its file ends cleanly; with several, the others carry on.
-			s.OnError = sinks.OnErrorDrop
-			if files == 1 {
-				s.OnError = sinks.OnErrorStop
-			}
-		}
+	}
+	// Every sink key gets the value the sink will use (validate --print
+	// shows them). The only file sink stops the session when it fails, so
+	// that its file ends cleanly; with several, the others carry on.
+	for i := range c.Sinks {
+		c.Sinks[i].SetDefaults(files == 1)
 	}
 }
 
@@ -350,6 +354,19 @@ func dumpSections(v reflect.Value, n *yaml.Node) {
 	sc, ok := v.Addr().Interface().(*sinks.Config)
 	if !ok {
 		return
+	}
+	if _, sec := sc.Sections[sinks.SinkTypeFile]; sec || sc.Type != sinks.SinkTypeFile {
+		// The flat file keys mean nothing here unless set (then
+		// validation reports them): leave the unset ones out.
+		unset := map[string]bool{"path": sc.Path == "", "compression": sc.Compression == "",
+			"max_file_size": sc.MaxFileSize == 0, "fsync_period": sc.FsyncPeriod == 0}
+		kept := n.Content[:0]
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if !unset[n.Content[i].Value] {
+				kept = append(kept, n.Content[i], n.Content[i+1])
+			}
+		}
+		n.Content = kept
 	}
 	for _, k := range sc.SectionKeys() {
 		vn := &yaml.Node{}

@@ -353,6 +353,29 @@ func describe(raw any) string {
 	return fmt.Sprintf("%v (%T)", raw, raw)
 }
 
+// hintSectionKeys rewrites the "unknown key" problem of a key written
+// beside a sink's type that belongs in the type's section (sinks[1].address
+// for a relay sink), naming the key the user must type instead:
+// sinks[1].relay.address.
+func hintSectionKeys(problems []Problem, c *Config) {
+	for i, pr := range problems {
+		if !strings.HasPrefix(pr.Message, "unknown key") {
+			continue
+		}
+		var n int
+		var key string
+		if _, err := fmt.Sscanf(pr.Path, "sinks[%d].", &n); err != nil || n < 0 || n >= len(c.Sinks) {
+			continue
+		}
+		_, key, _ = strings.Cut(pr.Path, "].")
+		typ := c.Sinks[n].Type
+		if key == "" || strings.ContainsAny(key, ".[\"") || typ == "" || !sinks.TypeHasKey(typ, key) {
+			continue
+		}
+		problems[i].Message = fmt.Sprintf("unknown key (did you mean sinks[%d].%s.%s? a %s sink's settings go in its %s section)", n, typ, key, typ, typ)
+	}
+}
+
 // Perfetto's TraceConfig names that differ from ours by more than a typo.
 var keyAliases = map[string]string{
 	"incremental_state_config": "incremental_state",
@@ -385,7 +408,7 @@ func suggest(key string, fields []field) string {
 	}
 	best, bestD := "", 3
 	for _, f := range fields {
-		if d := editDistance(lk, f.key, bestD); d < bestD {
+		if d := sinks.EditDistance(lk, f.key, bestD); d < bestD {
 			best, bestD = f.key, d
 		}
 	}
@@ -393,37 +416,6 @@ func suggest(key string, fields []field) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %s?)", best)
-}
-
-// editDistance is the Levenshtein distance of a and b, or limit when it is
-// at least limit (long keys cost nothing beyond that).
-func editDistance(a, b string, limit int) int {
-	ra, rb := []rune(a), []rune(b)
-	if d := len(ra) - len(rb); d >= limit || -d >= limit {
-		return limit
-	}
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		rowMin := cur[0]
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			rowMin = min(rowMin, cur[j])
-		}
-		if rowMin >= limit {
-			return limit
-		}
-		prev, cur = cur, prev
-	}
-	return min(prev[len(rb)], limit)
 }
 
 // ParseByteSize parses a byte count for max_file_size: see

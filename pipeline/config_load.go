@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -159,9 +160,47 @@ func parseConfig(name string, data []byte) (map[string]any, error) {
 	}
 	k := koanf.New(".")
 	if err := k.Load(rawbytes.Provider(data), depthLimited{p}); err != nil {
+		if format == "yaml" {
+			err = yamlErrorLine(data, err)
+		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return k.Raw(), nil
+}
+
+// yamlSyntaxError matches the YAML parser's "yaml: line N: problem".
+var yamlSyntaxError = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// maxYAMLLineSearch bounds the bytes yamlErrorLine re-parses in all (a
+// config of a few hundred lines costs well under a megabyte).
+const maxYAMLLineSearch = 16 << 20
+
+// yamlErrorLine replaces the line of a YAML syntax error with the line
+// holding the problem. The parser names the line where the enclosing
+// construct began, counted from 0 for parser errors, so its number is
+// often one or more too low. The problem's line is the first line after
+// the longest prefix of the file that still parses: every longer prefix
+// fails. When that search would parse more than maxYAMLLineSearch bytes,
+// the parser's message is kept.
+func yamlErrorLine(data []byte, err error) error {
+	m := yamlSyntaxError.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	budget := maxYAMLLineSearch
+	size := len(data)
+	for n := len(lines) - 1; n >= 0; n-- {
+		size -= len(lines[n])
+		if budget -= size; budget < 0 {
+			return err
+		}
+		var v any
+		if yaml.Unmarshal(data[:size], &v) == nil {
+			return fmt.Errorf("yaml: line %d: %s", n+1, m[2])
+		}
+	}
+	return err
 }
 
 // depthLimited wraps a koanf parser to refuse values nested deeper than
@@ -247,14 +286,19 @@ func loadBytes(name string, data []byte, baseDir string, environ, sets []string,
 	var d decoder
 	c := &Config{}
 	d.decodeStruct("", raw, reflect.ValueOf(c).Elem())
-	d.problems = attributeEnv(d.problems, envs)
+	hintSectionKeys(d.problems, c)
 	c.baseDir = baseDir
+	c.envs = envs
+	c.resolveSinkPaths()
 	if output != "" {
-		c.setOutput(output)
+		c.setOutput(output) // -o: relative to the working directory
 	}
 	c.SetDefaults()
 	problems := d.problems
 	problems = append(problems, c.check(problems)...)
+	// Every problem at or below a path a variable set names the variable,
+	// rule violations as much as mistyped values.
+	problems = attributeEnv(problems, envs)
 	if len(problems) > 0 {
 		return nil, &ValidationError{Problems: problems}
 	}
@@ -436,6 +480,31 @@ func setPath(cur any, path []pathSeg, val any, where string) (any, error) {
 	}
 	m[s.key] = nv
 	return m, nil
+}
+
+// resolveSinkPaths makes every relative file-sink path relative to the
+// config file's directory, the rule data_sources[i].plugin, protovm
+// programs and plugin_dir follow: one rule for every path in a config
+// file (and in its --set and TRACEPIPE_ overrides). The embedded default
+// has no directory: its paths, like -o, are the working directory's.
+func (c *Config) resolveSinkPaths() {
+	if c.baseDir == "" {
+		return
+	}
+	for i := range c.Sinks {
+		sc := &c.Sinks[i]
+		if sc.Type != sinks.SinkTypeFile {
+			continue
+		}
+		if sc.Path != "" && sc.Path != sinks.StdoutPath {
+			sc.Path = c.resolve(sc.Path)
+		}
+		if sec := sc.Sections[sinks.SinkTypeFile]; sec != nil {
+			if p, ok := sec["path"].(string); ok && p != "" && p != sinks.StdoutPath {
+				sec["path"] = c.resolve(p)
+			}
+		}
+	}
 }
 
 // setOutput points the first file sink at path, adding one if needed.

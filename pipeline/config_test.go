@@ -110,7 +110,7 @@ data_sources:
       memory_limit_kb: 256
 sinks:
   - type: file
-    path: out/a.pftrace
+    path: out/a.pftrace.zst
     compression: zstd
     max_file_size: 2MiB
     fsync_period: 1s
@@ -162,7 +162,7 @@ protovm = { program = "prog.yaml", memory_limit_kb = 256 }
 
 [[sinks]]
 type = "file"
-path = "out/a.pftrace"
+path = "out/a.pftrace.zst"
 compression = "zstd"
 max_file_size = "2MiB"
 fsync_period = "1s"
@@ -196,7 +196,7 @@ const goodJSON = `{
      "protovm": {"program": "prog.yaml", "memory_limit_kb": 256}}
   ],
   "sinks": [
-    {"type": "file", "path": "out/a.pftrace", "compression": "zstd", "max_file_size": "2MiB",
+    {"type": "file", "path": "out/a.pftrace.zst", "compression": "zstd", "max_file_size": "2MiB",
      "fsync_period": "1s", "filter": "packet.kind != \"sys_stats\"", "queue_capacity": 8},
     {"type": "file", "path": "out/b.pftrace"}
   ]
@@ -229,18 +229,21 @@ func wantGood(t *testing.T, dir string) *Config {
 			{Name: "side", SizeKB: 1024, FillPolicy: FillPolicyDiscard},
 		},
 		DataSources: []DataSourceConfig{
-			{Name: "test.fake", TargetBuffer: 1, BufferExhaustedPolicy: BufferExhaustedStall,
+			{Name: "test.fake", TargetBuffer: 1, BufferExhaustedPolicy: BufferExhaustedStall, OnStartError: OnStartErrorContinue,
 				Config: map[string]any{"rate": 1000, "mode": "a"}},
-			{Name: "test.any", TargetBuffer: 0, TargetBufferName: "main", BufferExhaustedPolicy: BufferExhaustedDrop,
+			{Name: "test.any", TargetBuffer: 0, TargetBufferName: "main", BufferExhaustedPolicy: BufferExhaustedDrop, OnStartError: OnStartErrorContinue,
 				Config:  map[string]any{"list": []any{1, 2.5, "x"}, "nested": map[string]any{"deep": 3}},
 				ProtoVM: &ProtoVMConfig{Program: filepath.Join(dir, "prog.yaml"), MemoryLimitKB: 256, Path: ProtoVMPathRestore, ProgramBytes: prog}},
 		},
 		Sinks: []sinks.Config{
-			{Type: "file", Path: "out/a.pftrace", Compression: "zstd", MaxFileSize: 2 << 20, FsyncPeriod: time.Second,
-				Filter: `packet.kind != "sys_stats"`, QueueCapacity: 8, OnError: "drop"},
+			// Relative sink paths are the config file's directory's;
+			// every sink key holds the value the sink uses.
+			{Type: "file", Path: filepath.Join(dir, "out/a.pftrace.zst"), Compression: "zstd", MaxFileSize: 2 << 20, FsyncPeriod: time.Second,
+				Filter: `packet.kind != "sys_stats"`, QueueCapacity: 8, OnError: "drop", FilterError: "drop", WhenFull: "block"},
 			// max_file_size inherited from the top level; on_error drop
 			// since the session has another file sink.
-			{Type: "file", Path: "out/b.pftrace", MaxFileSize: 64 << 20, OnError: "drop"},
+			{Type: "file", Path: filepath.Join(dir, "out/b.pftrace"), MaxFileSize: 64 << 20, OnError: "drop",
+				FilterError: "drop", WhenFull: "block", QueueCapacity: sinks.DefaultQueueCapacity, FsyncPeriod: sinks.DefaultFsyncPeriod},
 		},
 		baseDir: dir,
 	}
@@ -382,7 +385,7 @@ func TestSetValues(t *testing.T) {
 		"data_sources[0].config.s=10s",
 		"data_sources[0].config.filter=a: b", // not a map: a string
 		"data_sources[0].config.m={x: 1}",    // braces: a map
-		"sinks[0].filter=packet.size > 10 && packet.kind == \"x\"",
+		"sinks[0].filter=packet.size > 10 && packet.kind == \"track_event\"",
 		"max_file_size=2GB",
 	}})
 	if err != nil {
@@ -395,7 +398,7 @@ func TestSetValues(t *testing.T) {
 	if !cfg.WriteIntoFile || cfg.Buffers[0].SizeKB != 12 || cfg.Buffers[0].Name != "" || cfg.MaxFileSize != 2e9 {
 		t.Errorf("sets not applied: %+v", cfg)
 	}
-	if cfg.Sinks[0].Filter != `packet.size > 10 && packet.kind == "x"` {
+	if cfg.Sinks[0].Filter != `packet.size > 10 && packet.kind == "track_event"` {
 		t.Errorf("filter %q", cfg.Sinks[0].Filter)
 	}
 }
@@ -549,7 +552,7 @@ func TestDumpRoundTrip(t *testing.T) {
 		}
 	}
 	c, _ := Load(LoadOptions{Path: writeFile(t, dir, "e.yaml", baseYAML)})
-	want := `duration: 10s
+	want := strings.ReplaceAll(`duration: 10s
 buffers:
   - name: main
     size_kb: 1024
@@ -562,7 +565,7 @@ data_sources:
     target_buffer_name: ""
     buffer_exhausted_policy: drop
     plugin: ""
-    on_start_error: ""
+    on_start_error: continue
 write_into_file: false
 file_write_period: 5s
 max_file_size: 0
@@ -579,14 +582,14 @@ sinks:
   - type: file
     name: ""
     filter: ""
-    filter_error: ""
-    queue_capacity: 0
-    when_full: ""
+    filter_error: drop
+    queue_capacity: 16
+    when_full: block
     on_error: stop
-    path: out.pftrace
+    path: $DIR/out.pftrace
     compression: ""
     max_file_size: 0
-    fsync_period: 0s
+    fsync_period: 5s
 plugin_dir: ""
 unique_session_name: ""
 rotate_period: 0s
@@ -597,7 +600,7 @@ perfetto:
   max_connections: 0
   max_connections_per_uid: 0
   init_timeout: 0s
-`
+`, "$DIR", dir)
 	if got := c.String(); got != want {
 		t.Errorf("dump:\n%s\nwant:\n%s", got, want)
 	}
@@ -676,8 +679,8 @@ func TestEditDistanceAndSuggest(t *testing.T) {
 		a, b string
 		want int
 	}{{"", "", 0}, {"abc", "abc", 0}, {"sizekb", "size_kb", 1}, {"kitten", "sitting", 3}, {"x", "", 1}, {"ab", "ba", 2}} {
-		if got := editDistance(c.a, c.b, 10); got != c.want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		if got := sinks.EditDistance(c.a, c.b, 10); got != c.want {
+			t.Errorf("EditDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
 		}
 	}
 	fields := fieldsOf(reflect.TypeFor[Config]())

@@ -66,7 +66,7 @@ sinks: [{type: file, path: %q, max_file_size: 1MiB}]
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 
-		files, _ := filepath.Glob(out + "*")
+		files, _ := filepath.Glob(filepath.Join(dir, "k*.pftrace")) // k.pftrace, k.1.pftrace, ...
 		files = rotationSorted(out, len(files))
 		next := map[uint32]uint64{} // per sequence: the next seq index expected
 		packets := 0

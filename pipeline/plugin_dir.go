@@ -20,8 +20,15 @@ type PluginInfo struct {
 	Err         error // the plugin could not be asked
 }
 
-// ListPlugins asks every executable file in dir which data sources it
-// serves (one short-lived process each), sorted by path.
+// PluginPrefix starts the file name of every plugin in a plugin
+// directory (tracepipe-plugin-counter). ListPlugins runs only such files:
+// asking a program what it serves means running it, and a directory like
+// /usr/bin holds many programs that are not plugins.
+const PluginPrefix = "tracepipe-plugin-"
+
+// ListPlugins asks every executable file in dir whose name starts with
+// PluginPrefix which data sources it serves (one short-lived process
+// each), sorted by path. Other files are not run.
 func ListPlugins(ctx context.Context, dir string, stderr io.Writer) ([]PluginInfo, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -29,6 +36,9 @@ func ListPlugins(ctx context.Context, dir string, stderr io.Writer) ([]PluginInf
 	}
 	var out []PluginInfo
 	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), PluginPrefix) {
+			continue
+		}
 		path := filepath.Join(dir, e.Name())
 		fi, err := os.Stat(path) // follows symlinks
 		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
@@ -81,7 +91,7 @@ func ResolvePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
 				have = "none"
 			}
 			problems = append(problems, Problem{Path: fmt.Sprintf("data_sources[%d].name", i),
-				Message: fmt.Sprintf("unknown data source %q: not built in (%s) and no plugin in %s serves it (they serve: %s)", ds.Name, strings.Join(plugins.Names(), ", "), cfg.PluginDir, have)})
+				Message: fmt.Sprintf("unknown data source %q: not built in (%s) and no plugin in %s serves it (they serve: %s; a plugin there is an executable named %s*)", ds.Name, strings.Join(plugins.Names(), ", "), cfg.PluginDir, have, PluginPrefix)})
 			continue
 		}
 		ds.Plugin = path

@@ -39,7 +39,7 @@ func ValidatePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
 		}
 	}
 	if len(problems) > 0 {
-		return &ValidationError{Problems: problems}
+		return &ValidationError{Problems: attributeEnv(problems, cfg.envs)}
 	}
 	return nil
 }

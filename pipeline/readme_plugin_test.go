@@ -38,6 +38,31 @@ func readmeBlocks(t *testing.T, title, lang string) []string {
 	return out
 }
 
+// requireBlocks returns the require directives of the go.mod text mod, as
+// `go get github.com/tracepipe/tracepipe` copies them into a user's module
+// (a go 1.17+ module lists every module its packages need, so the pruned
+// module graph a user's build loads is the one tracepipe's build loads).
+func requireBlocks(mod string) string {
+	var b strings.Builder
+	in := false
+	for _, line := range strings.Split(mod, "\n") {
+		trim := strings.TrimSpace(line)
+		switch {
+		case trim == "require (":
+			in = true
+			b.WriteString("require (\n")
+		case in && trim == ")":
+			in = false
+			b.WriteString(")\n\n")
+		case in:
+			b.WriteString(line + "\n")
+		case strings.HasPrefix(trim, "require "):
+			b.WriteString(trim + "\n\n")
+		}
+	}
+	return b.String()
+}
+
 // A plugin written from the README alone: its Go code and config, taken
 // from the section as they are, build in a fresh module (the tracepipe
 // module replaced by this worktree) and record slices and a counter.
@@ -56,11 +81,16 @@ func TestREADMEPluginBuildsAndRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	files := map[string]string{
 		"main.go":     goSrc[0],
 		"ticker.yaml": yamls[0],
 		"go.sum":      string(sum),
 		"go.mod": "module example.com/my-plugin\n\ngo 1.26\n\nrequire github.com/tracepipe/tracepipe v0.0.0\n\n" +
+			requireBlocks(string(mod)) +
 			"replace github.com/tracepipe/tracepipe => " + root + "\n",
 	}
 	// Later go blocks are snippets: each must compile as the body of a
@@ -80,8 +110,11 @@ func TestREADMEPluginBuildsAndRuns(t *testing.T) {
 	}
 	build := exec.Command(goBin, "build", "-o", "my-plugin", ".")
 	build.Dir = dir
-	// Resolve the requirements from the module cache only (no network).
-	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	// Resolve modules as a user's build does: through the user's GOPROXY,
+	// filling in go.sum lines the fresh module needs. With an empty module
+	// cache that downloads (this used GOPROXY=off, which failed on a fresh
+	// machine: hclog's unpruned go.mod needs go-spew's go.mod).
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the README's plugin: %v\n%s", err, out)
 	}

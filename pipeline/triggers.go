@@ -169,6 +169,19 @@ func (t *triggerState) mode() string {
 	return t.cfg.Mode
 }
 
+// TriggerNames returns the names of the session's trigger_config
+// triggers, in config order (none without a trigger_config). Safe for
+// concurrent use: the config does not change while the session runs.
+func (s *Service) TriggerNames() []string {
+	var out []string
+	if s.trig.cfg != nil {
+		for _, sp := range s.trig.cfg.Triggers {
+			out = append(out, sp.Name)
+		}
+	}
+	return out
+}
+
 // ActivateTriggers activates triggers on behalf of producer ("" for the
 // CLI, a signal or the HTTP endpoint) and returns the names that acted.
 // Safe for concurrent use; it never blocks.

@@ -175,10 +175,15 @@ func (c Config) Build() (Builder, error) {
 		if !isFE {
 			fe = FieldErrors{{Message: err.Error()}}
 		}
+		// Name the key the user must type: a section's key lives under the
+		// type's name (relay.address), whether or not the section was
+		// written; only a file sink's flat keys (path) stand alone.
+		_, hasSec := c.Sections[c.Type]
 		for _, e := range fe {
 			first, _, _ := strings.Cut(e.Path, ".")
 			first, _, _ = strings.Cut(first, "[")
-			if _, hasSec := c.Sections[c.Type]; hasSec && !fromFlat[first] {
+			flat := fromFlat[first] || c.Type == SinkTypeFile && !hasSec
+			if !flat {
 				e = FieldErrors{e}.Prefixed(c.Type)[0]
 			}
 			errs = append(errs, e)
@@ -215,4 +220,90 @@ func (c Config) Validate() error {
 // by its filter and its queue (a Lane). Logs are discarded.
 func New(cfg Config) (Sink, error) {
 	return Open(cfg, Env{Now: time.Now()})
+}
+
+// TypeHasKey reports whether the section of sink type typ takes key (so
+// that a key written beside `type` instead of inside the section can be
+// pointed there). It asks the type's factory about a section holding only
+// key, unset.
+func TypeHasKey(typ, key string) bool {
+	f, ok := Lookup(typ)
+	if !ok {
+		return false
+	}
+	_, err := callFactory(f, map[string]any{key: nil})
+	fe, _ := err.(FieldErrors)
+	for _, e := range fe {
+		if e.Path == key && strings.HasPrefix(e.Message, "unknown key") {
+			return false
+		}
+	}
+	return err == nil || fe != nil
+}
+
+// EffectiveSection returns the section of sink type typ with every key its
+// factory reads set to the value the sink will use (defaults filled in, as
+// a config file would spell them), and ok. Keys the factory does not read
+// are kept as they are. When the section has problems (the factory
+// reports any, or reads it through something other than Section), it
+// returns sec unchanged and false, so that a default never hides a
+// mistake.
+func EffectiveSection(typ string, sec map[string]any) (map[string]any, bool) {
+	f, ok := Lookup(typ)
+	if !ok {
+		return sec, false
+	}
+	eff := map[string]any{}
+	probe := maps.Clone(sec)
+	if probe == nil {
+		probe = map[string]any{}
+	}
+	probe[effectiveKey] = eff
+	if _, err := callFactory(f, probe); err != nil || len(eff) == 0 {
+		return sec, false
+	}
+	out := maps.Clone(sec)
+	if out == nil {
+		out = map[string]any{}
+	}
+	maps.Copy(out, eff)
+	return out, true
+}
+
+// SetDefaults fills the keys every sink has with the values the sink will
+// use (filter_error drop, when_full block, queue_capacity
+// DefaultQueueCapacity, on_error as onError gives it) and, when the sink
+// keeps its settings in its type's section and writes no flat file keys,
+// the section's own defaults (EffectiveSection). onlyFile tells whether
+// this is the session's only file sink: on_error then defaults to stop.
+func (c *Config) SetDefaults(onlyFile bool) {
+	if c.FilterError == "" {
+		c.FilterError = FilterErrorDrop
+	}
+	if c.WhenFull == "" {
+		c.WhenFull = WhenFullBlock
+	}
+	if c.QueueCapacity == 0 {
+		c.QueueCapacity = DefaultQueueCapacity
+	}
+	if c.OnError == "" {
+		c.OnError = OnErrorDrop
+		if onlyFile && c.Type == SinkTypeFile {
+			c.OnError = OnErrorStop
+		}
+	}
+	if len(c.flatKeys()) > 0 {
+		if c.Type == SinkTypeFile && c.FsyncPeriod == 0 {
+			c.FsyncPeriod = DefaultFsyncPeriod
+		}
+		return
+	}
+	if sec, ok := c.Sections[c.Type]; ok || c.Type != SinkTypeFile {
+		if eff, ok := EffectiveSection(c.Type, sec); ok {
+			if c.Sections == nil {
+				c.Sections = map[string]map[string]any{}
+			}
+			c.Sections[c.Type] = eff
+		}
+	}
 }

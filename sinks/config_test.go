@@ -50,7 +50,7 @@ func TestConfigValidate(t *testing.T) {
 	if !errors.As(filterErr, &fe) || len(fe) != 1 || fe[0].Path != "filter" || !strings.Contains(fe[0].Message, "undefined field 'nope'") {
 		t.Errorf("bad filter: %v", filterErr)
 	}
-	ok := Config{Type: "file", Path: "x", Compression: "zstd", MaxFileSize: 1 << 20, FsyncPeriod: time.Second, Filter: "true", QueueCapacity: 4}
+	ok := Config{Type: "file", Path: "x.zst", Compression: "zstd", MaxFileSize: 1 << 20, FsyncPeriod: time.Second, Filter: "true", QueueCapacity: 4}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,5 +121,22 @@ func TestSectionDurationBareZero(t *testing.T) {
 	sec.Duration("ack_timeout", 0)
 	if err := sec.Err(); err == nil || !strings.Contains(err.Error(), `ack_timeout: want a duration like "10s", got 10`) {
 		t.Errorf("bare 10: %v", err)
+	}
+}
+
+// EffectiveSection fills a file section's defaults, keeps what was
+// written, and leaves a section with a problem as it was (a default must
+// not replace a mistyped value).
+func TestEffectiveSection(t *testing.T) {
+	eff, ok := EffectiveSection(SinkTypeFile, map[string]any{"path": "t.pftrace"})
+	if !ok || eff["path"] != "t.pftrace" || eff["fsync_period"] != DefaultFsyncPeriod.String() || eff["buffer_size"] != int64(DefaultFileBufferSize) {
+		t.Errorf("effective file section: %v %v", eff, ok)
+	}
+	bad := map[string]any{"path": "t.pftrace", "fsync_period": "soon"}
+	if eff, ok := EffectiveSection(SinkTypeFile, bad); ok || eff["fsync_period"] != "soon" {
+		t.Errorf("a section with a problem came back as %v %v", eff, ok)
+	}
+	if _, ok := EffectiveSection("nosuch", nil); ok {
+		t.Error("an unknown type has an effective section")
 	}
 }

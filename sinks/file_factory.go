@@ -33,8 +33,8 @@ func fileFactory(m map[string]any) (Builder, error) {
 		Path:        sec.String("path", ""),
 		Compression: sec.String("compression", ""),
 		MaxFileSize: sec.ByteSize("max_file_size", 0),
-		FsyncPeriod: sec.Duration("fsync_period", 0),
-		BufferSize:  int(sec.ByteSize("buffer_size", 0)),
+		FsyncPeriod: sec.Duration("fsync_period", DefaultFsyncPeriod),
+		BufferSize:  int(sec.ByteSize("buffer_size", DefaultFileBufferSize)),
 	}
 	if o.Path == "" && !sec.Has("path") {
 		sec.Bad("path", "required for a file sink")
@@ -44,8 +44,13 @@ func fileFactory(m map[string]any) (Builder, error) {
 	case "":
 		o.Compression = implied
 	case CompressionNone, CompressionGzip, CompressionZstd:
-		if implied != CompressionNone && implied != o.Compression {
+		// The name and the bytes never disagree: a .pftrace name holding
+		// zstd opens nowhere by its name.
+		switch {
+		case implied != CompressionNone && implied != o.Compression:
 			sec.Bad("compression", "%q, but the name %q implies %s", o.Compression, filepath.Base(o.Path), implied)
+		case implied == CompressionNone && o.Compression != CompressionNone && o.Path != StdoutPath:
+			sec.Bad("compression", "%q, but the name %q says uncompressed: name it %s%s, or set compression to none", o.Compression, filepath.Base(o.Path), filepath.Base(o.Path), compressionExt[o.Compression])
 		}
 	default:
 		sec.Bad("compression", "%q is not supported; want \"none\", \"gzip\" or \"zstd\"", o.Compression)
@@ -72,6 +77,9 @@ func fileFactory(m map[string]any) (Builder, error) {
 }
 
 // compressionOf is the compression a file name implies.
+// compressionExt is the name extension each compression implies.
+var compressionExt = map[string]string{CompressionGzip: ".gz", CompressionZstd: ".zst"}
+
 func compressionOf(path string) string {
 	switch {
 	case strings.HasSuffix(path, ".gz"):

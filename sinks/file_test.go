@@ -284,7 +284,7 @@ func TestFileSinkNeverOverwrites(t *testing.T) {
 	}
 	// Rotation onto an existing name fails, is counted, and drops.
 	path2 := filepath.Join(dir, "u")
-	os.WriteFile(path2+".1", []byte("keep"), 0o644)
+	os.WriteFile(FileName(path2, 1), []byte("keep"), 0o644)
 	s := newTestFile(t, FileOptions{Path: path2, MaxFileSize: 100}, fileHooks{})
 	p := mkPacket(2, 1, tracefile.FieldTrackEvent, 60)
 	if err := s.Write(bg, [][]byte{p, p, p}); err == nil {
@@ -295,7 +295,7 @@ func TestFileSinkNeverOverwrites(t *testing.T) {
 	if st.PacketsWritten != 2 || st.PacketsDroppedError != 2 || st.Errors == 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	if b, _ := os.ReadFile(path2 + ".1"); string(b) != "keep" {
+	if b, _ := os.ReadFile(FileName(path2, 1)); string(b) != "keep" {
 		t.Fatal("existing file modified")
 	}
 	s.Close(bg)
@@ -423,5 +423,33 @@ func TestFileSinkRefusesExistingFile(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(path); string(b) != "keep me" {
 		t.Fatalf("the existing file was changed: %q", b)
+	}
+}
+
+// Rotated names keep the name's extension whole, so that a rotated file
+// still opens by its name (t.pftrace.zst.1 lost .zst), and SplitFileName
+// inverts FileName.
+func TestFileNameKeepsExtension(t *testing.T) {
+	for _, c := range []struct {
+		path string
+		i    int
+		want string
+	}{
+		{"out/t.pftrace.zst", 1, "out/t.1.pftrace.zst"},
+		{"out/t.pftrace.gz", 2, "out/t.2.pftrace.gz"},
+		{"out/t.pftrace", 10, "out/t.10.pftrace"},
+		{"out/trace-20261127-082501.123.pftrace", 1, "out/trace-20261127-082501.123.1.pftrace"},
+		{"out.d/t", 3, "out.d/t.3"},
+		{"out/t.gz", 1, "out/t.1.gz"},
+		{"out/.hidden", 1, "out/.hidden.1"},
+		{"out/t.pftrace", 0, "out/t.pftrace"},
+	} {
+		got := FileName(c.path, c.i)
+		if got != c.want {
+			t.Errorf("FileName(%q, %d) = %q, want %q", c.path, c.i, got, c.want)
+		}
+		if p, i := SplitFileName(got); p != c.path || i != c.i {
+			t.Errorf("SplitFileName(%q) = %q, %d, want %q, %d", got, p, i, c.path, c.i)
+		}
 	}
 }

@@ -109,6 +109,9 @@ func NewFilter(expr string) (*Filter, error) {
 	if !ast.OutputType().IsExactType(cel.BoolType) {
 		return nil, fmt.Errorf("sinks: filter %q: result type is %s, want bool", expr, ast.OutputType())
 	}
+	if err := checkKindLiterals(ast.NativeRep().Expr()); err != nil {
+		return nil, fmt.Errorf("sinks: filter %q: %w", expr, err)
+	}
 	prg, err := e.Program(ast, cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return nil, fmt.Errorf("sinks: filter %q: %w", expr, err)

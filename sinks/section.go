@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -24,17 +25,39 @@ type Section struct {
 	m     map[string]any
 	seen  map[string]bool
 	errs  FieldErrors
-	probe *sectionProbe // set by SectionKeysOf (section_probe.go)
+	eff   map[string]any // when EffectiveSection asks: every value a getter returned
+	probe *sectionProbe  // set by SectionKeysOf (section_probe.go)
 }
+
+// effectiveKey, present in a section given to NewSection, points at the
+// map EffectiveSection collects the section's effective values into.
+const effectiveKey = "\x00effective"
 
 // NewSection wraps a decoded section (nil is an empty section).
 func NewSection(m map[string]any) *Section {
 	s := &Section{m: m, seen: map[string]bool{}}
+	if eff, ok := m[effectiveKey].(map[string]any); ok {
+		s.eff = eff
+		s.m = maps.Clone(m)
+		delete(s.m, effectiveKey)
+	}
 	if p, ok := m[probeKey].(*sectionProbe); ok {
 		s.probe = p
 		s.seen[probeKey] = true
 	}
 	return s
+}
+
+// record notes the value a getter returned for key (its default when the
+// key is absent), as the config file would spell it.
+func (s *Section) record(key string, v any) {
+	if s.eff == nil {
+		return
+	}
+	if d, ok := v.(time.Duration); ok {
+		v = d.String()
+	}
+	s.eff[key] = v
 }
 
 // Has reports whether key is set (to a non-nil value).
@@ -56,6 +79,13 @@ func (s *Section) get(key, kind string) (any, bool) {
 
 // String returns a string value, or def when the key is absent.
 func (s *Section) String(key, def string) string {
+	v := s.stringRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// stringRaw is String without recording.
+func (s *Section) stringRaw(key, def string) string {
 	v, ok := s.get(key, "string")
 	if !ok {
 		return def
@@ -70,6 +100,13 @@ func (s *Section) String(key, def string) string {
 
 // Bool returns a bool value, or def.
 func (s *Section) Bool(key string, def bool) bool {
+	v := s.boolRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// boolRaw is Bool without recording.
+func (s *Section) boolRaw(key string, def bool) bool {
 	v, ok := s.get(key, "boolean")
 	if !ok {
 		return def
@@ -85,6 +122,13 @@ func (s *Section) Bool(key string, def bool) bool {
 // Int returns an integer value, or def. Integral floats (JSON) are
 // accepted.
 func (s *Section) Int(key string, def int64) int64 {
+	v := s.intRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// intRaw is Int without recording.
+func (s *Section) intRaw(key string, def int64) int64 {
 	v, ok := s.get(key, "integer")
 	if !ok {
 		return def
@@ -99,6 +143,13 @@ func (s *Section) Int(key string, def int64) int64 {
 
 // Duration returns a duration given as a Go duration string ("5s"), or def.
 func (s *Section) Duration(key string, def time.Duration) time.Duration {
+	v := s.durationRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// durationRaw is Duration without recording.
+func (s *Section) durationRaw(key string, def time.Duration) time.Duration {
 	v, ok := s.get(key, "duration")
 	if !ok {
 		return def
@@ -126,6 +177,13 @@ func (s *Section) Duration(key string, def time.Duration) time.Duration {
 // ByteSize returns a byte count given as an integer or a string with a
 // unit (see [ParseByteSize]), or def.
 func (s *Section) ByteSize(key string, def int64) int64 {
+	v := s.byteSizeRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// byteSizeRaw is ByteSize without recording.
+func (s *Section) byteSizeRaw(key string, def int64) int64 {
 	v, ok := s.get(key, "byte size")
 	if !ok {
 		return def
@@ -145,6 +203,13 @@ func (s *Section) ByteSize(key string, def int64) int64 {
 
 // Strings returns a list of strings, or def.
 func (s *Section) Strings(key string, def []string) []string {
+	v := s.stringsRaw(key, def)
+	s.record(key, v)
+	return v
+}
+
+// stringsRaw is Strings without recording.
+func (s *Section) stringsRaw(key string, def []string) []string {
 	v, ok := s.get(key, "list of strings")
 	if !ok {
 		return def
@@ -191,9 +256,24 @@ func (s *Section) Err() error {
 	slices.Sort(keys)
 	errs := s.errs
 	for _, k := range keys {
-		errs.Add(k, "unknown key")
+		errs.Add(k, "unknown key%s", s.suggest(k))
 	}
 	return errs.Err()
+}
+
+// suggest returns " (did you mean K?)" for the key a getter asked for that
+// is nearest to an unknown key k (edit distance at most 2), else "".
+func (s *Section) suggest(k string) string {
+	best, bestD := "", 3
+	for _, known := range slices.Sorted(maps.Keys(s.seen)) {
+		if d := EditDistance(strings.ToLower(k), known, bestD); d < bestD {
+			best, bestD = known, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
 }
 
 func toInt64(v any) (int64, bool) {

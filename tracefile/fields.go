@@ -1,6 +1,7 @@
 package tracefile
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/tracepipe/tracepipe/internal/loss"
@@ -133,3 +134,19 @@ const (
 // names joined by "|" (e.g. 65 → "PRESENT|OVERWRITE"); unknown bits appear as
 // "bit<n>". Zero renders as "0".
 func LossReasonString(mask uint32) string { return loss.String(mask) }
+
+// PacketKinds returns every name [PacketInfo.Kind] can return for a field
+// this package knows (payload fields, plus interned_data and
+// trace_packet_defaults, which name a packet carrying nothing else),
+// sorted. Filters check their kind literals against it.
+func PacketKinds() []string {
+	var out []string
+	for num, name := range packetFieldNames {
+		if headerField(num) && num != FieldInternedData && num != FieldTracePacketDefaults {
+			continue
+		}
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -5,10 +5,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -31,7 +31,7 @@ const (
 // example config").
 func TestExampleConfigsCheck(t *testing.T) {
 	type output struct {
-		// name is the sink file; rotated files are name, name.1, name.2, ...
+		// name is the sink file; rotated files are sinks.FileName's
 		name string
 		// first is what the (first) file must show. rest, for rotated
 		// sets, gives what each later file must show, from the file's
@@ -41,6 +41,7 @@ func TestExampleConfigsCheck(t *testing.T) {
 		first []string
 		rest  func(s *tracefile.Summary) []string
 	}
+	covered := map[string]bool{}
 	for _, tc := range []struct {
 		config  string
 		set     []string
@@ -79,7 +80,20 @@ func TestExampleConfigsCheck(t *testing.T) {
 				if len(ts.BufferStats) == 0 || ts.BufferStats[0].WriteWrapCount < 3 {
 					t.Fatalf("the ring did not wrap 3 times: %+v", ts.BufferStats)
 				}
+				// The process tree dumped at start survives the wraps: it
+				// has a buffer of its own (it shared the ring, and was
+				// the first thing overwritten).
+				if n := summarize(t, filepath.Join(dir, "wrap.pftrace.gz")).Kinds["process_tree"]; n == 0 {
+					t.Errorf("the wrapped ring's trace has no process_tree packet")
+				}
 			},
+		},
+		{
+			// The flight recorder read at stop (its periodic trigger
+			// fires after 30 s: no snapshot in 1 s).
+			config:  "flight_recorder.yaml",
+			set:     []string{"duration=1s", "unique_session_name=", "data_sources[0].config.rate=2000", "sinks[0].path={dir}/flight.pftrace"},
+			outputs: []output{{name: "flight.pftrace", first: []string{}}},
 		},
 		{
 			config: "two_buffers.yaml",
@@ -110,14 +124,20 @@ func TestExampleConfigsCheck(t *testing.T) {
 			}},
 		},
 	} {
+		covered[tc.config] = true
 		t.Run(strings.TrimSuffix(tc.config, ".yaml")+"/"+tc.outputs[0].name, func(t *testing.T) {
 			dir := t.TempDir()
 			args := []string{"run", "-c", filepath.Join("..", "..", "configs", tc.config)}
 			for _, s := range tc.set {
 				args = append(args, "--set", strings.ReplaceAll(s, "{dir}", dir))
 			}
-			if _, stderr, code := runCLI(t, args...); code != exitOK {
+			_, stderr, code := runCLI(t, args...)
+			if code != exitOK {
 				t.Fatalf("run: exit %d\n%s", code, stderr)
+			}
+			// Outputs check finds clean draw no import warning from run.
+			if strings.Contains(stderr, "Perfetto may skip") {
+				t.Errorf("run warns about a trace check finds clean:\n%s", stderr)
 			}
 			if tc.premise != nil {
 				tc.premise(t, dir)
@@ -154,17 +174,25 @@ func TestExampleConfigsCheck(t *testing.T) {
 			}
 		})
 	}
+	// Every example config is run and checked.
+	examples, err := filepath.Glob(filepath.Join("..", "..", "configs", "*.yaml"))
+	if err != nil || len(examples) == 0 {
+		t.Fatalf("no example configs: %v", err)
+	}
+	for _, e := range examples {
+		if !covered[filepath.Base(e)] {
+			t.Errorf("configs/%s is not checked here", filepath.Base(e))
+		}
+	}
 }
 
-// rotatedFiles returns name, name.1, name.2, ... as they exist in dir.
+// rotatedFiles returns name and its rotated files (sinks.FileName), as
+// they exist in dir.
 func rotatedFiles(t *testing.T, dir, name string) []string {
 	t.Helper()
 	var out []string
 	for i := 0; ; i++ {
-		p := filepath.Join(dir, name)
-		if i > 0 {
-			p += "." + strconv.Itoa(i)
-		}
+		p := sinks.FileName(filepath.Join(dir, name), i)
 		if _, err := os.Stat(p); err != nil {
 			break
 		}

@@ -52,6 +52,10 @@ func (c *sessionControl) Trigger(names []string) ([]string, int) {
 	return acted, len(names) - len(acted)
 }
 
+// TriggerNames makes the control server refuse unknown trigger names
+// (control.TriggerNamer).
+func (c *sessionControl) TriggerNames() []string { return c.svc.TriggerNames() }
+
 func (c *sessionControl) Snapshot(ctx context.Context, path, trigger string) (control.SnapshotResult, error) {
 	select {
 	case r := <-c.svc.Snapshot(pipeline.SnapshotRequest{Trigger: trigger, Path: path}):
@@ -208,7 +212,7 @@ func newControlCmds() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(w, "acted: %s; ignored (unknown, skipped or rate-limited): %d\n", strings.Join(r.GetActed(), " "), r.GetIgnored())
+			fmt.Fprintf(w, "acted: %s; ignored (skipped or rate-limited): %d\n", strings.Join(r.GetActed(), " "), r.GetIgnored())
 			return nil
 		})
 	rot := controlCmd("rotate [--session NAME|PID]", "Close the running session's files and continue in new ones (lttng rotate)", cobra.NoArgs,

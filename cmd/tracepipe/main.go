@@ -86,7 +86,8 @@ func newRootCmd() *cobra.Command {
 	}
 	root.Version = version()
 	root.SetVersionTemplate("tracepipe {{.Version}}\n")
-	root.CompletionOptions.HiddenDefaultCmd = true
+	// `tracepipe completion bash|zsh|fish|powershell` is listed in the
+	// help (cobra's default command; it was hidden).
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
 	root.AddCommand(

@@ -12,9 +12,10 @@ import (
 	"github.com/tracepipe/tracepipe/pipeline"
 )
 
-const pluginsLong = `List the data-source plugins in a directory: each executable is asked
-(a short-lived process, no tracing) which data sources it serves, with
-their description and config keys. The directory is --dir, else the
+const pluginsLong = `List the data-source plugins in a directory: each executable whose name
+starts with "tracepipe-plugin-" is asked (a short-lived process, no
+tracing) which data sources it serves, with their description and config
+keys; other files are never run. The directory is --dir, else the
 plugin_dir of the config given with -c. A data source listed here can be
 used by name alone in data_sources[i].name when plugin_dir names the
 directory.`
@@ -56,7 +57,7 @@ func listPlugins(ctx context.Context, dir string, w io.Writer) error {
 		return err
 	}
 	if len(list) == 0 {
-		_, err := fmt.Fprintf(w, "no plugins in %s\n", dir)
+		_, err := fmt.Fprintf(w, "no plugins in %s (a plugin is an executable named %s*)\n", dir, pipeline.PluginPrefix)
 		return err
 	}
 	var failed int

@@ -18,11 +18,11 @@ func TestPluginsDiscovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "counter"), plugin, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tracepipe-plugin-counter"), plugin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code := runCLI(t, "plugins", "--dir", dir)
-	for _, want := range []string{filepath.Join(dir, "counter"), "  example.counter  writes a fixed number", "    config.packets (integer, default 100)  number of packets"} {
+	for _, want := range []string{filepath.Join(dir, "tracepipe-plugin-counter"), "  example.counter  writes a fixed number", "    config.packets (integer, default 100)  number of packets"} {
 		if code != exitOK || !strings.Contains(stdout, want) {
 			t.Fatalf("exit %d, stderr %q, stdout lacks %q:\n%s", code, stderr, want, stdout)
 		}
@@ -62,7 +62,7 @@ func TestRunFindsPluginInPluginDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "counter"), plugin, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tracepipe-plugin-counter"), plugin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "found.pftrace")
@@ -100,5 +100,62 @@ sinks: [{type: file, path: %q}]
 	stdout, stderr, code := runCLI(t, "plugins", "--dir", ".")
 	if code != exitOK || !strings.Contains(stdout, "example.counter") {
 		t.Fatalf("plugins --dir .: exit %d, stderr %q, stdout %q", code, stderr, stdout)
+	}
+}
+
+// A plugin directory's files that do not follow the naming convention
+// (tracepipe-plugin-*) are never run: `plugins --dir /usr/bin` ran every
+// program there. Here a program that is not a plugin would leave a mark.
+func TestPluginsRunsOnlyNamedPlugins(t *testing.T) {
+	dir := t.TempDir()
+	mark := filepath.Join(t.TempDir(), "ran")
+	script := "#!/bin/sh\necho ran >> " + mark + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "ls"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runCLI(t, "plugins", "--dir", dir)
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatalf("plugins --dir ran a program not named tracepipe-plugin-*")
+	}
+	if code != exitOK || stdout != "no plugins in "+dir+" (a plugin is an executable named tracepipe-plugin-*)\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// One rule for relative paths in a config file: a file sink's path is the
+// config file's directory's, like a plugin's (it was the working
+// directory's); -o stays the working directory's.
+func TestRelativePathsFollowTheConfigFile(t *testing.T) {
+	confDir, work := t.TempDir(), t.TempDir()
+	plugin, err := os.ReadFile(examplePlugin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(confDir, "counter"), plugin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(confDir, "c.yaml")
+	if err := os.WriteFile(cfg, []byte(`duration: 0s
+buffers: [{size_kb: 1024}]
+data_sources: [{name: example.counter, plugin: ./counter, config: {packets: 5}}]
+sinks: [{type: file, path: traces/rel.pftrace}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(confDir, "traces"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(work)
+	if _, stderr, code := runCLI(t, "run", "-c", cfg); code != exitOK {
+		t.Fatalf("run: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(confDir, "traces", "rel.pftrace")); err != nil {
+		t.Errorf("the sink path was not taken relative to the config file: %v", err)
+	}
+	if _, stderr, code := runCLI(t, "run", "-c", cfg, "-o", "cli.pftrace"); code != exitOK {
+		t.Fatalf("run -o: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(work, "cli.pftrace")); err != nil {
+		t.Errorf("-o was not taken relative to the working directory: %v", err)
 	}
 }

@@ -283,7 +283,19 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	close(done)
 	console.clearStatus()
 	if res != nil {
+		if err == nil && res.TriggerTimedOut {
+			// The files are removed before the summary, which then says
+			// so: it never reports a file that no longer exists.
+			for _, f := range res.Files {
+				_ = os.Remove(f)
+			}
+			printDiscarded(stderr, res)
+			return exitCodeError{code: exitNoTrigger, err: fmt.Errorf("trigger_timeout: no trigger acted within %v; no trace written", cfg.TriggerConfig.Timeout)}
+		}
 		printSummary(stderr, res, lossContext(cfg))
+		if warn := importWarning(res, cfg); warn != "" { // run_import.go
+			fmt.Fprintln(stderr, warn)
+		}
 		// A sink failure is already in the log and in the sink's summary
 		// line: the exit error names the sink without a third copy.
 		for _, sr := range res.Sinks {
@@ -291,12 +303,6 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 				err = fmt.Errorf("sink %s failed (its summary line above says why); the session stopped (on_error: stop)", sr.Name)
 				break
 			}
-		}
-		if err == nil && res.TriggerTimedOut {
-			for _, f := range res.Files {
-				_ = os.Remove(f)
-			}
-			return exitCodeError{code: exitNoTrigger, err: fmt.Errorf("trigger_timeout: no trigger acted within %v; no trace written", cfg.TriggerConfig.Timeout)}
 		}
 		if err == nil {
 			// on_error: drop let the session finish; the run still failed

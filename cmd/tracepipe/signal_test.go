@@ -258,7 +258,7 @@ func TestRotatedFilesOpenAloneAndAsASet(t *testing.T) {
 	if _, stderr, code := runCLI(t, "run", "--duration", "3s", "-o", out, "--set", "max_file_size=1MiB"); code != exitOK {
 		t.Fatalf("run: exit %d %s", code, stderr)
 	}
-	files, _ := filepath.Glob(out + "*")
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(out), "t*.pftrace")) // t.pftrace, t.1.pftrace, ...
 	if len(files) < 2 {
 		t.Fatalf("%d files: no rotation", len(files))
 	}
@@ -279,7 +279,7 @@ func TestRotatedFilesOpenAloneAndAsASet(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "trace set of "+strconv.Itoa(len(files))+" files") {
 		t.Errorf("inspect on the set: exit %d\n%s", code, stdout)
 	}
-	if got := rotationOrder([]string{"t.pftrace.10", "t.pftrace", "t.pftrace.2", "t.pftrace.1"}); !slices.Equal(got, []string{"t.pftrace", "t.pftrace.1", "t.pftrace.2", "t.pftrace.10"}) {
+	if got := rotationOrder([]string{"t.10.pftrace", "t.pftrace", "t.2.pftrace", "t.1.pftrace"}); !slices.Equal(got, []string{"t.pftrace", "t.1.pftrace", "t.2.pftrace", "t.10.pftrace"}) {
 		t.Errorf("rotation order %v", got)
 	}
 }

@@ -6,16 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-// A trace set is the files one rotating file sink wrote: PATH, PATH.1,
-// PATH.2, ... Each file is self-contained (service packets, restore
+// A trace set is the files one rotating file sink wrote: t.pftrace,
+// t.1.pftrace, t.2.pftrace, ... (sinks.FileName) Each file is self-contained (service packets, restore
 // packets, a TraceStats at its end); `stats` and `inspect` given several
 // files report the set as one trace, in rotation order, plus each file's
 // own counters.
@@ -23,27 +23,19 @@ import (
 // traceArgs accepts one or more trace files.
 func traceArgs(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
-		return usageError{fmt.Errorf("%s takes one or more trace files (a rotated set: out/t.pftrace*), got none", cmd.CommandPath())}
+		return usageError{fmt.Errorf("%s takes one or more trace files (a rotated set: out/t*.pftrace), got none", cmd.CommandPath())}
 	}
 	return nil
 }
 
 // rotationOrder sorts the files of a set as the sink wrote them: by name
-// without the rotation suffix, then by the numeric suffix (t.pftrace
-// before t.pftrace.2 before t.pftrace.10; a shell glob sorts .10 first).
+// without the rotation index, then by the index (t.pftrace before
+// t.2.pftrace before t.10.pftrace; a shell glob sorts .10 first).
 func rotationOrder(paths []string) []string {
 	out := slices.Clone(paths)
-	split := func(p string) (string, int) {
-		if i := strings.LastIndexByte(p, '.'); i > 0 {
-			if n, err := strconv.Atoi(p[i+1:]); err == nil && n > 0 && !strings.ContainsRune(p[i+1:], '+') {
-				return p[:i], n
-			}
-		}
-		return p, 0
-	}
 	slices.SortStableFunc(out, func(a, b string) int {
-		ba, na := split(a)
-		bb, nb := split(b)
+		ba, na := sinks.SplitFileName(a)
+		bb, nb := sinks.SplitFileName(b)
 		if c := strings.Compare(ba, bb); c != 0 {
 			return c
 		}

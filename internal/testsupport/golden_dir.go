@@ -37,6 +37,7 @@ func dir(t testing.TB, shared string, ci bool, parts ...string) string {
 		if ci {
 			t.Fatalf("%s; CI is set, so this is a failure, not a skip", msg)
 		} else {
+			noteSkip(os.Getenv(SkipLogEnv), t.Name(), d)
 			t.Skip(msg)
 		}
 		return ""
@@ -61,4 +62,35 @@ func moduleRoot() (string, error) {
 		}
 		d = up
 	}
+}
+
+// SkipLogEnv names the environment variable holding the file GoldenDir
+// appends a line to for each skipped test: package folder (relative to
+// the module root), test name and missing folder, tab-separated. The
+// Makefile's unit target sets it and summarises the file.
+const SkipLogEnv = "TESTSUPPORT_SKIP_LOG"
+
+// noteSkip appends the skip of test (missing folder missing) to the file
+// log, when log is set. Lines are short single writes to a file opened
+// for appending, so test binaries running in parallel do not interleave
+// them. A log that cannot be written is left alone: the skip itself still
+// shows in go test's output.
+func noteSkip(log, test, missing string) {
+	if log == "" {
+		return
+	}
+	pkg := "."
+	if root, err := moduleRoot(); err == nil {
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(root, wd); err == nil {
+				pkg = rel
+			}
+		}
+	}
+	f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s\t%s\t%s\n", pkg, test, missing)
 }

@@ -1,8 +1,10 @@
 package testsupport
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -59,5 +61,61 @@ func TestGoldenDirFindsShared(t *testing.T) {
 	d := GoldenDir(t)
 	if filepath.Base(d) != "golden" || filepath.Base(filepath.Dir(d)) != "shared" {
 		t.Fatalf("GoldenDir() = %q, want .../shared/golden", d)
+	}
+}
+
+// A local skip is noted in the skip log (for make test's summary line); a
+// CI failure is not a skip and is not noted.
+func TestSkipIsLogged(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "skips")
+	t.Setenv(SkipLogEnv, log)
+	shared := filepath.Join(t.TempDir(), "shared")
+	dir(&recorder{TB: t}, shared, false, "protovm")
+	dir(&recorder{TB: t}, shared, true, "perfetto-smb")
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "internal/testsupport\t" + t.Name() + "\t" + filepath.Join(shared, "golden", "protovm") + "\n"
+	if string(b) != want {
+		t.Fatalf("skip log %q, want %q", b, want)
+	}
+}
+
+// TestMakefileSummarisesSkips runs the Makefile's unit target with a
+// stand-in for go that logs two skips, as GoldenDir does, and fails: make
+// ends with one line naming the packages and the missing folder, and
+// keeps go's exit status.
+func TestMakefileSummarisesSkips(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatalf("make (the README's test command) is not installed: %v", err)
+	}
+	fake := filepath.Join(t.TempDir(), "go")
+	script := "#!/bin/sh\nprintf 'protovm\\tTestA\\t/x/shared/golden/protovm\\nsmb\\tTestB/sub\\t/x/shared/golden/perfetto-smb/v1\\n' >> \"$" + SkipLogEnv + "\"\nexit 3\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(makeBin, "-s", "-C", root, "unit", "GO="+fake)
+	cmd.Env = append(os.Environ(), "MAKEFLAGS=")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("make unit: %v (want the fake go's failure)\n%s", err, out)
+	}
+	// make's own "*** Error 3" line follows; the summary is the last of ours.
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if !strings.HasPrefix(l, "make: ") && !strings.HasPrefix(l, "make[") {
+			lines = append(lines, l)
+		}
+	}
+	want := "SKIPPED: 2 golden conformance tests in protovm smb: /x/shared/golden is missing (CI is unset, so they skip; with CI set they fail)"
+	if last := lines[len(lines)-1]; last != want {
+		t.Fatalf("last line %q, want %q\n%s", last, want, out)
 	}
 }

@@ -90,10 +90,10 @@ func counterPlugin(t *testing.T) string {
 }
 
 // counterPacket is packet i of example.counter with a payload of size
-// bytes, encoded independently of the plugin's code, as the service reads
-// it: the TraceWriter prefixes a sequence's first packet with
-// first_packet_on_sequence (field 87) = true.
-func counterPacket(i, size int) []byte {
+// bytes and timestamp ts, encoded independently of the plugin's code, as
+// the service reads it: the TraceWriter prefixes a sequence's first packet
+// with first_packet_on_sequence (field 87) = true.
+func counterPacket(i, size int, ts uint64) []byte {
 	var b []byte
 	if i == 0 {
 		b = protowire.AppendTag(b, 87, protowire.VarintType)
@@ -112,9 +112,38 @@ func counterPacket(i, size int) []byte {
 	payload = protowire.AppendTag(payload, 3, protowire.VarintType)
 	payload = protowire.AppendVarint(payload, uint64(i))
 	b = protowire.AppendTag(b, 8, protowire.VarintType)
-	b = protowire.AppendVarint(b, uint64(i+1))
+	b = protowire.AppendVarint(b, ts)
 	b = protowire.AppendTag(b, 900, protowire.BytesType)
 	return protowire.AppendBytes(b, payload)
+}
+
+// checkCounterPacket reports whether pkt is packet i of example.counter
+// (see counterPacket), its timestamp a clock reading later than prev
+// (the plugin stamps CLOCK_BOOTTIME, strictly increasing); it returns the
+// timestamp.
+func checkCounterPacket(pkt []byte, i, size int, prev uint64) (uint64, error) {
+	var ts uint64
+	for b := pkt; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, fmt.Errorf("packet %d: bad tag", i)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return 0, fmt.Errorf("packet %d: bad field %d", i, num)
+		}
+		if num == 8 && typ == protowire.VarintType {
+			ts, _ = protowire.ConsumeVarint(b[n:])
+		}
+		b = b[n+m:]
+	}
+	if ts <= prev {
+		return 0, fmt.Errorf("packet %d: timestamp %d after %d: not a clock reading", i, ts, prev)
+	}
+	if want := counterPacket(i, size, ts); !bytes.Equal(pkt, want) {
+		return 0, fmt.Errorf("packet %d: got %d bytes %x..., want %d bytes %x...", i, len(pkt), pkt[:min(16, len(pkt))], len(want), want[:16])
+	}
+	return ts, nil
 }
 
 // consumer plays the service for one plugin: its OnCommit decodes each

@@ -145,9 +145,11 @@ func TestCounterPluginEndToEnd(t *testing.T) {
 			if len(got) != tc.packets {
 				t.Fatalf("got %d packets, want %d", len(got), tc.packets)
 			}
+			var ts uint64
 			for i, pkt := range got {
-				if want := counterPacket(i, tc.size); !bytes.Equal(pkt, want) {
-					t.Fatalf("packet %d: got %d bytes %x..., want %d bytes %x...", i, len(pkt), pkt[:min(16, len(pkt))], len(want), want[:16])
+				var err error
+				if ts, err = checkCounterPacket(pkt, i, tc.size, ts); err != nil {
+					t.Fatal(err)
 				}
 			}
 			// Calls after Stop fail instead of hanging or panicking.
@@ -345,9 +347,11 @@ func TestChildDiesMidStream(t *testing.T) {
 				t.Errorf("reader rejected %d chunks", rejected)
 			}
 			// What arrived before the end is an exact prefix.
+			var ts uint64
 			for i, pkt := range got {
-				if !bytes.Equal(pkt, counterPacket(i, 64)) {
-					t.Fatalf("packet %d differs", i)
+				var err error
+				if ts, err = checkCounterPacket(pkt, i, 64, ts); err != nil {
+					t.Fatal(err)
 				}
 			}
 			if len(got) >= 100000 {

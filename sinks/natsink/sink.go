@@ -63,6 +63,15 @@ type Options struct {
 // DefaultStream is the stream name a sink creates when none is given.
 const DefaultStream = "TRACEPIPE"
 
+// Defaults of the Options a zero value leaves to the sink.
+const (
+	DefaultMaxInflight  = 16
+	DefaultAckTimeout   = 5 * time.Second
+	DefaultCloseTimeout = 5 * time.Second
+	DefaultBackoffMin   = 50 * time.Millisecond
+	DefaultBackoffMax   = 5 * time.Second
+)
+
 // Sink publishes batches to JetStream. Write never blocks (see
 // remote.Outbox); one goroutine publishes with up to MaxInflight
 // acknowledgements pending and, after any failure, publishes again from
@@ -96,19 +105,19 @@ func New(opts Options) (*Sink, error) {
 		opts.Stream = DefaultStream
 	}
 	if opts.MaxInflight <= 0 {
-		opts.MaxInflight = 16
+		opts.MaxInflight = DefaultMaxInflight
 	}
 	if opts.AckTimeout <= 0 {
-		opts.AckTimeout = 5 * time.Second
+		opts.AckTimeout = DefaultAckTimeout
 	}
 	if opts.CloseTimeout <= 0 {
-		opts.CloseTimeout = 5 * time.Second
+		opts.CloseTimeout = DefaultCloseTimeout
 	}
 	if opts.BackoffMin <= 0 {
-		opts.BackoffMin = 50 * time.Millisecond
+		opts.BackoffMin = DefaultBackoffMin
 	}
 	if opts.BackoffMax <= 0 {
-		opts.BackoffMax = 5 * time.Second
+		opts.BackoffMax = DefaultBackoffMax
 	}
 	opts.BackoffMax = max(opts.BackoffMax, opts.BackoffMin)
 	if opts.Identity.Machine == 0 {

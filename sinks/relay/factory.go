@@ -48,18 +48,18 @@ func factory(m map[string]any) (sinks.Builder, error) {
 	o.Address = sec.String("address", "")
 	o.Identity.Machine = uint64(sec.Int("machine_id", 0))
 	o.Identity.Hostname = sec.String("hostname", "")
-	o.BatchBytes = int(sec.ByteSize("batch_size", 0))
-	o.MaxBatches = int(sec.Int("max_batches", 0))
-	o.BackoffMin = sec.Duration("backoff_min", 0)
-	o.BackoffMax = sec.Duration("backoff_max", 0)
-	o.DialTimeout = sec.Duration("dial_timeout", 0)
-	o.FirstContactTimeout = sec.Duration("first_contact_timeout", 0)
-	o.CloseTimeout = sec.Duration("close_timeout", 0)
-	o.ClockSyncPeriod = sec.Duration("clock_sync_period", 0)
+	o.BatchBytes = int(sec.ByteSize("batch_size", remote.DefaultBatchBytes))
+	o.MaxBatches = int(sec.Int("max_batches", remote.DefaultMaxBatches))
+	o.BackoffMin = sec.Duration("backoff_min", DefaultBackoffMin)
+	o.BackoffMax = sec.Duration("backoff_max", DefaultBackoffMax)
+	o.DialTimeout = sec.Duration("dial_timeout", DefaultDialTimeout)
+	o.CloseTimeout = sec.Duration("close_timeout", DefaultCloseTimeout)
+	o.FirstContactTimeout = sec.Duration("first_contact_timeout", sinks.DefaultFirstContactTimeout)
+	o.ClockSyncPeriod = sec.Duration("clock_sync_period", DefaultClockSyncPeriod)
 	if !sec.Bool("clock_sync", true) {
 		o.ClockSyncPeriod = -1
-	} else if o.ClockSyncPeriod != 0 && o.ClockSyncPeriod < time.Second {
-		sec.Bad("clock_sync_period", "%v is below 1s (0 = default 30s; clock_sync: false turns rounds off)", o.ClockSyncPeriod)
+	} else if o.ClockSyncPeriod < time.Second {
+		sec.Bad("clock_sync_period", "%v is below 1s (clock_sync: false turns rounds off)", o.ClockSyncPeriod)
 	}
 	b.tls = sec.Bool("tls", false)
 	b.ca = sec.String("tls_ca_file", "")

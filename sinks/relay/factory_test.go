@@ -40,7 +40,7 @@ func TestFactoryClockSync(t *testing.T) {
 		m    map[string]any
 		want time.Duration
 	}{
-		{map[string]any{}, 0},
+		{map[string]any{}, DefaultClockSyncPeriod},
 		{map[string]any{"clock_sync_period": "2m"}, 2 * time.Minute},
 		{map[string]any{"clock_sync": false}, -1},
 	} {

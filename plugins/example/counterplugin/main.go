@@ -9,7 +9,9 @@
 //	trigger: a trigger name to activate once every packet is written
 //	         (plugins.ActivateTriggers: the session's trigger_config decides)
 //
-// Packet i (0-based) is a TracePacket with timestamp (field 8) = i+1 and
+// Packet i (0-based) is a TracePacket with timestamp (field 8) = the
+// CLOCK_BOOTTIME time it was written (trackevent.Now, the clock of the
+// session's clock snapshots; strictly increasing from packet to packet) and
 // for_testing (field 900) = a valid TestEvent (Perfetto's test_event.proto):
 // seq_value (2) = i, counter (3) = i, str (1) = size ASCII letters, byte j
 // being 'a' + j%26. Strict decoders (protoc --decode, Python protobuf)
@@ -17,7 +19,10 @@
 // one writer, which is flushed at the end; the source is plugins.Finite and
 // its Done channel closes once every packet is written.
 //
-// Run by hand it only explains that it is a plugin.
+// Run by hand it only explains that it is a plugin. To have plugin_dir
+// find it, name the binary by the plugin convention:
+//
+//	go build -o DIR/tracepipe-plugin-counter ./plugins/example/counterplugin
 package main
 
 import (
@@ -32,6 +37,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/plugins/sdk"
+	"github.com/tracepipe/tracepipe/plugins/trackevent"
 )
 
 // Name is the data source name this plugin serves.
@@ -154,6 +160,7 @@ func (c *counter) run(w plugins.PacketWriter) {
 		str[j] = 'a' + byte(j%26)
 	}
 	var pkt, event []byte
+	var ts uint64
 	for i := int64(0); i < c.packets; i++ {
 		select {
 		case <-c.stop:
@@ -165,7 +172,11 @@ func (c *counter) run(w plugins.PacketWriter) {
 		}
 		event = appendTestEvent(event[:0], i, str)
 		pkt = protowire.AppendTag(pkt[:0], 8, protowire.VarintType)
-		pkt = protowire.AppendVarint(pkt, uint64(i+1))
+		// A real clock, so that the packets fall inside the session
+		// (stamping 1, 2, 3 ns put them decades before it:
+		// check's timestamps_outside_session).
+		ts = max(ts+1, trackevent.Now())
+		pkt = protowire.AppendVarint(pkt, ts)
 		pkt = protowire.AppendTag(pkt, 900, protowire.BytesType)
 		pkt = protowire.AppendBytes(pkt, event)
 		if err := w.WritePacket(pkt); err != nil {
