@@ -62,7 +62,8 @@ func (r LossRow) Lost() bool { return r.Severity == SeverityDataLoss && r.Value 
 // sink_errors are data_loss; the rest (sink volume, filtered packets,
 // deferred reads, ProtoVM outcomes, data source errors) are info — a
 // filter drops by design, and a data source error shows up as loss in
-// the counters it causes.
+// the counters it causes. A receiver's section (serve.*: batches_missing
+// and batches_refused are data_loss) follows when present.
 func LossReport(ts TraceStats) []LossRow {
 	var rows []LossRow
 	for _, f := range traceStatsFields {
@@ -91,6 +92,9 @@ func LossReport(ts TraceStats) []LossRow {
 			rows = append(rows, LossRow{Name: f.name, Index: -1, Severity: severity(f.loss), Value: *f.ptr(tp)})
 		}
 		rows = append(rows, producerLossRows(tp)...)
+		if tp.Receiver != nil {
+			rows = append(rows, receiverLossRows(tp.Receiver)...)
+		}
 	}
 	return rows
 }

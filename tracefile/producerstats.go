@@ -65,6 +65,11 @@ func appendProducerStats(b []byte, ps []ProducerStats) []byte {
 // decodeTracepipeExtra decodes TracepipeStats' non-counter fields.
 func decodeTracepipeExtra(tp *TracepipeStats) func(num protowire.Number, typ protowire.Type, v uint64, payload []byte, off int) error {
 	return func(num protowire.Number, typ protowire.Type, _ uint64, payload []byte, _ int) error {
+		if num == tpReceiver && typ == protowire.BytesType {
+			r, err := decodeReceiverStats(payload)
+			tp.Receiver = r
+			return err
+		}
 		if num != tpProducers || typ != protowire.BytesType {
 			return nil
 		}

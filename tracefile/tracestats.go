@@ -103,6 +103,9 @@ type TracepipeStats struct {
 	SinkRestoreOverflows   uint64 // 17: a rotated file started without a sequence's state (the fold outgrew its bound)
 	// Producers (20) attributes faults to the producers that had any.
 	Producers []ProducerStats
+	// Receiver (40), set only in TraceStats packets a receiver (`tracepipe
+	// serve`) wrote: its account of one sender session (receiverstats.go).
+	Receiver *ReceiverStats
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -257,7 +260,11 @@ func appendTraceStatsBody(b []byte, ts *TraceStats) []byte {
 	}
 	if tp := ts.Tracepipe; tp != nil {
 		b = wire.AppendNested(b, tsTracepipe, func(b []byte) []byte {
-			return appendProducerStats(appendCounters(b, tracepipeStatsFields, tp), tp.Producers)
+			b = appendProducerStats(appendCounters(b, tracepipeStatsFields, tp), tp.Producers)
+			if tp.Receiver != nil {
+				b = appendReceiverStats(b, tp.Receiver)
+			}
+			return b
 		})
 	}
 	for i := range ts.WriterStats {
