@@ -93,11 +93,14 @@ func TestStoreSequenceCap(t *testing.T) {
 		t.Fatalf("a batch within the cap after a refusal: %v %v", ok, err)
 	}
 	pkts := filePackets(t, filepath.Join(dir, MergedName))
-	if len(pkts) != 6 {
-		t.Fatalf("%d packets in the merged file, want 6", len(pkts))
+	if len(pkts) != 7 {
+		t.Fatalf("%d packets in the merged file, want 6 and a receiver packet", len(pkts))
+	}
+	if r := receiverSection(t, pkts[6]); r.BatchesRefused != 1 || r.PacketsStored != 7 || r.Machine != 9 {
+		t.Fatalf("receiver section %+v", r)
 	}
 	seen := map[uint32]bool{}
-	for _, p := range pkts {
+	for _, p := range pkts[:6] {
 		info, _ := tracefile.DecodePacket(p)
 		seen[info.SequenceID] = true
 	}

@@ -302,15 +302,15 @@ func (st *Stream) checkWindowLocked(seq uint64) error {
 		return nil
 	}
 	st.st.recv.BatchesRefused++
+	st.st.unreported = true
 	st.store.Stats.RefusedWindow.Add(1)
 	st.store.limitHit(limitWindow, "remote: session %s of %s: batch %d is more than %d (--seq-window) beyond the last stored batch %d; refused", hex.EncodeToString(st.st.session[:]), st.st.hostname, seq, w, last)
 	return fmt.Errorf("%w: batch %d is more than %d beyond the last stored batch %d", ErrSeqWindow, seq, w, last)
 }
 
 // Release ends this handle's use of the stream. When the stream's last
-// handle goes and the stream stored batches since its last receiver
-// packet, a receiver packet (its counts) ends the connection's part of
-// the trace. When no handle of a per-session file is left, the file is
+// handle goes and batches were refused since its last receiver packet, a
+// receiver packet records them. When no handle of a per-session file is left, the file is
 // closed (a long-running receiver must not keep one open per session it
 // ever saw); a sender that reconnects reopens it, continuing from its
 // state file. The merged file stays open. Release twice is a no-op.
@@ -323,7 +323,7 @@ func (st *Stream) Release() {
 	t.mu.Lock()
 	st.st.handles--
 	if st.st.handles == 0 {
-		if st.st.dirty && t.err == nil {
+		if st.st.unreported && st.st.registered && t.err == nil {
 			t.err = t.writeReceiverPacket(s, st.st, nil)
 		}
 		if !st.st.registered {
@@ -378,6 +378,7 @@ func (st *Stream) Append(seq uint64, data []byte, packets int, nbytes uint64) (b
 		ss.rollback(t, mark)
 		if errors.Is(err, ErrTooManySequences) {
 			ss.recv.BatchesRefused++
+			ss.unreported = true
 			s.Stats.RefusedSequences.Add(1)
 			s.limitHit(limitSequences, "remote: session %s of %s brings more than %d sequence ids (--max-sequences) into the merged file; batch refused", hex.EncodeToString(ss.session[:]), ss.hostname, s.opts.MaxSequences)
 		}
@@ -386,6 +387,7 @@ func (st *Stream) Append(seq uint64, data []byte, packets int, nbytes uint64) (b
 	if b := s.opts.DiskBudget; b > 0 && s.Stats.DiskBytes.Load()+int64(len(out))+int64(len(t.stateBuf))+receiverPacketSlack > b {
 		ss.rollback(t, mark)
 		ss.recv.BatchesRefused++
+		ss.unreported = true
 		s.Stats.RefusedDisk.Add(1)
 		s.limitHit(limitDisk, "remote: %s: the files hold %d bytes; batch %d of %d bytes would pass the disk budget of %d bytes (--max-disk); refusing batches", t.name, s.Stats.DiskBytes.Load(), seq, len(out), b)
 		return false, fmt.Errorf("%w: %d bytes stored, budget %d", ErrDiskBudget, s.Stats.DiskBytes.Load(), b)
@@ -423,13 +425,14 @@ func (st *Stream) Append(seq uint64, data []byte, packets int, nbytes uint64) (b
 	ss.recv.BatchesStored++
 	ss.recv.PacketsStored += uint64(packets)
 	ss.recv.BytesStored += nbytes
-	ss.dirty = true
 	s.Stats.Batches.Add(1)
 	s.Stats.Packets.Add(uint64(packets))
 	s.Stats.Bytes.Add(nbytes)
-	if gap {
-		// The gap goes into the trace at once, so that a reader of the
-		// file sees it even if the session never ends cleanly.
+	if gap || len(ss.pending) > 0 || ss.unreported {
+		// The receiver's account follows each TraceStats of the sender
+		// (so that the last packet of a session's file says what the
+		// file holds), and a gap or refusal goes into the trace at once,
+		// so that a reader sees it even if the session never ends.
 		if err := t.writeReceiverPacket(s, ss, nil); err != nil {
 			t.err = err
 			return false, err

@@ -48,7 +48,7 @@ type streamState struct {
 	pending    []byte // a TraceStats packet of the batch being prepared
 	handles    int    // Stream handles on this stream
 	registered bool   // in traceOut.streams: stored a batch
-	dirty      bool   // stored batches since the last receiver packet
+	unreported bool   // batches refused since the last receiver packet
 }
 
 // maxLastStats bounds the sender TraceStats packet a stream remembers.
@@ -215,7 +215,7 @@ func (t *traceOut) writeReceiverPacket(s *Store, ss *streamState, _ []byte) erro
 	s.Stats.DiskBytes.Add(int64(len(t.rbuf)))
 	ss.recv.PacketsStored++
 	s.Stats.Packets.Add(1)
-	ss.dirty = false
+	ss.unreported = false
 	return t.saveState(s)
 }
 
