@@ -90,13 +90,16 @@ var (
 
 // StoreStats counts what a Store received. Safe to read at any time.
 type StoreStats struct {
-	Batches    atomic.Uint64 // batches appended
-	Packets    atomic.Uint64 // packets appended (receiver packets included)
-	Bytes      atomic.Uint64 // packet bytes, framing excluded
-	Duplicates atomic.Uint64 // batches already stored, suppressed
-	Gaps       atomic.Uint64 // batches that skipped a sequence number
-	Missing    atomic.Uint64 // batch numbers skipped by those gaps
-	Streams    atomic.Int64  // streams open now
+	Batches atomic.Uint64 // batches appended
+	Packets atomic.Uint64 // senders' packets appended
+	// ReceiverPackets counts the receiver packets the store wrote itself
+	// (its account of a session after each sender TraceStats or gap).
+	ReceiverPackets atomic.Uint64
+	Bytes           atomic.Uint64 // packet bytes, framing excluded
+	Duplicates      atomic.Uint64 // batches already stored, suppressed
+	Gaps            atomic.Uint64 // batches that skipped a sequence number
+	Missing         atomic.Uint64 // batch numbers skipped by those gaps
+	Streams         atomic.Int64  // streams open now
 	// Refusals, by limit.
 	RefusedWindow    atomic.Uint64 // batches numbered beyond SeqWindow
 	RefusedSequences atomic.Uint64 // batches over MaxSequences

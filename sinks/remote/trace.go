@@ -214,7 +214,7 @@ func (t *traceOut) writeReceiverPacket(s *Store, ss *streamState, _ []byte) erro
 	t.off += int64(len(t.rbuf))
 	s.Stats.DiskBytes.Add(int64(len(t.rbuf)))
 	ss.recv.PacketsStored++
-	s.Stats.Packets.Add(1)
+	s.Stats.ReceiverPackets.Add(1)
 	ss.unreported = false
 	return t.saveState(s)
 }
