@@ -1,11 +1,13 @@
 package relay
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/bits"
+	"net"
 	"sync"
 	"time"
 )
@@ -190,6 +192,16 @@ type serverReader struct {
 	frame  time.Duration // FrameTimeout
 	phase  phase         // where the last error happened
 	cur    budgetFrame
+	small  []byte // frames of at most maxSmallFrame bytes
+}
+
+// serverReadBuffer is the read buffer of a server connection: small, as
+// payloads larger than it bypass it, and per connection it is memory the
+// budget does not count.
+const serverReadBuffer = 8 << 10
+
+func newServerReader(c net.Conn, budget *memBudget, frameTimeout time.Duration) *serverReader {
+	return &serverReader{fr: &frameReader{r: bufio.NewReaderSize(c, serverReadBuffer)}, conn: c, budget: budget, frame: frameTimeout}
 }
 
 type deadliner interface{ SetReadDeadline(time.Time) error }
@@ -213,7 +225,21 @@ func (sr *serverReader) next() (byte, []byte, error) {
 	deadline := time.Now().Add(sr.frame)
 	_ = sr.conn.SetReadDeadline(deadline)
 	var payload []byte
-	if n > 0 {
+	if n > 0 && n <= maxSmallFrame {
+		// Small frames (hellos, errors, control) use the connection's own
+		// buffer, bounded by the connection cap, so that a full budget
+		// never keeps a new sender from saying hello.
+		if sr.small == nil {
+			sr.small = make([]byte, maxSmallFrame)
+		}
+		payload = sr.small[:n]
+		if _, err := io.ReadFull(fr.r, payload); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, nil, fmt.Errorf("relay: stream offset %d: frame of %d bytes: %w", fr.off, n, err)
+		}
+	} else if n > 0 {
 		_, size := sizeClass(int(n))
 		if err := sr.budget.acquire(int64(size), deadline); err != nil {
 			return 0, nil, err

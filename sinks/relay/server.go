@@ -220,7 +220,7 @@ type session struct {
 // deadline (hello, idle, frame) and every write one (WriteTimeout).
 func (s *Server) handle(c net.Conn) error {
 	_ = c.SetReadDeadline(time.Now().Add(s.opts.HelloTimeout))
-	sr := &serverReader{fr: newFrameReader(c), conn: c, budget: s.budget, frame: s.opts.FrameTimeout}
+	sr := newServerReader(c, s.budget, s.opts.FrameTimeout)
 	defer sr.release()
 	if tc, ok := c.(*tls.Conn); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.HelloTimeout)
