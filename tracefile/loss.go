@@ -93,7 +93,7 @@ func LossReport(ts TraceStats) []LossRow {
 		}
 		rows = append(rows, producerLossRows(tp)...)
 		if tp.Receiver != nil {
-			rows = append(rows, receiverLossRows(tp.Receiver)...)
+			rows = append(rows, ReceiverLossRows(tp.Receiver)...)
 		}
 	}
 	return rows

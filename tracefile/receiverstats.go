@@ -142,9 +142,9 @@ func decodeReceiverStats(payload []byte) (*ReceiverStats, error) {
 	return r, err
 }
 
-// receiverLossRows lists the receiver's counters, named "serve.<counter>"
+// ReceiverLossRows lists the receiver's counters, named "serve.<counter>"
 // so a report says they are the receiving side's.
-func receiverLossRows(r *ReceiverStats) []LossRow {
+func ReceiverLossRows(r *ReceiverStats) []LossRow {
 	rows := make([]LossRow, 0, len(receiverStatsFields))
 	for _, f := range receiverStatsFields {
 		rows = append(rows, LossRow{Name: "serve." + f.name, Index: -1, Severity: severity(f.loss), Value: *f.ptr(r)})

@@ -69,8 +69,9 @@ type statsOptions struct {
 
 // statsAt is one decoded TraceStats packet and where it was.
 type statsAt struct {
-	offset int64 // record offset in the (decompressed) Trace stream
-	ts     tracefile.TraceStats
+	offset  int64 // record offset in the (decompressed) Trace stream
+	ts      tracefile.TraceStats
+	machine uint32 // the packet's machine_id (0: none)
 }
 
 // statsScan is what `stats` learns from one pass over a trace.
@@ -87,6 +88,9 @@ type statsScan struct {
 	dropped        map[uint32]map[uint32]int
 	droppedPackets int
 	truncated      error // the ErrTruncated error, if the input was cut
+	// machines: per machine_id, its packets, last TraceStats and the
+	// receiver's sections (stats_machines.go).
+	machines map[uint32]*machineStats
 }
 
 // scanTrace reads every packet of the trace at path. It returns the scan
@@ -132,6 +136,7 @@ func (s *statsScan) add(rec tracefile.Record, keepAll bool) {
 		s.badPackets++
 		return
 	}
+	s.machine(info.MachineID).packets++
 	if m := info.PreviousPacketDropped; m != 0 {
 		s.droppedPackets++
 		bySeq := s.dropped[info.SequenceID]
@@ -153,10 +158,14 @@ func (s *statsScan) add(rec tracefile.Record, keepAll bool) {
 		}
 		return
 	}
+	at := statsAt{offset: rec.Offset, ts: ts, machine: info.MachineID}
+	if sender := s.noteTraceStats(info.MachineID, at); !sender && !keepAll && len(s.stats) > 0 {
+		return // a receiver's section alone: the sender's counters stay the last
+	}
 	if !keepAll {
 		s.stats = s.stats[:0]
 	}
-	s.stats = append(s.stats, statsAt{offset: rec.Offset, ts: ts})
+	s.stats = append(s.stats, at)
 }
 
 // last returns the last decoded TraceStats packet, or nil.
@@ -239,9 +248,16 @@ func runStats(path string, opts statsOptions, stdout, stderr io.Writer) error {
 // flagged packets, or returns "" when nothing did.
 func lossSummary(s *statsScan) string {
 	var parts []string
-	for _, r := range tracefile.LossReport(s.last().ts) {
-		if r.Lost() {
-			parts = append(parts, fmt.Sprintf("%s %s=%d", rowScope(r), r.Name, r.Value))
+	if s.multiMachine() {
+		parts = s.machineLoss()
+	} else {
+		for _, r := range s.lossRows() {
+			if r.Lost() {
+				parts = append(parts, fmt.Sprintf("%s %s=%d", rowScope(r), r.Name, r.Value))
+			}
+		}
+		for _, id := range s.machineIDs() {
+			parts = append(parts, s.machines[id].gaps()...)
 		}
 	}
 	if s.droppedPackets > 0 {
@@ -273,17 +289,24 @@ func writeStatsText(w io.Writer, path string, s *statsScan) error {
 	tables := s.stats
 	if len(tables) > 1 {
 		for i, st := range tables {
-			fmt.Fprintf(w, "\nTraceStats %d of %d, at offset %d:\n", i+1, len(tables), st.offset)
+			fmt.Fprintf(w, "\nTraceStats %d of %d, at offset %d%s:\n", i+1, len(tables), st.offset, s.machineLabel(st.machine))
 			if err := tracefile.WriteLossTable(w, tracefile.LossReport(st.ts)); err != nil {
 				return err
 			}
 		}
-	} else {
+	}
+	switch {
+	case s.multiMachine():
+		if err := writeMachines(w, s); err != nil {
+			return err
+		}
+	case len(tables) <= 1:
 		fmt.Fprintln(w)
-		if err := tracefile.WriteLossTable(w, tracefile.LossReport(last.ts)); err != nil {
+		if err := tracefile.WriteLossTable(w, s.lossRows()); err != nil {
 			return err
 		}
 	}
+	writeReceived(w, s)
 	writeProducerErrors(w, last.ts)
 	fmt.Fprintln(w)
 	if s.droppedPackets == 0 {
