@@ -88,6 +88,7 @@ func Receiver(store *remote.Store, srv *relay.Server, rd *natsink.Reader) Func {
 			counter("serve_connections_accepted_total", "Relay connections accepted.", srv.Accepted.Load())
 			counter("serve_connections_rejected_total", "Relay connections ended by a protocol, TLS, limit or timeout error.", srv.Rejected.Load())
 			refused("max_conns", srv.Stats.RefusedConnLimit.Load())
+			counter("serve_evicted_idle_total", "Idle relay connections closed to make room for a new one at --max-conns.", srv.Stats.EvictedIdle.Load())
 			refused("frame_memory", srv.Stats.RefusedMemory.Load())
 			timeout := func(which string, v uint64) {
 				emit(Sample{Name: "serve_timeouts_total", Help: "Relay connections closed by a deadline.", Kind: prometheus.CounterValue, Value: float64(v), Labels: []string{"timeout", which}})

@@ -193,6 +193,8 @@ type serverReader struct {
 	phase  phase         // where the last error happened
 	cur    budgetFrame
 	small  []byte // frames of at most maxSmallFrame bytes
+	// onHeader, if set, is called when a frame's header has arrived.
+	onHeader func()
 }
 
 // serverReadBuffer is the read buffer of a server connection: small, as
@@ -222,6 +224,9 @@ func (sr *serverReader) next() (byte, []byte, error) {
 		return 0, nil, fmt.Errorf("%w: stream offset %d: frame of type %d and %d bytes exceeds the limit %d", ErrProtocol, fr.off, typ, n, lim)
 	}
 	sr.phase = phaseFrame
+	if sr.onHeader != nil {
+		sr.onHeader()
+	}
 	deadline := time.Now().Add(sr.frame)
 	_ = sr.conn.SetReadDeadline(deadline)
 	var payload []byte

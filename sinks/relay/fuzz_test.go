@@ -83,7 +83,7 @@ func FuzzServerConn(f *testing.F) {
 		client, server := net.Pipe()
 		go io.Copy(io.Discard, client)
 		done := make(chan error, 1)
-		go func() { done <- srv.handle(server) }()
+		go func() { done <- srv.handle(server, &connInfo{}) }()
 		client.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		client.Write(in)
 		client.Close()

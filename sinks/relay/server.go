@@ -49,6 +49,7 @@ type ServerOptions struct {
 // ServerStats counts what a Server did. Safe to read at any time.
 type ServerStats struct {
 	RefusedConnLimit atomic.Uint64 // connections refused at MaxConns
+	EvictedIdle      atomic.Uint64 // idle connections closed to make room at MaxConns
 	RefusedMemory    atomic.Uint64 // frames that found no room in FrameMemory
 	RefusedBatches   atomic.Uint64 // batches the store refused (a limit)
 	TimeoutHello     atomic.Uint64 // connections that did not say hello in time
@@ -69,11 +70,11 @@ type Server struct {
 	Stats       ServerStats
 
 	budget *memBudget
-	once   [4]atomic.Bool // limits logged once: conns, memory, timeouts, store
+	once   [4]atomic.Bool // limits logged once: conns, memory, timeouts, evictions
 
 	mu     sync.Mutex
 	ln     net.Listener
-	conns  map[net.Conn]struct{}
+	conns  map[net.Conn]*connInfo
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -98,7 +99,7 @@ func NewServer(opts ServerOptions) *Server {
 	if opts.FrameMemory <= 0 {
 		opts.FrameMemory = DefaultFrameMemory
 	}
-	return &Server{opts: opts, conns: map[net.Conn]struct{}{}, budget: newMemBudget(opts.FrameMemory)}
+	return &Server{opts: opts, conns: map[net.Conn]*connInfo{}, budget: newMemBudget(opts.FrameMemory)}
 }
 
 // Options returns the server's options with the defaults filled in.
@@ -150,7 +151,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("relay: accept: %w", err)
 		}
 		delay = 0
-		if s.Connections.Load() >= int64(s.opts.MaxConns) {
+		if s.Connections.Load() >= int64(s.opts.MaxConns) && !s.evictIdle() {
 			s.Rejected.Add(1)
 			s.Stats.RefusedConnLimit.Add(1)
 			s.limitOnce(0, "relay: %d connections open, the limit (--max-conns); refusing %s", s.opts.MaxConns, c.RemoteAddr())
@@ -166,7 +167,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			c.Close()
 			return nil
 		}
-		s.conns[c] = struct{}{}
+		ci := &connInfo{}
+		s.conns[c] = ci
 		s.wg.Add(1)
 		s.mu.Unlock()
 		s.Accepted.Add(1)
@@ -174,7 +176,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		go func() {
 			defer s.wg.Done()
 			defer s.Connections.Add(-1)
-			if err := s.handle(c); err != nil {
+			if err := s.handle(c, ci); err != nil {
 				s.Rejected.Add(1)
 				// Limits and timeouts are counted and logged once; a
 				// session's end has its own line.
@@ -215,12 +217,52 @@ type session struct {
 	bytes                           uint64
 }
 
+// connInfo is what the accept loop knows of a connection's activity.
+type connInfo struct {
+	// idleSince is when the connection began waiting for its next frame
+	// after the hello (unix ns); 0 before the hello and inside a frame.
+	idleSince atomic.Int64
+	evicted   atomic.Bool
+}
+
+// minIdleEvict: a connection idle at least this long may be closed to
+// make room for a new one at MaxConns.
+const minIdleEvict = time.Second
+
+// evictIdle closes the connection idle the longest (at least
+// minIdleEvict), so that connections that said hello and went quiet
+// never lock out a sender; it reports whether it closed one. The sender
+// of an evicted connection reconnects when it has batches, as after an
+// idle timeout.
+func (s *Server) evictIdle() bool {
+	cutoff := time.Now().Add(-minIdleEvict).UnixNano()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var victim net.Conn
+	var vi *connInfo
+	oldest := cutoff
+	for c, ci := range s.conns {
+		if t := ci.idleSince.Load(); t != 0 && t <= oldest && !ci.evicted.Load() {
+			victim, vi, oldest = c, ci, t
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	vi.evicted.Store(true)
+	victim.Close()
+	s.Stats.EvictedIdle.Add(1)
+	s.limitOnce(3, "relay: %d connections open, the limit (--max-conns): closing the connection idle longest (%s, idle %s) to make room", s.opts.MaxConns, victim.RemoteAddr(), time.Since(time.Unix(0, oldest)).Round(time.Millisecond))
+	return true
+}
+
 // handle runs one connection: hello, then batches until the sender hangs
 // up. Errors about the peer's input are also sent to it. Every read has a
 // deadline (hello, idle, frame) and every write one (WriteTimeout).
-func (s *Server) handle(c net.Conn) error {
+func (s *Server) handle(c net.Conn, ci *connInfo) error {
 	_ = c.SetReadDeadline(time.Now().Add(s.opts.HelloTimeout))
 	sr := newServerReader(c, s.budget, s.opts.FrameTimeout)
+	sr.onHeader = func() { ci.idleSince.Store(0) }
 	defer sr.release()
 	if tc, ok := c.(*tls.Conn); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.HelloTimeout)
@@ -262,7 +304,10 @@ func (s *Server) handle(c net.Conn) error {
 	s.logf("relay: %s: %s started (stored up to batch %d)", c.RemoteAddr(), who, last)
 	var sess session
 	start := time.Now()
-	err = s.serveBatches(c, sr, st, &sess, out)
+	err = s.serveBatches(c, ci, sr, st, &sess, out)
+	if err != nil && ci.evicted.Load() {
+		err = fmt.Errorf("closed to make room for a new connection at the limit of %d (--max-conns)", s.opts.MaxConns)
+	}
 	s.Stats.SessionsEnded.Add(1)
 	why := "sender closed the connection"
 	if err != nil {
@@ -277,9 +322,10 @@ func (s *Server) handle(c net.Conn) error {
 }
 
 // serveBatches stores batches until the sender hangs up or fails.
-func (s *Server) serveBatches(c net.Conn, sr *serverReader, st *remote.Stream, sess *session, out []byte) error {
+func (s *Server) serveBatches(c net.Conn, ci *connInfo, sr *serverReader, st *remote.Stream, sess *session, out []byte) error {
 	for {
 		sr.phase = phaseIdle
+		ci.idleSince.Store(time.Now().UnixNano())
 		_ = c.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout))
 		typ, p, err := sr.next()
 		if err != nil {
