@@ -99,6 +99,10 @@ func TestServeRelayGapReachesStats(t *testing.T) {
 			t.Errorf("stats does not say %q:\n%s", want, msg)
 		}
 	}
+	checkOut, _, code := runCLI(t, "check", got)
+	if code != exitDataLoss || !strings.Contains(checkOut, "received_batches_missing") || !strings.Contains(checkOut, "batches 3-4") {
+		t.Errorf("check on the received file: exit %d\n%s", code, checkOut)
+	}
 }
 
 // NATS messages removed from the stream (as retention or limits do,
@@ -217,6 +221,9 @@ func TestServeKilledAndRestartedRecordsNoLoss(t *testing.T) {
 	}
 	if !strings.Contains(msg, "serve stored") {
 		t.Errorf("stats does not show the receiver's account:\n%s", msg)
+	}
+	if checkOut, _, code := runCLI(t, "check", onlyTrace(t, out)); code != exitOK {
+		t.Errorf("check on the received trace: exit %d\n%s", code, checkOut)
 	}
 	t.Logf("run: %s", res)
 }
