@@ -71,7 +71,7 @@ func FuzzServerConn(f *testing.F) {
 		Snapshot: sinks.Snapshot{Of: [16]byte{7}, N: 1, Trigger: "t"}}})
 	f.Add(append(snap, good[len(hello):]...))
 	f.Add([]byte{frameBatch, 0xff, 0xff, 0xff, 0xff})
-	f.Add(append(appendFrameHeader(nil, frameHello, 1<<20), "TPRL"...))                      // a hello announcing 1 MiB
+	f.Add(append(appendFrameHeader(nil, frameHello, 1<<20), "TPRL"...))                    // a hello announcing 1 MiB
 	f.Add(append(append([]byte{}, hello...), appendSeqFrame(nil, frameBatch, 1<<64-1)...)) // batch 2^64-1
 	f.Fuzz(func(t *testing.T, in []byte) {
 		store, err := remote.OpenStore(t.TempDir(), false)
