@@ -59,7 +59,8 @@ type memBudget struct {
 
 	mu      sync.Mutex
 	used    int64
-	changed chan struct{} // closed and replaced on every release
+	waiters int           // acquirers waiting for room
+	changed chan struct{} // closed and replaced by a release when someone waits
 	done    chan struct{} // closed by close: waiters give up
 }
 
@@ -86,16 +87,24 @@ func (b *memBudget) acquire(n int64, deadline time.Time) error {
 			return nil
 		}
 		ch := b.changed
+		b.waiters++
 		b.mu.Unlock()
 		if timer == nil {
 			timer = time.NewTimer(time.Until(deadline))
 		}
+		var err error
 		select {
 		case <-ch:
 		case <-timer.C:
-			return fmt.Errorf("%w: no room for %d more bytes of %d in time", errFrameMemory, n, b.limit)
+			err = fmt.Errorf("%w: no room for %d more bytes of %d in time", errFrameMemory, n, b.limit)
 		case <-b.done:
-			return fmt.Errorf("%w: receiver closing", errFrameMemory)
+			err = fmt.Errorf("%w: receiver closing", errFrameMemory)
+		}
+		b.mu.Lock()
+		b.waiters--
+		b.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -103,8 +112,10 @@ func (b *memBudget) acquire(n int64, deadline time.Time) error {
 func (b *memBudget) release(n int64) {
 	b.mu.Lock()
 	b.used -= n
-	close(b.changed)
-	b.changed = make(chan struct{})
+	if b.waiters > 0 { // nobody waits in steady state: no allocation
+		close(b.changed)
+		b.changed = make(chan struct{})
+	}
 	b.mu.Unlock()
 }
 
