@@ -245,3 +245,29 @@ func TestStoreDiskBudget(t *testing.T) {
 		t.Fatalf("the directory holds %d bytes, over the budget", total)
 	}
 }
+
+// A per-session file stores packets as they came, even ones that do not
+// parse as TracePackets (only the framing is the receiver's business);
+// the merged file, which rewrites each packet, refuses them.
+func TestStoreUnparsablePackets(t *testing.T) {
+	bad := tracefile.AppendRecord(nil, []byte{0x00, 0x01}) // field number 0
+	for _, merge := range []bool{false, true} {
+		s, err := OpenStore(t.TempDir(), merge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.Stream(Identity{Machine: 3, Hostname: "h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := st.Append(1, bad, 1, 2)
+		if merge && (ok || !errors.Is(err, ErrBadBatch)) {
+			t.Fatalf("merged: %v %v, want ErrBadBatch", ok, err)
+		}
+		if !merge && (!ok || err != nil) {
+			t.Fatalf("per session: %v %v, want stored", ok, err)
+		}
+		st.Release()
+		s.Close()
+	}
+}

@@ -129,6 +129,12 @@ func (t *traceOut) prepare(s *Store, ss *streamState, data []byte) ([]byte, erro
 	err := WalkRecords(data, func(p []byte) error {
 		info, err := tracefile.DecodePacket(p)
 		if err != nil {
+			if !t.merge {
+				// A per-session file stores the sender's packets as they
+				// came (checked for framing only); a merged one must
+				// rewrite each, so it refuses what does not parse.
+				return nil
+			}
 			return fmt.Errorf("%w: %w", ErrBadBatch, err)
 		}
 		if info.PayloadField == tracefile.FieldTraceStats && len(p) <= maxLastStats {
