@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tracepipe/tracepipe/internal/wire"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -269,5 +270,62 @@ func TestStoreUnparsablePackets(t *testing.T) {
 		}
 		st.Release()
 		s.Close()
+	}
+}
+
+// A stream whose file is busy (its lock held, as by a slow write) stalls
+// only itself: a reconnect of it waits, and meanwhile another session
+// attaches and stores. (Store.Stream used to wait for the busy file's lock
+// while holding the store-wide lock.)
+func TestStoreBusyStreamStallsNoOther(t *testing.T) {
+	s, err := OpenStore(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := Identity{Machine: 1, Session: [16]byte{1}, Hostname: "a"}
+	sa, err := s.Stream(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Release()
+	sa.t.mu.Lock() // a's file busy
+	again := make(chan *Stream, 1)
+	go func() {
+		st, err := s.Stream(a) // waits for a's file
+		if err != nil {
+			t.Error(err)
+		}
+		again <- st
+	}()
+	// Let the reconnect reach the busy file's lock first.
+	for attached := 0; attached < 2; {
+		s.mu.Lock()
+		attached = s.attached[keyOf(a)]
+		s.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() {
+		sb, err := s.Stream(Identity{Machine: 2, Session: [16]byte{2}, Hostname: "b"})
+		if err == nil {
+			d, n, b := batchOf(2)
+			_, err = sb.Append(1, d, n, b)
+			sb.Release()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		sa.t.mu.Unlock()
+		t.Fatal("another session could not attach while a's file was busy")
+	}
+	sa.t.mu.Unlock()
+	if st := <-again; st != nil {
+		st.Release()
 	}
 }
