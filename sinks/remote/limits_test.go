@@ -299,7 +299,12 @@ func TestStoreBusyStreamStallsNoOther(t *testing.T) {
 		again <- st
 	}()
 	// Let the reconnect reach the busy file's lock first.
+	deadline := time.Now().Add(10 * time.Second)
 	for attached := 0; attached < 2; {
+		if time.Now().After(deadline) {
+			sa.t.mu.Unlock()
+			t.Fatal("the reconnect never attached")
+		}
 		s.mu.Lock()
 		attached = s.attached[keyOf(a)]
 		s.mu.Unlock()
