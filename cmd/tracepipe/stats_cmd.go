@@ -348,6 +348,10 @@ type (
 		Severity   string `json:"severity"`
 		Value      uint64 `json:"value"`
 		Lost       bool   `json:"lost"`
+		// MachineID is the machine_id of the TraceStats' packet (0:
+		// none); with several machines (a merged trace) each machine's
+		// last TraceStats is listed.
+		MachineID uint32 `json:"machine_id,omitempty"`
 	}
 	statsJSONDropped struct {
 		Type     string `json:"type"` // "previous_packet_dropped"
@@ -367,15 +371,33 @@ func writeStatsJSON(w io.Writer, path string, s *statsScan) error {
 	if err != nil {
 		return err
 	}
-	for i, st := range s.stats {
-		for _, r := range tracefile.LossReport(st.ts) {
+	type table struct {
+		at   statsAt
+		rows []tracefile.LossRow
+	}
+	var tables []table
+	switch {
+	case s.multiMachine() && len(s.stats) <= 1:
+		for _, id := range s.machineIDs() {
+			m := s.machines[id]
+			tables = append(tables, table{*m.last, m.rows()})
+		}
+	case len(s.stats) == 1:
+		tables = append(tables, table{s.stats[0], s.lossRows()})
+	default:
+		for _, st := range s.stats {
+			tables = append(tables, table{st, tracefile.LossReport(st.ts)})
+		}
+	}
+	for i, tb := range tables {
+		for _, r := range tb.rows {
 			scope := "service"
 			if r.Index >= 0 {
 				scope = "buffer"
 			}
 			err := enc.Encode(statsJSONCounter{
-				Type: "counter", TraceStats: i, Offset: st.offset, Scope: scope, Index: r.Index,
-				Counter: r.Name, Severity: r.Severity, Value: r.Value, Lost: r.Lost(),
+				Type: "counter", TraceStats: i, Offset: tb.at.offset, Scope: scope, Index: r.Index,
+				Counter: r.Name, Severity: r.Severity, Value: r.Value, Lost: r.Lost(), MachineID: tb.at.machine,
 			})
 			if err != nil {
 				return err

@@ -73,6 +73,11 @@ func TestStatsMergedFileNamesMachines(t *testing.T) {
 	if code != exitDataLoss || !strings.Contains(errOut, "machine_id 2: beta") || !strings.Contains(errOut, "batches 2-3") || strings.Contains(errOut, "alpha") {
 		t.Fatalf("stats --fail-on-loss: exit %d, %s", code, errOut)
 	}
+	out, _, _ = runCLI(t, "stats", "--json", merged)
+	if !strings.Contains(out, `"counter":"serve.batches_missing","severity":"data_loss","value":2,"lost":true,"machine_id":2`) ||
+		!strings.Contains(out, `"counter":"serve.batches_missing","severity":"data_loss","value":0,"lost":false,"machine_id":1`) {
+		t.Errorf("stats --json does not list each machine's counters:\n%s", out)
+	}
 	out, _, _ = runCLI(t, "stats", "--all", merged)
 	if !strings.Contains(out, "of machine_id 1: alpha") || !strings.Contains(out, "of machine_id 2: beta") {
 		t.Errorf("stats --all does not name the machine of each TraceStats:\n%s", out)
