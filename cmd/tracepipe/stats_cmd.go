@@ -33,6 +33,13 @@ order: one line per file with its packets and its own last TraceStats'
 sink counters, then the set as one trace (the last file's last TraceStats,
 every flagged packet of every file).
 
+A trace received by 'tracepipe serve' also holds the receiver's account
+of each session (serve.* counters: batches stored, missing, refused); a
+missing or refused batch is data loss, named with its batch numbers. A
+merged trace (serve --merge) is reported per machine (machine_id, hostname,
+machine id), each with its own last TraceStats, then as a set. See
+docs/serve.md.
+
 Exit codes: 0 ok, 1 error (unreadable file, no TraceStats packet),
 2 usage error, 3 data loss found with --fail-on-loss.`
 
