@@ -68,21 +68,45 @@ func Receiver(store *remote.Store, srv *relay.Server, rd *natsink.Reader) Func {
 			emit(Sample{Name: name, Help: help, Kind: prometheus.GaugeValue, Value: v})
 		}
 		counter("serve_batches_total", "Batches appended to trace files.", store.Stats.Batches.Load())
-		counter("serve_packets_total", "Packets appended to trace files.", store.Stats.Packets.Load())
+		counter("serve_packets_total", "Senders' packets appended to trace files.", store.Stats.Packets.Load())
+		counter("serve_receiver_packets_total", "Packets serve wrote itself: its account of a session (receiver section of TraceStats).", store.Stats.ReceiverPackets.Load())
 		counter("serve_bytes_total", "Packet bytes appended to trace files.", store.Stats.Bytes.Load())
 		counter("serve_duplicate_batches_total", "Batches received again and suppressed.", store.Stats.Duplicates.Load())
 		counter("serve_gaps_total", "Batches that followed a missing batch.", store.Stats.Gaps.Load())
+		counter("serve_batches_missing_total", "Batch numbers never received (the gaps' width), written into the traces as loss.", store.Stats.Missing.Load())
+		refused := func(limit string, v uint64) {
+			emit(Sample{Name: "serve_refused_total", Help: "Batches, sessions, connections or frames refused by a limit of serve.", Kind: prometheus.CounterValue, Value: float64(v), Labels: []string{"limit", limit}})
+		}
+		refused("seq_window", store.Stats.RefusedWindow.Load())
+		refused("max_sequences", store.Stats.RefusedSequences.Load())
+		refused("max_disk", store.Stats.RefusedDisk.Load())
+		refused("max_sessions_per_machine", store.Stats.RefusedSessions.Load())
+		gauge("serve_disk_bytes", "Bytes of the files in --out as serve counts them (with --max-disk).", float64(store.Stats.DiskBytes.Load()))
 		gauge("serve_streams", "Sender sessions attached now.", float64(store.Stats.Streams.Load()))
 		counter("serve_clock_sync_rounds_total", "Clock-sync rounds written into a merged trace as remote_clock_sync.", store.Stats.Clock.Rounds.Load())
 		counter("serve_clock_sync_rounds_skipped_total", "Clock-sync rounds not written: too soon after the last, or congested.", store.Stats.Clock.Skipped.Load())
 		if srv != nil {
 			gauge("serve_connections", "Relay connections open now.", float64(srv.Connections.Load()))
 			counter("serve_connections_accepted_total", "Relay connections accepted.", srv.Accepted.Load())
-			counter("serve_connections_rejected_total", "Relay connections ended by a protocol or TLS error.", srv.Rejected.Load())
+			counter("serve_connections_rejected_total", "Relay connections ended by a protocol, TLS, limit or timeout error.", srv.Rejected.Load())
+			refused("max_conns", srv.Stats.RefusedConnLimit.Load())
+			counter("serve_evicted_idle_total", "Idle relay connections closed to make room for a new one at --max-conns.", srv.Stats.EvictedIdle.Load())
+			refused("frame_memory", srv.Stats.RefusedMemory.Load())
+			timeout := func(which string, v uint64) {
+				emit(Sample{Name: "serve_timeouts_total", Help: "Relay connections closed by a deadline.", Kind: prometheus.CounterValue, Value: float64(v), Labels: []string{"timeout", which}})
+			}
+			timeout("hello", srv.Stats.TimeoutHello.Load())
+			timeout("idle", srv.Stats.TimeoutIdle.Load())
+			timeout("frame", srv.Stats.TimeoutFrame.Load())
+			timeout("write", srv.Stats.TimeoutWrite.Load())
+			gauge("serve_frame_memory_bytes", "Bytes of frame buffers relay connections hold now.", float64(srv.FrameMemoryUsed()))
+			counter("serve_sessions_started_total", "Relay sessions (hellos) accepted.", srv.Stats.SessionsStarted.Load())
+			counter("serve_sessions_ended_total", "Relay sessions ended.", srv.Stats.SessionsEnded.Load())
 		}
 		if rd != nil {
 			counter("serve_nats_messages_total", "NATS messages consumed and stored.", rd.Batches.Load())
 			counter("serve_nats_bad_messages_total", "NATS messages skipped as malformed.", rd.Bad.Load())
+			counter("serve_nats_refused_total", "NATS messages skipped because a limit refused them (numbered beyond --seq-window, ...).", rd.Refused.Load())
 		}
 	}
 }

@@ -117,6 +117,9 @@ func (c *Checker) traceStats(b []byte, machine uint32) {
 		return // strict decoding reports malformed payloads
 	}
 	c.lastStats = &ts
+	if tp := ts.Tracepipe; tp != nil && tp.Receiver != nil {
+		c.receiverSection(tp.Receiver, machine)
+	}
 	c.setStat("traced_flushes_failed", -1, SeverityDataLoss, int64(ts.FlushesFailed))
 	if ts.FinalFlushOutcome == tracefile.FlushOutcomeFailed {
 		c.stat("traced_final_flush_failed", -1, SeverityDataLoss, 1)

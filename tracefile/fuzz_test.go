@@ -154,6 +154,10 @@ func FuzzDecodeTraceStats(f *testing.F) {
 	f.Add([]byte{0x0a, 0x02, 0x18, 0x05})
 	f.Add(AppendTraceStatsMessage(nil, &TraceStats{Tracepipe: &TracepipeStats{SinkReconnects: 1, TriggersRefused: 2,
 		PeerSinks: []PeerSinkStats{{Index: 1, Name: "sinks[1]", Destination: "relay tcp://h:1", PacketsDropped: 3, Failed: 1, Error: "refused"}}}}))
+	// A receiver's section (serve), with a gap range.
+	recv := &ReceiverStats{Machine: 7, Hostname: "h", BatchesStored: 3, BatchesMissing: 2, Gaps: 1, SenderStats: true, GapRanges: []GapRange{{2, 3}}}
+	f.Add(AppendTraceStatsMessage(nil, &TraceStats{Tracepipe: &TracepipeStats{Receiver: recv}}))
+	f.Add(AppendReceiverOnlyTraceStats(nil, recv)[2:])
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ts, err := DecodeTraceStats(data)
 		if err != nil {

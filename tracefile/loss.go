@@ -69,6 +69,8 @@ func (r LossRow) Lost() bool { return r.Severity == SeverityDataLoss && r.Value 
 // "sinks[i] (destination).packets_dropped" and ".failed", both data_loss:
 // this copy is complete, but the session's copy at that destination is
 // not.
+// A receiver's section (serve.*: batches_missing and batches_refused are
+// data_loss) follows when present.
 func LossReport(ts TraceStats) []LossRow {
 	var rows []LossRow
 	for _, f := range traceStatsFields {
@@ -98,6 +100,9 @@ func LossReport(ts TraceStats) []LossRow {
 		}
 		rows = append(rows, producerLossRows(tp)...)
 		rows = append(rows, peerSinkLossRows(tp)...)
+		if tp.Receiver != nil {
+			rows = append(rows, ReceiverLossRows(tp.Receiver)...)
+		}
 	}
 	return rows
 }

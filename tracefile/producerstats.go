@@ -73,6 +73,11 @@ func decodeTracepipeExtra(tp *TracepipeStats) func(num protowire.Number, typ pro
 		if num == tpPeerSinks && typ == protowire.BytesType {
 			return decodePeerSink(tp, payload)
 		}
+		if num == tpReceiver && typ == protowire.BytesType {
+			r, err := decodeReceiverStats(payload)
+			tp.Receiver = r
+			return err
+		}
 		if num != tpProducers || typ != protowire.BytesType {
 			return nil
 		}

@@ -119,6 +119,9 @@ type TracepipeStats struct {
 	// AlertRequestsRefused (34): Alertmanager webhook requests refused
 	// (missing or wrong bearer token, malformed body).
 	AlertRequestsRefused uint64
+	// Receiver (40), set only in TraceStats packets a receiver (`tracepipe
+	// serve`) wrote: its account of one sender session (receiverstats.go).
+	Receiver *ReceiverStats
 }
 
 // TraceStats.FinalFlushOutcome values.
@@ -278,7 +281,11 @@ func appendTraceStatsBody(b []byte, ts *TraceStats) []byte {
 	if tp := ts.Tracepipe; tp != nil {
 		b = wire.AppendNested(b, tsTracepipe, func(b []byte) []byte {
 			b = appendProducerStats(appendCounters(b, tracepipeStatsFields, tp), tp.Producers)
-			return appendPeerSinks(b, tp.PeerSinks)
+			b = appendPeerSinks(b, tp.PeerSinks)
+			if tp.Receiver != nil {
+				b = appendReceiverStats(b, tp.Receiver)
+			}
+			return b
 		})
 	}
 	for i := range ts.WriterStats {

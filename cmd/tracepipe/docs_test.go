@@ -26,11 +26,6 @@ import (
 // repoRoot is the module root, seen from this package's directory.
 const repoRoot = "../.."
 
-// pendingDocs are pages the README's index links that other branches add
-// (serve, multi-machine, remote sinks); the link check accepts them while
-// they are missing. Remove an entry once its page is in the tree.
-var pendingDocs = []string{"docs/serve.md"}
-
 // docFiles returns README.md and every docs/*.md, relative to repoRoot.
 func docFiles(t *testing.T) []string {
 	t.Helper()
@@ -328,9 +323,6 @@ func TestDocsLinksStayInRepository(t *testing.T) {
 				t.Errorf("%s: %s leaves the repository", f, target)
 				continue
 			}
-			if slices.Contains(pendingDocs, resolved) {
-				continue
-			}
 			b, err := os.ReadFile(filepath.Join(repoRoot, resolved))
 			if err != nil {
 				t.Errorf("%s: broken link %s: %v", f, target, err)
@@ -341,7 +333,7 @@ func TestDocsLinksStayInRepository(t *testing.T) {
 			}
 		}
 		for _, m := range mdPathRE.FindAllStringSubmatch(doc, -1) {
-			if _, err := os.Stat(filepath.Join(repoRoot, m[1])); err != nil && !slices.Contains(pendingDocs, m[1]) {
+			if _, err := os.Stat(filepath.Join(repoRoot, m[1])); err != nil {
 				t.Errorf("%s cites %s, which is not in the repository", f, m[1])
 			}
 		}
@@ -512,7 +504,7 @@ func TestHelpCitesExistingDocs(t *testing.T) {
 		for _, text := range []string{c.Long, c.Short, c.Example, c.Flags().FlagUsages()} {
 			for _, p := range mdRE.FindAllString(text, -1) {
 				n++
-				if _, err := os.Stat(filepath.Join(repoRoot, p)); err != nil && !slices.Contains(pendingDocs, p) {
+				if _, err := os.Stat(filepath.Join(repoRoot, p)); err != nil {
 					t.Errorf("%s --help cites %s, which is not in the repository", c.CommandPath(), p)
 				}
 			}

@@ -8,8 +8,10 @@ import (
 	"net"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tracepipe/tracepipe/sinks/natsink"
 	"github.com/tracepipe/tracepipe/sinks/relay"
@@ -30,7 +32,20 @@ Every file is valid at each batch boundary. A state file beside it
 restarted on the same --out continues the files and suppresses the
 batches senders resend.
 
-SIGINT or SIGTERM stops serve; the files stay complete.`
+A session that never sends a batch leaves no file. When serve finds
+batches missing (a gap in a session's numbering) or refuses a batch, it
+writes that into the trace as a receiver section of TraceStats, so
+'tracepipe stats --fail-on-loss' on the received file fails and names the
+gap; after each TraceStats of the sender it writes the packets it stored.
+
+Every peer is bounded: hello, idle, frame and write timeouts, frame memory
+across connections, connections, sessions per machine, sequence ids per
+session, a window on batch numbers and an optional disk budget, each a flag
+below, counted in /metrics and logged the first time it is hit (see
+docs/serve.md).
+
+SIGINT or SIGTERM stops serve within --shutdown-timeout; the files stay
+complete.`
 
 // serveFlags are the flags of `tracepipe serve`.
 type serveFlags struct {
@@ -41,6 +56,40 @@ type serveFlags struct {
 	natsURL, subject, durable    string
 	perfetto                     bool // serve_perfetto.go: a drop-in traced
 	logFormat                    string
+	limits                       serveLimits
+}
+
+// serveLimits are the bounds serve keeps whatever its peers do (see
+// docs/serve.md). Zero values take the defaults of relay and remote.
+type serveLimits struct {
+	maxConns              int
+	helloTimeout          time.Duration
+	idleTimeout           time.Duration
+	frameTimeout          time.Duration
+	writeTimeout          time.Duration
+	frameMemory           int64
+	maxSequences          int
+	seqWindow             uint64
+	maxSessionsPerMachine int
+	maxDisk               int64
+	shutdownTimeout       time.Duration
+}
+
+// defaultShutdownTimeout bounds serve's stop after a signal.
+const defaultShutdownTimeout = 10 * time.Second
+
+func addServeLimitFlags(fl *pflag.FlagSet, l *serveLimits) {
+	fl.IntVar(&l.maxConns, "max-conns", relay.DefaultMaxConns, "relay connections served at once; more are refused")
+	fl.DurationVar(&l.helloTimeout, "hello-timeout", relay.DefaultHelloTimeout, "a new connection's TLS handshake and hello must arrive within this")
+	fl.DurationVar(&l.idleTimeout, "idle-timeout", relay.DefaultIdleTimeout, "close a relay connection silent this long between frames (its sender reconnects)")
+	fl.DurationVar(&l.frameTimeout, "frame-timeout", relay.DefaultFrameTimeout, "a frame must arrive whole (and find frame memory) within this after its header")
+	fl.DurationVar(&l.writeTimeout, "write-timeout", relay.DefaultWriteTimeout, "close a relay connection whose sender takes longer than this to accept an ack")
+	fl.Int64Var(&l.frameMemory, "frame-memory", relay.DefaultFrameMemory, "bytes of frame buffers all relay connections may hold together")
+	fl.IntVar(&l.maxSequences, "max-sequences", remote.DefaultMaxSequences, "with --merge: sequence ids one session may bring into the merged file; a batch with more is refused")
+	fl.Uint64Var(&l.seqWindow, "seq-window", remote.DefaultSeqWindow, "refuse a batch numbered more than this beyond the session's last stored batch (relay and NATS)")
+	fl.IntVar(&l.maxSessionsPerMachine, "max-sessions-per-machine", remote.DefaultMaxSessionsPerMachine, "sessions of one machine id attached at once; more are refused")
+	fl.Int64Var(&l.maxDisk, "max-disk", 0, "bytes the files in --out may hold; batches beyond are refused (0: no limit)")
+	fl.DurationVar(&l.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "after SIGINT/SIGTERM, stop within this whatever peers do")
 }
 
 // newServeCmd builds `tracepipe serve`.
@@ -85,6 +134,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "require client certificates signed by this CA (PEM)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
 	addServeNATSFlags(fl, &f)
+	addServeLimitFlags(fl, &f.limits)
 	fl.BoolVar(&f.perfetto, "perfetto", false, "act as Perfetto's traced instead: serve Perfetto producers and the perfetto command on Perfetto's sockets (see README)")
 	addLogFormatFlag(c, &f.logFormat)
 	return c
@@ -101,22 +151,46 @@ func serve(ctx context.Context, f serveFlags, stderr io.Writer, ready func(addr 
 		return err
 	}
 	logf := func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }
-	store, err := remote.OpenStore(f.out, f.merge)
+	l := f.limits
+	store, err := remote.OpenStoreOptions(f.out, remote.StoreOptions{
+		Merge: f.merge, MaxSequences: l.maxSequences, SeqWindow: l.seqWindow,
+		MaxSessionsPerMachine: l.maxSessionsPerMachine, DiskBudget: l.maxDisk, Logger: logger,
+	})
 	if err != nil {
 		return err
 	}
-	defer store.Close()
 
 	errc := make(chan error, 3)
 	var closers []func()
 	defer func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
+		// Stop within the shutdown bound whatever peers do: the files
+		// are valid at every batch boundary, so giving up on a handler
+		// stuck in the kernel loses nothing already acknowledged.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+			store.Close()
+		}()
+		bound := l.shutdownTimeout
+		if bound <= 0 {
+			bound = defaultShutdownTimeout
 		}
+		select {
+		case <-done:
+		case <-time.After(bound):
+			logger.Warn(fmt.Sprintf("serve: stopping after %s (--shutdown-timeout) with connections still ending", bound))
+		}
+		logf("serve: stopped: %d batches, %d packets stored; %d duplicates, %d gaps (%d batches missing)",
+			store.Stats.Batches.Load(), store.Stats.Packets.Load(), store.Stats.Duplicates.Load(), store.Stats.Gaps.Load(), store.Stats.Missing.Load())
 	}()
 	var srv *relay.Server
 	if f.listen != "" {
-		opts := relay.ServerOptions{Store: store, Logger: logger}
+		opts := relay.ServerOptions{Store: store, Logger: logger, MaxConns: l.maxConns,
+			HelloTimeout: l.helloTimeout, IdleTimeout: l.idleTimeout, FrameTimeout: l.frameTimeout,
+			WriteTimeout: l.writeTimeout, FrameMemory: l.frameMemory}
 		if f.tlsCert != "" {
 			if opts.TLS, err = relay.ServerTLS(f.tlsCert, f.tlsKey, f.tlsClientCA); err != nil {
 				return err

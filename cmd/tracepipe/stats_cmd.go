@@ -33,6 +33,13 @@ order: one line per file with its packets and its own last TraceStats'
 sink counters, then the set as one trace (the last file's last TraceStats,
 every flagged packet of every file).
 
+A trace received by 'tracepipe serve' also holds the receiver's account
+of each session (serve.* counters: batches stored, missing, refused); a
+missing or refused batch is data loss, named with its batch numbers. A
+merged trace (serve --merge) is reported per machine (machine_id, hostname,
+machine id), each with its own last TraceStats, then as a set. See
+docs/serve.md.
+
 Exit codes: 0 ok, 1 error (unreadable file, no TraceStats packet),
 2 usage error, 3 data loss found with --fail-on-loss.`
 
@@ -75,8 +82,9 @@ type statsOptions struct {
 
 // statsAt is one decoded TraceStats packet and where it was.
 type statsAt struct {
-	offset int64 // record offset in the (decompressed) Trace stream
-	ts     tracefile.TraceStats
+	offset  int64 // record offset in the (decompressed) Trace stream
+	ts      tracefile.TraceStats
+	machine uint32 // the packet's machine_id (0: none)
 }
 
 // statsScan is what `stats` learns from one pass over a trace.
@@ -100,6 +108,9 @@ type statsScan struct {
 	// skipped unread
 	elidedPackets int
 	elidedBytes   int64
+	// machines: per machine_id, its packets, last TraceStats and the
+	// receiver's sections (stats_machines.go).
+	machines map[uint32]*machineStats
 }
 
 // scanTrace reads every packet of the trace at path. It returns the scan
@@ -154,6 +165,7 @@ func (s *statsScan) add(rec tracefile.Record, keepAll bool) {
 		s.badPackets++
 		return
 	}
+	s.machine(info.MachineID).packets++
 	if m := info.PreviousPacketDropped; m != 0 {
 		s.droppedPackets++
 		bySeq := s.dropped[info.SequenceID]
@@ -185,10 +197,14 @@ func (s *statsScan) add(rec tracefile.Record, keepAll bool) {
 		}
 		return
 	}
+	at := statsAt{offset: rec.Offset, ts: ts, machine: info.MachineID}
+	if sender := s.noteTraceStats(info.MachineID, at); !sender && !keepAll && len(s.stats) > 0 {
+		return // a receiver's section alone: the sender's counters stay the last
+	}
 	if !keepAll {
 		s.stats = s.stats[:0]
 	}
-	s.stats = append(s.stats, statsAt{offset: rec.Offset, ts: ts})
+	s.stats = append(s.stats, at)
 }
 
 // last returns the last decoded TraceStats packet, or nil.
@@ -276,9 +292,16 @@ func runStats(path string, opts statsOptions, stdout, stderr io.Writer) error {
 // not a loss: trace_processor and `check` do not report them either.
 func lossSummary(s *statsScan) string {
 	var parts []string
-	for _, r := range tracefile.LossReport(s.last().ts) {
-		if s.lossCtx.Lost(r) {
-			parts = append(parts, fmt.Sprintf("%s %s=%d", rowScope(r), r.Name, r.Value))
+	if s.multiMachine() {
+		parts = s.machineLoss()
+	} else {
+		for _, r := range s.lossRows() {
+			if s.lossCtx.Lost(r) {
+				parts = append(parts, fmt.Sprintf("%s %s=%d", rowScope(r), r.Name, r.Value))
+			}
+		}
+		for _, id := range s.machineIDs() {
+			parts = append(parts, s.machines[id].gaps()...)
 		}
 	}
 	if s.droppedPackets > 0 {
@@ -310,17 +333,24 @@ func writeStatsText(w io.Writer, path string, s *statsScan) error {
 	tables := s.stats
 	if len(tables) > 1 {
 		for i, st := range tables {
-			fmt.Fprintf(w, "\nTraceStats %d of %d, at offset %d:\n", i+1, len(tables), st.offset)
+			fmt.Fprintf(w, "\nTraceStats %d of %d, at offset %d%s:\n", i+1, len(tables), st.offset, s.machineLabel(st.machine))
 			if err := tracefile.WriteLossTableContext(w, tracefile.LossReport(st.ts), s.lossCtx); err != nil {
 				return err
 			}
 		}
-	} else {
+	}
+	switch {
+	case s.multiMachine():
+		if err := writeMachines(w, s); err != nil {
+			return err
+		}
+	case len(tables) <= 1:
 		fmt.Fprintln(w)
-		if err := tracefile.WriteLossTableContext(w, tracefile.LossReport(last.ts), s.lossCtx); err != nil {
+		if err := tracefile.WriteLossTableContext(w, s.lossRows(), s.lossCtx); err != nil {
 			return err
 		}
 	}
+	writeReceived(w, s)
 	writeProducerErrors(w, last.ts)
 	fmt.Fprintln(w)
 	if s.droppedPackets == 0 {
@@ -365,6 +395,10 @@ type (
 		// RingOverwrite marks a lost row that is a ring buffer read once
 		// overwriting its oldest data (tracefile.LossContext).
 		RingOverwrite bool `json:"ring_overwrite,omitempty"`
+		// MachineID is the machine_id of the TraceStats' packet (0:
+		// none); with several machines (a merged trace) each machine's
+		// last TraceStats is listed.
+		MachineID uint32 `json:"machine_id,omitempty"`
 	}
 	statsJSONDropped struct {
 		Type     string `json:"type"` // "previous_packet_dropped"
@@ -384,15 +418,33 @@ func writeStatsJSON(w io.Writer, path string, s *statsScan) error {
 	if err != nil {
 		return err
 	}
-	for i, st := range s.stats {
-		for _, r := range tracefile.LossReport(st.ts) {
+	type table struct {
+		at   statsAt
+		rows []tracefile.LossRow
+	}
+	var tables []table
+	switch {
+	case s.multiMachine() && len(s.stats) <= 1:
+		for _, id := range s.machineIDs() {
+			m := s.machines[id]
+			tables = append(tables, table{*m.last, m.rows()})
+		}
+	case len(s.stats) == 1:
+		tables = append(tables, table{s.stats[0], s.lossRows()})
+	default:
+		for _, st := range s.stats {
+			tables = append(tables, table{st, tracefile.LossReport(st.ts)})
+		}
+	}
+	for i, tb := range tables {
+		for _, r := range tb.rows {
 			scope := "service"
 			if r.Index >= 0 {
 				scope = "buffer"
 			}
 			err := enc.Encode(statsJSONCounter{
-				Type: "counter", TraceStats: i, Offset: st.offset, Scope: scope, Index: r.Index,
-				Counter: r.Name, Severity: r.Severity, Value: r.Value, Lost: r.Lost(), RingOverwrite: r.Lost() && s.lossCtx.RingOverwrite(r),
+				Type: "counter", TraceStats: i, Offset: tb.at.offset, Scope: scope, Index: r.Index,
+				Counter: r.Name, Severity: r.Severity, Value: r.Value, Lost: r.Lost(), RingOverwrite: r.Lost() && s.lossCtx.RingOverwrite(r), MachineID: tb.at.machine,
 			})
 			if err != nil {
 				return err

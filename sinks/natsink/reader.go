@@ -35,6 +35,7 @@ type Reader struct {
 	opts    ReaderOptions
 	Batches atomic.Uint64 // messages stored (duplicates included)
 	Bad     atomic.Uint64 // messages skipped as malformed
+	Refused atomic.Uint64 // messages skipped because a Store limit refused them
 }
 
 // NewReader returns a Reader; Run does the work.
@@ -47,6 +48,10 @@ func NewReader(opts ReaderOptions) *Reader {
 
 func (r *Reader) logf(format string, args ...any) {
 	sinks.Logf(r.opts.Logger, slog.LevelWarn, format, args...)
+}
+
+func (r *Reader) infof(format string, args ...any) {
+	sinks.Logf(r.opts.Logger, slog.LevelInfo, format, args...)
 }
 
 // Run consumes until ctx is done, reconnecting as needed. It returns an
@@ -143,10 +148,14 @@ type heldMsg struct {
 }
 
 type streamHold struct {
+	id    remote.Identity
 	st    *remote.Stream
 	held  map[uint64]heldMsg
 	since time.Time // when the oldest held batch arrived
 	last  time.Time // when the last batch arrived
+	start time.Time
+	// What this reader stored of the session, for its end line.
+	batches, packets, dups, refused uint64
 }
 
 // idleRelease: a session silent this long has its file closed (it is
@@ -165,8 +174,16 @@ func newReorder(r *Reader) *reorder {
 
 func (ro *reorder) release() {
 	for _, sh := range ro.streams {
-		sh.st.Release()
+		ro.end(sh, "reader stopped")
 	}
+}
+
+// end releases a session's stream and logs what was stored of it.
+func (ro *reorder) end(sh *streamHold, why string) {
+	last := sh.st.LastSeq()
+	sh.st.Release()
+	ro.r.infof("natsink: %s: session %s of %s (machine %016x) ended after %s (%s): %d batches, %d packets stored, %d duplicates, %d refused, last batch %d",
+		ro.r.opts.Subject, sh.id.SessionString(), sh.id.Hostname, sh.id.Machine, time.Since(sh.start).Round(time.Millisecond), why, sh.batches, sh.packets, sh.dups, sh.refused, last)
 }
 
 // add stores msg, or holds it until the batches before it arrived.
@@ -183,13 +200,27 @@ func (ro *reorder) add(msg jetstream.Msg, now time.Time) error {
 	sh := ro.streams[id]
 	if sh == nil {
 		st, err := ro.r.opts.Store.Stream(id)
+		if errors.Is(err, remote.ErrRefused) {
+			ro.r.Refused.Add(1)
+			_ = msg.Ack() // a limit, not a fault of the message: redelivering it would not help
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		sh = &streamHold{st: st, held: map[uint64]heldMsg{}}
+		sh = &streamHold{id: id, st: st, held: map[uint64]heldMsg{}, start: now}
 		ro.streams[id] = sh
+		ro.r.infof("natsink: %s: session %s of %s (machine %016x) started (stored up to batch %d)", ro.r.opts.Subject, id.SessionString(), id.Hostname, id.Machine, st.LastSeq())
 	}
 	sh.last = now
+	if err := sh.st.CheckWindow(seq); err != nil {
+		// Held, a batch numbered 2^64-1 would wait for batches that
+		// never come and then end the session's numbering.
+		sh.refused++
+		ro.r.Refused.Add(1)
+		_ = msg.Ack()
+		return nil
+	}
 	last := sh.st.LastSeq()
 	switch {
 	case seq <= last+1:
@@ -214,8 +245,23 @@ func (ro *reorder) add(msg jetstream.Msg, now time.Time) error {
 }
 
 func (ro *reorder) store(sh *streamHold, seq uint64, m heldMsg) error {
-	if _, err := sh.st.Append(seq, m.msg.Data(), m.packets, m.nbytes); err != nil {
+	stored, err := sh.st.Append(seq, m.msg.Data(), m.packets, m.nbytes)
+	if errors.Is(err, remote.ErrRefused) {
+		// Counted (and logged once) by the store; the message is
+		// acknowledged so that it does not come back.
+		sh.refused++
+		ro.r.Refused.Add(1)
+		_ = m.msg.Ack()
+		return nil
+	}
+	if err != nil {
 		return err
+	}
+	if stored {
+		sh.batches++
+		sh.packets += uint64(m.packets)
+	} else {
+		sh.dups++
 	}
 	ro.r.Batches.Add(1)
 	_ = m.msg.Ack()
@@ -270,7 +316,7 @@ func (ro *reorder) expire(now time.Time) error {
 			}
 		}
 		if len(sh.held) == 0 && now.Sub(sh.last) >= idleRelease {
-			sh.st.Release()
+			ro.end(sh, fmt.Sprintf("no batch for %s", idleRelease))
 			delete(ro.streams, id)
 		}
 	}

@@ -258,10 +258,12 @@ type clockSyncReceiver struct {
 	out     []byte
 	rounds  int  // rounds completed on this connection
 	warned  bool // "no clock sync" logged
+	// writeTimeout bounds the write of a pong (the server's --write-timeout).
+	writeTimeout time.Duration
 }
 
-func newClockSyncReceiver(st *remote.Stream, logger *slog.Logger, peer string) *clockSyncReceiver {
-	return &clockSyncReceiver{st: st, log: func(level slog.Level, format string, args ...any) {
+func newClockSyncReceiver(st *remote.Stream, logger *slog.Logger, peer string, writeTimeout time.Duration) *clockSyncReceiver {
+	return &clockSyncReceiver{st: st, writeTimeout: writeTimeout, log: func(level slog.Level, format string, args ...any) {
 		sinks.Logf(logger, level, "relay: %s: "+format, append([]any{peer}, args...)...)
 	}}
 }
@@ -283,7 +285,7 @@ func (cr *clockSyncReceiver) frame(c net.Conn, p []byte) error {
 		cr.r.Client1 = append(cr.snaps[2][:0], clocks...)
 		cr.r.Host1 = append(cr.snaps[3][:0], host...)
 		cr.out = appendClockPong(cr.out[:0], round)
-		_ = c.SetWriteDeadline(time.Now().Add(helloTimeout))
+		_ = c.SetWriteDeadline(time.Now().Add(cr.writeTimeout))
 		_, err := c.Write(cr.out)
 		_ = c.SetWriteDeadline(time.Time{})
 		if err != nil {

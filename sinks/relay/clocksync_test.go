@@ -437,7 +437,7 @@ func TestServerClockSyncErrors(t *testing.T) {
 			srv := NewServer(ServerOptions{Store: store})
 			client, server := net.Pipe()
 			done := make(chan error, 1)
-			go func() { done <- srv.handle(server) }()
+			go func() { done <- srv.handle(server, &connInfo{}) }()
 			go func() {
 				client.Write(hello)
 				client.Write(tc.frames)

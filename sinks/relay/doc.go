@@ -25,4 +25,12 @@
 // The package never trusts the peer: every frame is checked (type, length,
 // Trace framing of batches) and a bad one ends the connection with an
 // error naming the offset; it never panics on input.
+//
+// The server bounds what any peer can make it hold or wait for
+// (budget.go): deadlines on the hello, between frames, inside a frame and
+// on every write; per-type frame sizes; one frame-memory budget shared by
+// all connections; a connection cap at which the connection idle longest
+// makes room. Each limit is counted in ServerStats and logged once. It
+// must never hold a connection's memory or goroutine past those bounds,
+// nor let one connection stall another.
 package relay

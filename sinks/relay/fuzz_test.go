@@ -76,6 +76,8 @@ func FuzzServerConn(f *testing.F) {
 	round := appendClockSync(appendClockSync(append([]byte{}, hello...), 1, phasePing, clocks), 1, phaseUpdate, clocks)
 	f.Add(append(round, good[len(hello):]...))
 	f.Add(appendClockSync(append([]byte{}, hello...), 1, phaseUpdate, clocks))
+	f.Add(append(appendFrameHeader(nil, frameHello, 1<<20), "TPRL"...))                    // a hello announcing 1 MiB
+	f.Add(append(append([]byte{}, hello...), appendSeqFrame(nil, frameBatch, 1<<64-1)...)) // batch 2^64-1
 	f.Fuzz(func(t *testing.T, in []byte) {
 		// Merging, so that rounds are written (remote_clock_sync).
 		store, err := remote.OpenStore(t.TempDir(), true)
@@ -83,11 +85,11 @@ func FuzzServerConn(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer store.Close()
-		srv := NewServer(ServerOptions{Store: store})
+		srv := NewServer(ServerOptions{Store: store, FrameTimeout: time.Second, IdleTimeout: time.Second})
 		client, server := net.Pipe()
 		go io.Copy(io.Discard, client)
 		done := make(chan error, 1)
-		go func() { done <- srv.handle(server) }()
+		go func() { done <- srv.handle(server, &connInfo{}) }()
 		client.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		client.Write(in)
 		client.Close()
@@ -97,6 +99,46 @@ func FuzzServerConn(f *testing.F) {
 			t.Fatal("server connection did not end")
 		}
 		server.Close()
+		if used := srv.FrameMemoryUsed(); used != 0 {
+			t.Fatalf("the connection ended holding %d bytes of frame memory", used)
+		}
+	})
+}
+
+// FuzzServerReader: the server's frame reader, on any bytes, returns
+// frames no larger than their type's limit, charges the budget for what
+// it holds and gives all of it back.
+func FuzzServerReader(f *testing.F) {
+	f.Add(appendHello(nil, Hello{Version: 1, ID: remote.Identity{Machine: 1, Hostname: "h"}}))
+	f.Add(append(appendFrameHeader(nil, frameBatch, 9), seedBatch()[:9]...))
+	f.Add(appendFrameHeader(nil, frameError, maxErrorText+1))
+	f.Add(appendFrameHeader(nil, 200, 10))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		budget := newMemBudget(4 << 20)
+		client, server := net.Pipe()
+		go func() {
+			client.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			client.Write(in)
+			client.Close()
+		}()
+		sr := newServerReader(server, budget, time.Second)
+		for range 64 {
+			typ, p, err := sr.next()
+			if err != nil {
+				break
+			}
+			if uint32(len(p)) > frameLimit(typ) {
+				t.Fatalf("frame of type %d and %d bytes passed its limit %d", typ, len(p), frameLimit(typ))
+			}
+			if len(p) > maxSmallFrame && budget.Used() < int64(len(p)) {
+				t.Fatalf("a %d-byte frame held with %d bytes charged", len(p), budget.Used())
+			}
+		}
+		sr.release()
+		server.Close()
+		if budget.Used() != 0 {
+			t.Fatalf("%d bytes still charged after release", budget.Used())
+		}
 	})
 }
 

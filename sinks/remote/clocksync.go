@@ -163,6 +163,10 @@ type machineSync struct {
 	rounds   uint64        // valid rounds seen
 	written  uint64        // rounds written
 	marked   bool          // the machine's marker packet is in the file
+	// pending holds the machine's first round (its remote_clock_sync and
+	// marker records) measured before the merged file existed: the file
+	// is created by a first batch only, so the round waits for it.
+	pending []byte
 }
 
 // machine returns the clock-sync state of machine idx. REQUIRES: t.mu held.
@@ -207,16 +211,24 @@ func appendMarkerPacket(dst []byte, machine uint32, boottime uint64) []byte {
 }
 
 // markMachine writes machine idx's marker packet unless it is in the file
-// (see appendMarkerPacket): Append calls it before a merged batch.
+// (see appendMarkerPacket), after the machine's first round when that came
+// before the file existed: Append calls it before a merged batch.
 // REQUIRES: t.mu held.
-func (t *traceOut) markMachine(idx uint32) error {
+func (t *traceOut) markMachine(s *Store, idx uint32) error {
 	ms := t.machine(idx)
 	if ms.marked {
 		return nil
 	}
+	if ms.pending != nil {
+		if err := t.appendPackets(s, ms.pending); err != nil {
+			return err
+		}
+		ms.pending, ms.marked = nil, true
+		return nil
+	}
 	var buf [64]byte
 	var clocks [8]tracefile.Clock
-	if err := t.appendPackets(appendMarkerPacket(buf[:0], idx, ReadClocks(clocks[:0])[0].Timestamp)); err != nil {
+	if err := t.appendPackets(s, appendMarkerPacket(buf[:0], idx, ReadClocks(clocks[:0])[0].Timestamp)); err != nil {
 		return err
 	}
 	ms.marked = true
@@ -277,10 +289,16 @@ func (st *Stream) ClockSync(r *ClockRound) (bool, error) {
 		p = appendMarkerPacket(p, st.st.machineIdx, c2)
 	}
 	t.scratch = p
-	if err := t.appendPackets(p); err != nil {
+	if t.f == nil {
+		// No batch created the file yet: the round goes in before the
+		// machine's first batch (markMachine), so that a session that
+		// never sends a batch leaves no file.
+		ms.pending = append(ms.pending[:0], p...)
+	} else if err := t.appendPackets(st.store, p); err != nil {
 		return false, err
+	} else {
+		ms.marked = true
 	}
-	ms.marked = true
 	ms.lastHost = h1
 	ms.written++
 	st.store.Stats.Clock.Rounds.Add(1)
@@ -304,7 +322,7 @@ func appendRemoteClockSyncPacket(dst []byte, machine uint32, r *ClockRound) []by
 // (no machine_id): its clock snapshot, naming BOOTTIME the trace clock,
 // and its system_info. They make the receiver the host in
 // trace_processor's eyes, so that no sender is adopted in its place.
-func (t *traceOut) writeHostPreamble() error {
+func (t *traceOut) writeHostPreamble(s *Store) error {
 	uid := int32(os.Getuid())
 	clocks := ReadClocks(nil)
 	p := tracefile.AppendServiceHeader(nil, uid)
@@ -313,18 +331,19 @@ func (t *traceOut) writeHostPreamble() error {
 	b := tracefile.AppendRecord(nil, p)
 	p = tracefile.AppendSystemInfo(tracefile.AppendServiceHeader(p[:0], uid), hostSystemInfo())
 	b = tracefile.AppendRecord(b, p)
-	return t.appendPackets(b)
+	return t.appendPackets(s, b)
 }
 
 // appendPackets writes Trace records at the end of the file and records
-// the new end in the state file. REQUIRES: t.mu held.
-func (t *traceOut) appendPackets(b []byte) error {
+// the new end in the state file. REQUIRES: t.mu held, the files open.
+func (t *traceOut) appendPackets(s *Store, b []byte) error {
 	if _, err := t.f.WriteAt(b, t.off); err != nil {
 		t.err = fmt.Errorf("remote: %s: write: %w", t.name, err)
 		return t.err
 	}
 	t.off += int64(len(b))
-	if err := t.saveState(); err != nil {
+	s.Stats.DiskBytes.Add(int64(len(b)))
+	if err := t.saveState(s); err != nil {
 		t.err = err
 		return err
 	}

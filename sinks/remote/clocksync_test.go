@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -36,6 +37,12 @@ func mergedStream(t *testing.T) (*Store, *Stream) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Release)
+	// The merged file exists from the first batch on (a stream that
+	// never sends one leaves no file); rounds before it wait for it.
+	d, n, b := batchOf(5)
+	if ok, err := st.Append(1, d, n, b); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
 	return s, st
 }
 
@@ -74,14 +81,24 @@ func TestMergedHostPreamble(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		d, n, b := batchOf(5)
+		if ok, err := st.Append(uint64(i+1), d, n, b); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
 		st.Release()
 		s.Close()
 	}
 	pkts := packetsOf(t, dir+"/"+MergedName)
-	if len(pkts) != 2 || pkts[0].Kind() != "clock_snapshot" || pkts[1].Kind() != "system_info" {
-		t.Fatalf("merged file starts with %d packets %+v, want the host's clock_snapshot and system_info once", len(pkts), pkts)
-	}
+	var host []tracefile.PacketInfo
 	for _, p := range pkts {
+		if p.MachineID == 0 {
+			host = append(host, p)
+		}
+	}
+	if len(pkts) < 2 || pkts[0].Kind() != "clock_snapshot" || pkts[1].Kind() != "system_info" || len(host) != 2 {
+		t.Fatalf("merged file starts with %+v and has %d host packets, want the host's clock_snapshot and system_info first, once", pkts[:min(2, len(pkts))], len(host))
+	}
+	for _, p := range host {
 		if p.MachineID != 0 || p.SequenceID != 1 {
 			t.Errorf("host packet %s: machine_id %d, sequence %d, want none and 1", p.Kind(), p.MachineID, p.SequenceID)
 		}
@@ -179,8 +196,8 @@ func TestClockRoundValidate(t *testing.T) {
 	if ok, err := pst.ClockSync(good()); ok || err != nil {
 		t.Fatalf("per-session file: written %v, %v", ok, err)
 	}
-	if fi, err := os.Stat(ps.FileName(Identity{Machine: 9, Session: [16]byte{1}, Hostname: "a"})); err != nil || fi.Size() != 0 {
-		t.Fatalf("per-session file: %v, %v bytes; want it untouched", err, fi)
+	if _, err := os.Stat(ps.FileName(Identity{Machine: 9, Session: [16]byte{1}, Hostname: "a"})); !os.IsNotExist(err) {
+		t.Fatalf("per-session file with no batch: %v; want none created", err)
 	}
 }
 
@@ -280,5 +297,46 @@ func TestMachineMarker(t *testing.T) {
 	want := []string{"remote_clock_sync@1", "marker@1", "batch@1", "marker@2", "batch@2", "batch@1", "batch@2"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("merged file holds %v, want %v", got, want)
+	}
+}
+
+// A round measured before the merged file exists (the clock sync that
+// opens every connection comes before its first batch) creates no file
+// and goes in right before the machine's first batch: host packets,
+// remote_clock_sync, marker, then the sender's packets.
+func TestRoundBeforeFirstBatchWaitsForIt(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenStore(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Stream(Identity{Machine: 9, Session: [16]byte{1}, Hostname: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Release()
+	if ok, err := st.ClockSync(roundAt(uint64(10*time.Second), 100*time.Microsecond)); !ok || err != nil {
+		t.Fatalf("first round: written %v, %v", ok, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, MergedName)); !os.IsNotExist(err) {
+		t.Fatalf("a round alone made the merged file: %v", err)
+	}
+	d, n, b := batchOf(5)
+	if ok, err := st.Append(1, d, n, b); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	pkts := packetsOf(t, filepath.Join(dir, MergedName))
+	var kinds []string
+	for _, p := range pkts {
+		k := p.Kind()
+		if p.PayloadField == 0 && p.MachineID != 0 && p.HasTimestamp {
+			k = "marker"
+		}
+		kinds = append(kinds, k)
+	}
+	want := []string{"clock_snapshot", "system_info", "remote_clock_sync", "marker"}
+	if len(kinds) < len(want)+1 || !slices.Equal(kinds[:len(want)], want) {
+		t.Fatalf("merged file's packets %v, want %v then the batch", kinds, want)
 	}
 }

@@ -10,7 +10,13 @@
 //     files, one per (machine, session) or one merged trace with machine_id
 //     set and sequence ids remapped; a small state file per trace records
 //     the last batch written so that a receiver killed and restarted
-//     suppresses the duplicates its senders resend. A merged file is laid
+//     suppresses the duplicates its senders resend. A file exists only
+//     once a batch came. The Store bounds what a sender can make it hold
+//     (sequence ids per merged stream, batch-number window, sessions per
+//     machine, disk) and refuses past a bound with an error wrapping
+//     ErrRefused; it writes its own account of each session (batches
+//     stored, missing, refused) into the trace as a TraceStats receiver
+//     section, so that losses on the hop are in the file. A merged file is laid
 //     out as Perfetto's multi-machine traces: the receiver's own packets
 //     first (it is the host), and per machine the clock-sync rounds its
 //     transport measured, as remote_clock_sync (clocksync.go).

@@ -1,21 +1,16 @@
 package remote
 
 import (
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/tracepipe/tracepipe/internal/wire"
-
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -39,14 +34,79 @@ func (id Identity) SessionString() string { return hex.EncodeToString(id.Session
 // MergedName is the file a merging Store writes in its directory.
 const MergedName = "merged.pftrace"
 
+// Defaults of StoreOptions' limits.
+const (
+	// DefaultMaxSequences bounds the sequence ids one stream may bring
+	// into a merged file (each costs a map entry and 8 bytes of state).
+	DefaultMaxSequences = 8192
+	// DefaultSeqWindow bounds how far ahead of the last stored batch a
+	// batch number may be: a sender's numbers have no gaps of their own
+	// (a sink that drops packets drops them before numbering), so a jump
+	// of a million batches is a broken or hostile peer, not loss.
+	DefaultSeqWindow = 1 << 20
+	// DefaultMaxSessionsPerMachine bounds the sessions of one machine id
+	// attached at once.
+	DefaultMaxSessionsPerMachine = 64
+)
+
+// StoreOptions configure a Store. Zero values take the defaults above.
+type StoreOptions struct {
+	// Merge writes one merged trace for every machine (see Store).
+	Merge bool
+	// MaxSequences bounds the distinct sequence ids of one stream in a
+	// merged file; a batch that would exceed it is refused.
+	MaxSequences int
+	// SeqWindow bounds how far beyond the last stored batch a batch
+	// number may jump; a batch beyond it is refused and the stream
+	// continues as if it never came.
+	SeqWindow uint64
+	// MaxSessionsPerMachine bounds the sessions of one machine id
+	// attached at once; one more is refused.
+	MaxSessionsPerMachine int
+	// DiskBudget, when positive, bounds the bytes of the files in the
+	// directory (what was there when the store opened included); a batch
+	// that would exceed it is refused.
+	DiskBudget int64
+	// Logger receives one line the first time each limit is hit. Nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// ErrRefused is wrapped by every error about a batch or a session the
+// Store would not take because of a limit; the store itself is fine and
+// other streams go on. The specific errors below wrap it.
+var ErrRefused = errors.New("remote: refused")
+
+var (
+	// ErrSeqWindow: a batch numbered beyond the window.
+	ErrSeqWindow = fmt.Errorf("%w: batch number beyond the window", ErrRefused)
+	// ErrTooManySequences: a batch bringing more sequence ids than the
+	// limit into a merged file.
+	ErrTooManySequences = fmt.Errorf("%w: too many sequence ids", ErrRefused)
+	// ErrDiskBudget: storing the batch would exceed the disk budget.
+	ErrDiskBudget = fmt.Errorf("%w: disk budget exhausted", ErrRefused)
+	// ErrTooManySessions: one machine has too many sessions attached.
+	ErrTooManySessions = fmt.Errorf("%w: too many sessions of one machine", ErrRefused)
+)
+
 // StoreStats counts what a Store received. Safe to read at any time.
 type StoreStats struct {
-	Batches    atomic.Uint64 // batches appended
-	Packets    atomic.Uint64
-	Bytes      atomic.Uint64 // packet bytes, framing excluded
-	Duplicates atomic.Uint64 // batches already stored, suppressed
-	Gaps       atomic.Uint64 // batches that skipped a sequence number
-	Streams    atomic.Int64  // streams open now
+	Batches atomic.Uint64 // batches appended
+	Packets atomic.Uint64 // senders' packets appended
+	// ReceiverPackets counts the receiver packets the store wrote itself
+	// (its account of a session after each sender TraceStats or gap).
+	ReceiverPackets atomic.Uint64
+	Bytes           atomic.Uint64 // packet bytes, framing excluded
+	Duplicates      atomic.Uint64 // batches already stored, suppressed
+	Gaps            atomic.Uint64 // batches that skipped a sequence number
+	Missing         atomic.Uint64 // batch numbers skipped by those gaps
+	Streams         atomic.Int64  // streams open now
+	// Refusals, by limit.
+	RefusedWindow    atomic.Uint64 // batches numbered beyond SeqWindow
+	RefusedSequences atomic.Uint64 // batches over MaxSequences
+	RefusedDisk      atomic.Uint64 // batches over DiskBudget
+	RefusedSessions  atomic.Uint64 // sessions over MaxSessionsPerMachine
+	DiskBytes        atomic.Int64  // bytes of the files in the directory (as the store counts them)
 
 	Clock ClockSyncStats // clock-sync rounds (clocksync.go)
 }
@@ -58,26 +118,90 @@ type StoreStats struct {
 // in the file. Every file is valid at each batch boundary; its state file
 // (name + ".state") records how far it is valid and the last batch of
 // each stream, so that a Store reopened after a crash truncates a torn
-// tail and suppresses batches its senders resend.
+// tail and suppresses batches its senders resend. A file and its state
+// are created by the first batch: a session that never sends one leaves
+// nothing behind.
+//
+// Locks: Store.mu guards the table of open files and the session counts
+// and is never held while waiting for a file's lock held by another
+// stream; each file's traceOut.mu serialises the streams writing it.
 type Store struct {
 	dir   string
-	merge bool
+	opts  StoreOptions
 	Stats StoreStats
 	// ClockSyncSpacing is the least host time between two clock-sync
 	// rounds written for one machine (0: DefaultClockSyncSpacing). Set it
 	// before the first Stream.
 	ClockSyncSpacing time.Duration
 
-	mu     sync.Mutex
-	traces map[string]*traceOut // by file name
+	mu       sync.Mutex
+	traces   map[string]*traceOut    // by file name
+	attached map[streamKey]int       // handles per stream
+	machines map[uint64]int          // attached streams per machine id
+	once     [limitCount]atomic.Bool // each limit logged once
 }
 
-// OpenStore returns a Store writing into dir (created if missing).
+type streamKey struct {
+	machine uint64
+	session [16]byte
+}
+
+func keyOf(id Identity) streamKey { return streamKey{id.Machine, id.Session} }
+
+// The limits a Store logs the first time they are hit.
+const (
+	limitWindow = iota
+	limitSequences
+	limitDisk
+	limitSessions
+	limitCount
+)
+
+// OpenStore returns a Store writing into dir (created if missing) with
+// the default limits.
 func OpenStore(dir string, merge bool) (*Store, error) {
+	return OpenStoreOptions(dir, StoreOptions{Merge: merge})
+}
+
+// OpenStoreOptions returns a Store writing into dir (created if missing).
+func OpenStoreOptions(dir string, opts StoreOptions) (*Store, error) {
+	if opts.MaxSequences <= 0 {
+		opts.MaxSequences = DefaultMaxSequences
+	}
+	if opts.SeqWindow == 0 {
+		opts.SeqWindow = DefaultSeqWindow
+	}
+	if opts.MaxSessionsPerMachine <= 0 {
+		opts.MaxSessionsPerMachine = DefaultMaxSessionsPerMachine
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("remote: output directory: %w", err)
 	}
-	return &Store{dir: dir, merge: merge, traces: map[string]*traceOut{}}, nil
+	s := &Store{dir: dir, opts: opts, traces: map[string]*traceOut{}, attached: map[streamKey]int{}, machines: map[uint64]int{}}
+	if opts.DiskBudget > 0 {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return nil, fmt.Errorf("remote: output directory: %w", err)
+		}
+		var used int64
+		for _, e := range ents {
+			if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+				used += info.Size()
+			}
+		}
+		s.Stats.DiskBytes.Store(used)
+	}
+	return s, nil
+}
+
+// Options returns the store's options with the defaults filled in.
+func (s *Store) Options() StoreOptions { return s.opts }
+
+// limitHit logs the first time limit is hit.
+func (s *Store) limitHit(limit int, format string, args ...any) {
+	if s.once[limit].CompareAndSwap(false, true) {
+		sinks.Logf(s.opts.Logger, slog.LevelWarn, format+" (logged once; counted in /metrics)", args...)
+	}
 }
 
 // FileName is the trace file of id (merged.pftrace when merging). A
@@ -92,7 +216,7 @@ func (s *Store) FileName(id Identity) string {
 		live.Session, live.Snapshot = id.Snapshot.Of, sinks.Snapshot{}
 		return sinks.SnapshotName(sinks.DefaultSnapshotPattern, s.sessionFile(live), id.Snapshot.N, id.Snapshot.Trigger)
 	}
-	if s.merge {
+	if s.opts.Merge {
 		return filepath.Join(s.dir, MergedName)
 	}
 	return s.sessionFile(id)
@@ -123,30 +247,48 @@ func safeName(h string) string {
 // Stream is one sender session's way into its trace file. It is safe for
 // concurrent use (a sender that reconnects may briefly have two).
 type Stream struct {
-	store *Store
-	t     *traceOut
-	st    *streamState
+	store    *Store
+	t        *traceOut
+	st       *streamState
+	key      streamKey
+	released atomic.Bool
 }
 
-// Stream opens (or reopens) the stream of id.
+// Stream opens (or reopens) the stream of id. It creates no file: the
+// first batch does. A machine with MaxSessionsPerMachine sessions
+// attached gets ErrTooManySessions.
 func (s *Store) Stream(id Identity) (*Stream, error) {
 	name := s.FileName(id)
+	key := keyOf(id)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	if s.attached[key] == 0 && s.machines[id.Machine] >= s.opts.MaxSessionsPerMachine {
+		s.mu.Unlock()
+		s.Stats.RefusedSessions.Add(1)
+		s.limitHit(limitSessions, "remote: machine %016x (%s) has %d sessions attached, the limit (--max-sessions-per-machine); refusing more", id.Machine, id.Hostname, s.opts.MaxSessionsPerMachine)
+		return nil, fmt.Errorf("%w: machine %016x already has %d sessions attached", ErrTooManySessions, id.Machine, s.opts.MaxSessionsPerMachine)
+	}
 	t := s.traces[name]
 	if t == nil {
 		var err error
-		if t, err = openTrace(name, s.merge && id.Snapshot.IsZero()); err != nil {
+		if t, err = openTrace(name, s.opts.Merge && id.Snapshot.IsZero()); err != nil {
+			s.mu.Unlock()
 			return nil, err
 		}
 		s.traces[name] = t
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	st := t.stream(id)
 	t.refs++
+	if s.attached[key] == 0 {
+		s.machines[id.Machine]++
+	}
+	s.attached[key]++
+	s.mu.Unlock()
+
+	t.mu.Lock()
+	st := t.stream(id)
+	st.handles++
+	t.mu.Unlock()
 	s.Stats.Streams.Add(1)
-	return &Stream{store: s, t: t, st: st}, nil
+	return &Stream{store: s, t: t, st: st, key: key}, nil
 }
 
 // LastSeq is the highest batch number stored for this stream (0: none).
@@ -156,85 +298,166 @@ func (st *Stream) LastSeq() uint64 {
 	return st.st.lastSeq
 }
 
-// Release ends this handle's use of the stream. When no handle is left,
-// a per-session file is closed (a long-running receiver must not keep one
-// open per session it ever saw); a sender that reconnects reopens it,
-// continuing from its state file. The merged file stays open.
+// CheckWindow returns an error wrapping ErrSeqWindow when seq lies beyond
+// the window after the last stored batch (and counts the refusal).
+func (st *Stream) CheckWindow(seq uint64) error {
+	st.t.mu.Lock()
+	defer st.t.mu.Unlock()
+	return st.checkWindowLocked(seq)
+}
+
+func (st *Stream) checkWindowLocked(seq uint64) error {
+	last, w := st.st.lastSeq, st.store.opts.SeqWindow
+	if seq <= last || seq-last <= w {
+		return nil
+	}
+	st.st.recv.BatchesRefused++
+	st.st.unreported = true
+	st.store.Stats.RefusedWindow.Add(1)
+	st.store.limitHit(limitWindow, "remote: session %s of %s: batch %d is more than %d (--seq-window) beyond the last stored batch %d; refused", hex.EncodeToString(st.st.session[:]), st.st.hostname, seq, w, last)
+	return fmt.Errorf("%w: batch %d is more than %d beyond the last stored batch %d", ErrSeqWindow, seq, w, last)
+}
+
+// Release ends this handle's use of the stream. When the stream's last
+// handle goes and batches were refused since its last receiver packet, a
+// receiver packet records them. When no handle of a per-session file is left, the file is
+// closed (a long-running receiver must not keep one open per session it
+// ever saw); a sender that reconnects reopens it, continuing from its
+// state file. The merged file stays open. Release twice is a no-op.
 func (st *Stream) Release() {
+	if !st.released.CompareAndSwap(false, true) {
+		return
+	}
 	s, t := st.store, st.t
 	s.Stats.Streams.Add(-1)
+	t.mu.Lock()
+	st.st.handles--
+	if st.st.handles == 0 {
+		if st.st.unreported && st.st.registered && t.err == nil {
+			t.err = t.writeReceiverPacket(s, st.st, nil)
+		}
+		if !st.st.registered {
+			delete(t.byKey, st.key) // never stored a batch: nothing to remember
+		}
+	}
+	t.mu.Unlock()
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	if s.attached[st.key]--; s.attached[st.key] == 0 {
+		delete(s.attached, st.key)
+		if s.machines[st.key.machine]--; s.machines[st.key.machine] == 0 {
+			delete(s.machines, st.key.machine)
+		}
+	}
 	t.refs--
 	if t.refs > 0 || t.merge || s.traces[t.name] != t {
 		return
 	}
 	delete(s.traces, t.name)
-	if t.err == nil {
-		t.err = errors.New("remote: stream released")
-	}
-	_ = t.f.Close()
-	_ = t.state.Close()
+	// No handle is left, so nobody waits for t.mu: closing here holds
+	// the store lock only for the close itself.
+	t.mu.Lock()
+	t.closeLocked(errors.New("remote: stream released"))
+	t.mu.Unlock()
 }
 
 // Append stores batch seq (Trace records in data holding packets packets
 // of nbytes bytes, as counted by CheckRecords) unless it was stored before, in which case it reports
 // false. When Append returns, the batch is in the OS's hands and may be
-// acknowledged.
+// acknowledged. A batch refused by a limit returns an error wrapping
+// ErrRefused; the stream stays usable.
 func (st *Stream) Append(seq uint64, data []byte, packets int, nbytes uint64) (bool, error) {
-	t := st.t
+	t, s, ss := st.t, st.store, st.st
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.err != nil {
 		return false, t.err
 	}
-	if seq <= st.st.lastSeq {
-		st.store.Stats.Duplicates.Add(1)
+	if seq <= ss.lastSeq {
+		ss.recv.BatchesDuplicated++
+		s.Stats.Duplicates.Add(1)
 		return false, nil
 	}
-	if seq != st.st.lastSeq+1 {
-		st.store.Stats.Gaps.Add(1)
+	if err := st.checkWindowLocked(seq); err != nil {
+		return false, err
 	}
-	out := data
+	mark := ss.mark(t)
+	out, err := t.prepare(s, ss, data)
+	if err != nil {
+		ss.rollback(t, mark)
+		if errors.Is(err, ErrTooManySequences) {
+			ss.recv.BatchesRefused++
+			ss.unreported = true
+			s.Stats.RefusedSequences.Add(1)
+			s.limitHit(limitSequences, "remote: session %s of %s brings more than %d sequence ids (--max-sequences) into the merged file; batch refused", hex.EncodeToString(ss.session[:]), ss.hostname, s.opts.MaxSequences)
+		}
+		return false, err
+	}
+	if b := s.opts.DiskBudget; b > 0 && s.Stats.DiskBytes.Load()+int64(len(out))+int64(len(t.stateBuf))+receiverPacketSlack > b {
+		ss.rollback(t, mark)
+		ss.recv.BatchesRefused++
+		ss.unreported = true
+		s.Stats.RefusedDisk.Add(1)
+		s.limitHit(limitDisk, "remote: %s: the files hold %d bytes; batch %d of %d bytes would pass the disk budget of %d bytes (--max-disk); refusing batches", t.name, s.Stats.DiskBytes.Load(), seq, len(out), b)
+		return false, fmt.Errorf("%w: %d bytes stored, budget %d", ErrDiskBudget, s.Stats.DiskBytes.Load(), b)
+	}
+	if err := t.ensureFiles(s); err != nil {
+		ss.rollback(t, mark)
+		t.err = err
+		return false, err
+	}
 	if t.merge {
-		if err := t.markMachine(st.st.machineIdx); err != nil { // clocksync.go
+		if err := t.markMachine(s, ss.machineIdx); err != nil { // clocksync.go
 			return false, err
 		}
-		t.scratch = t.scratch[:0]
-		err := WalkRecords(data, func(p []byte) error {
-			info, err := tracefile.DecodePacket(p)
-			if err != nil {
-				return err
-			}
-			id := st.st.remap(t, info.SequenceID)
-			extra := 1 + protowire.SizeVarint(uint64(id)) + 2 + protowire.SizeVarint(uint64(st.st.machineIdx))
-			t.scratch = tracefile.AppendRecordHeader(t.scratch, len(p)+extra)
-			t.scratch = append(t.scratch, p...)
-			// The last occurrence of a field wins: appending is enough.
-			t.scratch = wire.AppendVarint(t.scratch, tracefile.FieldTrustedSequenceID, uint64(id))
-			t.scratch = wire.AppendVarint(t.scratch, tracefile.FieldMachineID, uint64(st.st.machineIdx))
-			return nil
-		})
-		if err != nil {
-			return false, err
-		}
-		out = t.scratch
+	}
+	gap := seq != ss.lastSeq+1
+	if !ss.registered {
+		ss.registered = true
+		t.streams = append(t.streams, ss)
 	}
 	if _, err := t.f.WriteAt(out, t.off); err != nil {
 		t.err = fmt.Errorf("remote: %s: write: %w", t.name, err)
 		return false, t.err
 	}
 	t.off += int64(len(out))
-	st.st.lastSeq = seq
-	if err := t.saveState(); err != nil {
+	s.Stats.DiskBytes.Add(int64(len(out)))
+	if len(ss.pending) > 0 {
+		ss.lastStats = append(ss.lastStats[:0], ss.pending...)
+	}
+	if gap {
+		missing := seq - ss.lastSeq - 1
+		ss.recv.Gaps++
+		ss.recv.BatchesMissing += missing
+		if len(ss.recv.GapRanges) < tracefile.MaxGapRanges {
+			ss.recv.GapRanges = append(ss.recv.GapRanges, tracefile.GapRange{From: ss.lastSeq + 1, To: seq - 1})
+		}
+		s.Stats.Gaps.Add(1)
+		s.Stats.Missing.Add(missing)
+	}
+	ss.lastSeq = seq
+	ss.recv.BatchesStored++
+	ss.recv.PacketsStored += uint64(packets)
+	ss.recv.BytesStored += nbytes
+	s.Stats.Batches.Add(1)
+	s.Stats.Packets.Add(uint64(packets))
+	s.Stats.Bytes.Add(nbytes)
+	if gap || len(ss.pending) > 0 || ss.unreported {
+		// The receiver's account follows each TraceStats of the sender
+		// (so that the last packet of a session's file says what the
+		// file holds), and a gap or refusal goes into the trace at once,
+		// so that a reader sees it even if the session never ends.
+		if err := t.writeReceiverPacket(s, ss, nil); err != nil {
+			t.err = err
+			return false, err
+		}
+		return true, nil
+	}
+	if err := t.saveState(s); err != nil {
 		t.err = err
 		return false, err
 	}
-	st.store.Stats.Batches.Add(1)
-	st.store.Stats.Packets.Add(uint64(packets))
-	st.store.Stats.Bytes.Add(nbytes)
 	return true, nil
 }
 
@@ -246,223 +469,9 @@ func (s *Store) Close() error {
 	var errs []error
 	for name, t := range s.traces {
 		t.mu.Lock()
-		errs = append(errs, t.f.Close(), t.state.Close())
-		t.err = errors.New("remote: store closed")
+		errs = append(errs, t.closeLocked(errors.New("remote: store closed")))
 		t.mu.Unlock()
 		delete(s.traces, name)
 	}
 	return errors.Join(errs...)
 }
-
-// traceOut is one trace file and its state.
-type traceOut struct {
-	name  string
-	merge bool
-
-	mu        sync.Mutex // guards everything below
-	f, state  *os.File
-	off       int64 // the file is valid up to here
-	streams   []*streamState
-	machines  map[uint64]uint32 // merge: machine id → machine_id field
-	nextSeqID uint32            // merge: next remapped sequence id
-	scratch   []byte
-	stateBuf  []byte
-	err       error // sticky write error
-	refs      int   // Stream handles open
-
-	sync map[uint32]*machineSync // merge: clock sync per machine_id (clocksync.go)
-}
-
-// streamState is what the state file keeps of one stream.
-type streamState struct {
-	machine    uint64
-	session    [16]byte
-	lastSeq    uint64
-	machineIdx uint32
-	seqs       []seqPair // merge: original → remapped sequence id
-}
-
-type seqPair struct{ from, to uint32 }
-
-// remap returns the merged file's sequence id for the stream's id.
-func (ss *streamState) remap(t *traceOut, from uint32) uint32 {
-	for _, p := range ss.seqs {
-		if p.from == from {
-			return p.to
-		}
-	}
-	to := t.nextSeqID
-	t.nextSeqID++
-	ss.seqs = append(ss.seqs, seqPair{from, to})
-	return to
-}
-
-func (t *traceOut) stream(id Identity) *streamState {
-	for _, st := range t.streams {
-		if st.machine == id.Machine && st.session == id.Session {
-			return st
-		}
-	}
-	st := &streamState{machine: id.Machine, session: id.Session}
-	if t.merge {
-		idx, ok := t.machines[id.Machine]
-		if !ok {
-			idx = uint32(len(t.machines) + 1)
-			t.machines[id.Machine] = idx
-		}
-		st.machineIdx = idx
-	}
-	t.streams = append(t.streams, st)
-	return st
-}
-
-func openTrace(name string, merge bool) (*traceOut, error) {
-	t := &traceOut{name: name, merge: merge, machines: map[uint64]uint32{}, nextSeqID: 2}
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("remote: %w", err)
-	}
-	sf, err := os.OpenFile(name+".state", os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("remote: %w", err)
-	}
-	t.f, t.state = f, sf
-	raw, err := io.ReadAll(io.LimitReader(sf, maxStateSize+1))
-	if err == nil && len(raw) > 0 {
-		err = t.decodeState(raw)
-	}
-	if err == nil {
-		// Anything past the recorded offset is a batch torn by a crash,
-		// or one written but not recorded: its sender resends it.
-		err = f.Truncate(t.off)
-	}
-	if err == nil && merge && t.off == 0 {
-		err = t.writeHostPreamble() // clocksync.go
-	}
-	if err != nil {
-		f.Close()
-		sf.Close()
-		return nil, fmt.Errorf("remote: %s: %w", name+".state", err)
-	}
-	for _, st := range t.streams {
-		if merge {
-			t.machines[st.machine] = st.machineIdx
-		}
-	}
-	return t, nil
-}
-
-// State file layout (little endian): "TPST" version:u32 length:u32, then
-// length bytes: offset:u64 nextSeqID:u32 streams:u32, per stream machine:u64
-// session:[16] lastSeq:u64 machineIdx:u32 pairs:u32 (from:u32 to:u32)*.
-// It is rewritten in place with one pwrite after each batch; the length
-// makes a shorter rewrite ignore the old tail.
-const (
-	stateMagic   = "TPST"
-	stateVersion = 1
-	maxStateSize = 16 << 20
-)
-
-var errBadState = errors.New("malformed state file")
-
-func (t *traceOut) saveState() error {
-	b := append(t.stateBuf[:0], stateMagic...)
-	b = binary.LittleEndian.AppendUint32(b, stateVersion)
-	b = binary.LittleEndian.AppendUint32(b, 0) // length, set below
-	b = binary.LittleEndian.AppendUint64(b, uint64(t.off))
-	b = binary.LittleEndian.AppendUint32(b, t.nextSeqID)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(t.streams)))
-	for _, st := range t.streams {
-		b = binary.LittleEndian.AppendUint64(b, st.machine)
-		b = append(b, st.session[:]...)
-		b = binary.LittleEndian.AppendUint64(b, st.lastSeq)
-		b = binary.LittleEndian.AppendUint32(b, st.machineIdx)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(st.seqs)))
-		for _, p := range st.seqs {
-			b = binary.LittleEndian.AppendUint32(b, p.from)
-			b = binary.LittleEndian.AppendUint32(b, p.to)
-		}
-	}
-	binary.LittleEndian.PutUint32(b[8:], uint32(len(b)-12))
-	t.stateBuf = b
-	if _, err := t.state.WriteAt(b, 0); err != nil {
-		return fmt.Errorf("remote: %s.state: %w", t.name, err)
-	}
-	return nil
-}
-
-// decodeState parses a state file (untrusted: it is on disk).
-func (t *traceOut) decodeState(raw []byte) error {
-	if len(raw) > maxStateSize {
-		return fmt.Errorf("%w: larger than %d bytes", errBadState, maxStateSize)
-	}
-	if len(raw) < 12 || string(raw[:4]) != stateMagic {
-		return fmt.Errorf("%w: no %q header", errBadState, stateMagic)
-	}
-	if v := binary.LittleEndian.Uint32(raw[4:]); v != stateVersion {
-		return fmt.Errorf("%w: version %d, want %d", errBadState, v, stateVersion)
-	}
-	n := binary.LittleEndian.Uint32(raw[8:])
-	if uint64(n) > uint64(len(raw)-12) {
-		return fmt.Errorf("%w: length %d overruns the file (%d bytes)", errBadState, n, len(raw))
-	}
-	d := decoder{b: raw[12 : 12+n], off: 12}
-	off := d.u64()
-	t.nextSeqID = d.u32()
-	ns := d.u32()
-	for i := uint32(0); i < ns && d.err == nil; i++ {
-		st := &streamState{machine: d.u64()}
-		copy(st.session[:], d.bytes(16))
-		st.lastSeq = d.u64()
-		st.machineIdx = d.u32()
-		np := d.u32()
-		if uint64(np)*8 > uint64(len(d.b)) {
-			d.fail("sequence map of %d entries", np)
-			break
-		}
-		for j := uint32(0); j < np; j++ {
-			st.seqs = append(st.seqs, seqPair{d.u32(), d.u32()})
-		}
-		t.streams = append(t.streams, st)
-	}
-	if d.err != nil {
-		t.streams = nil
-		return d.err
-	}
-	if len(d.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", errBadState, len(d.b))
-	}
-	if off > 1<<62 {
-		return fmt.Errorf("%w: offset %d", errBadState, off)
-	}
-	t.off = int64(off)
-	return nil
-}
-
-// decoder reads little-endian fields, remembering the first overrun.
-type decoder struct {
-	b   []byte
-	off int
-	err error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: offset %d: %s", errBadState, d.off, fmt.Sprintf(format, args...))
-	}
-	d.b = nil
-}
-
-func (d *decoder) bytes(n int) []byte {
-	if len(d.b) < n {
-		d.fail("truncated")
-		return make([]byte, n)
-	}
-	v := d.b[:n]
-	d.b, d.off = d.b[n:], d.off+n
-	return v
-}
-
-func (d *decoder) u64() uint64 { return binary.LittleEndian.Uint64(d.bytes(8)) }
-func (d *decoder) u32() uint32 { return binary.LittleEndian.Uint32(d.bytes(4)) }

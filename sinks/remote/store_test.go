@@ -2,7 +2,6 @@ package remote
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -54,11 +53,49 @@ func TestStoreReleaseAndReopen(t *testing.T) {
 	if ok, err := st.Append(2, b2, 1, 2); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, filepath.Base(s.FileName(id))))
+	pkts := filePackets(t, s.FileName(id))
+	if len(pkts) != 2 || string(pkts[0]) != string(b1[2:]) || string(pkts[1]) != string(b2[2:]) {
+		t.Fatalf("file holds %x, want batch 1 then batch 2", pkts)
+	}
+}
+
+func filePackets(t *testing.T, name string) [][]byte {
+	t.Helper()
+	f, err := os.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := append(append([]byte{}, b1...), b2...); string(data) != string(want) {
-		t.Fatalf("file %x, want %x", data, want)
+	defer f.Close()
+	pkts, err := tracefile.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return pkts
+}
+
+// machinePackets leaves out of a merged file's packets those the
+// receiver wrote for clock alignment (its host packets, no machine_id; a
+// machine's remote_clock_sync and marker packets, no sequence id).
+func machinePackets(t *testing.T, pkts [][]byte) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for _, p := range pkts {
+		info, err := tracefile.DecodePacket(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.MachineID != 0 && info.SequenceID != 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func receiverSection(t *testing.T, p []byte) *tracefile.ReceiverStats {
+	t.Helper()
+	ts, ok, err := tracefile.DecodeTraceStatsPacket(p)
+	if err != nil || !ok || ts.Tracepipe == nil || ts.Tracepipe.Receiver == nil {
+		t.Fatalf("packet %x is no receiver TraceStats (%v)", p, err)
+	}
+	return ts.Tracepipe.Receiver
 }
