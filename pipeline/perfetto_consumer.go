@@ -409,6 +409,22 @@ func (m *memSink) take(maxBytes int) [][]byte {
 	return out
 }
 
+// WriteLast implements sinks.LastWriter: the session's final TraceStats
+// is kept past the bound. A full ring buffer is already about the bound,
+// and the service's own packets come on top; without this the packet
+// that counts every loss (overwrites, the drops above) was the one
+// dropped, and a ReadBuffers trace ended without TraceStats, as traced's
+// never do.
+func (m *memSink) WriteLast(packet []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.packets = append(m.packets, append([]byte(nil), packet...))
+	m.held += len(packet)
+	m.stats.PacketsWritten++
+	m.stats.BytesWritten += uint64(len(packet))
+	return nil
+}
+
 func (m *memSink) Flush(context.Context) error { return nil }
 func (m *memSink) Close(context.Context) error { return nil }
 func (m *memSink) Stats() sinks.SinkStats {
