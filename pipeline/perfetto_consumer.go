@@ -63,6 +63,11 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		}
 	}
 	cfg.DataSources = kept
+	for _, w := range cfg.warnings("DISCARD") {
+		// EnableTracing's reply has no place for a warning (error fails
+		// the session), so the service's log carries it, as traced's does.
+		sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): trace_config.%s", peer.PID, w)
+	}
 	cs := &consumerSession{done: make(chan struct{})}
 	var sink sinks.Sink
 	switch {

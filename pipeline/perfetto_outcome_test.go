@@ -1,10 +1,17 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -70,3 +77,76 @@ func TestPerfettoConsumerRingSessionEndsWithTraceStats(t *testing.T) {
 		t.Fatalf("%d of %d producer packets read back; a wrapped 64 KiB ring keeps some, not all", got, packets)
 	}
 }
+
+// lockedBuffer is a bytes.Buffer a logger may write from any goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// EnableTracing with a DISCARD buffer and write_into_file warns where the
+// session is created, naming the TraceConfig field and what will happen:
+// tracepipe's buffers stop for good once full, where traced's V1 buffer
+// kept accepting data once it had been read. The session still runs.
+func TestPerfettoConsumerWarnsDiscardWithStreaming(t *testing.T) {
+	var logs lockedBuffer
+	pc := &PerfettoConsumers{Producers: NewPerfettoProducers(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	for _, tc := range []struct {
+		name      string
+		policy    uint64
+		streaming bool
+		warn      bool
+	}{{"discard streaming", 2, true, true}, {"ring streaming", 1, true, false}, {"discard read at the end", 2, false, false}} {
+		before := strings.Count(logs.String(), "fill_policy")
+		fd := -1
+		if tc.streaming {
+			f, err := os.Create(filepath.Join(t.TempDir(), "out.pftrace"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd, err = unixDup(int(f.Fd()))
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		cs, err := pc.EnableTracing(ipc.Peer{PID: 4242}, sizedTraceConfig(64, tc.policy, 100, tc.streaming, "linux.sys_stats"), fd)
+		if err != nil {
+			t.Fatalf("%s: EnableTracing: %v", tc.name, err)
+		}
+		select {
+		case <-cs.Done():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: the session never ended", tc.name)
+		}
+		if err := cs.Err(); err != nil {
+			t.Fatalf("%s: session: %v", tc.name, err)
+		}
+		got := strings.Count(logs.String(), "fill_policy") - before
+		if !tc.warn {
+			if got != 0 {
+				t.Fatalf("%s: unexpected warning in %q", tc.name, logs.String())
+			}
+			continue
+		}
+		const want = "perfetto consumer (pid 4242): trace_config.buffers[0].fill_policy: DISCARD with write_into_file: the buffer stops accepting data for good once 64 KiB"
+		if got != 1 || !strings.Contains(logs.String(), want) || !strings.Contains(logs.String(), "level=WARN") {
+			t.Fatalf("%s: logs %q, want one warning containing %q", tc.name, logs.String(), want)
+		}
+	}
+}
+
+// unixDup duplicates fd (EnableTracing takes ownership of the one it gets).
+func unixDup(fd int) (int, error) { return unix.Dup(fd) }
