@@ -82,7 +82,12 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		for _, b := range cfg.Buffers {
 			limit += int(b.SizeKB) * 1024
 		}
-		cs.mem = &memSink{limit: limit}
+		// Room for a full read of every buffer as traced's ReadBuffers
+		// returns it: the packets grow by the trusted fields stamped on
+		// each (half again for small packets), and the service's own
+		// packets come on top. Bounded all the same; what does not fit
+		// is counted.
+		cs.mem = &memSink{limit: 2*limit + 1<<20}
 		sink = cs.mem
 	}
 	cs.clones = map[int]*memSink{}
@@ -370,9 +375,10 @@ func (cs *consumerSession) TraceStats() ([]byte, error) {
 }
 
 // memSink keeps the packets a session read until the consumer's
-// ReadBuffers takes them, bounded by the session's buffer sizes (as
-// traced's buffers bound what ReadBuffers can return): packets beyond the
-// bound are dropped and counted.
+// ReadBuffers takes them, bounded in proportion to the session's buffer
+// sizes (as traced's buffers bound what ReadBuffers can return): packets
+// beyond the bound are dropped and counted, except the final TraceStats
+// (WriteLast).
 type memSink struct {
 	mu      sync.Mutex
 	limit   int

@@ -39,9 +39,11 @@ func sizedTraceConfig(sizeKB, fillPolicy, durationMs uint64, writeIntoFile bool,
 // A session without write_into_file whose ring buffer wrapped many times
 // (the overloaded-producer case of issue 26) still ends, as traced's do,
 // with a TraceStats packet that counts the overwritten chunks: the
-// consumer's ReadBuffers queue is bounded by the buffer sizes, and a full
-// buffer plus the service's own packets used to push the final TraceStats
-// past that bound, so the trace said nothing about its losses.
+// consumer's ReadBuffers queue was bounded by the buffer sizes, and a full
+// buffer's packets (grown by their trusted fields) plus the service's own
+// packets went past that bound: the newest packets and the final
+// TraceStats were dropped, so the trace said nothing about its losses.
+// Now everything a full read returns reaches the consumer.
 func TestPerfettoConsumerRingSessionEndsWithTraceStats(t *testing.T) {
 	prodSock, consSock, reg := perfettoService(t)
 	const packets = 40000 // about 20 times the 64 KiB buffer
@@ -72,6 +74,9 @@ func TestPerfettoConsumerRingSessionEndsWithTraceStats(t *testing.T) {
 	}
 	if len(ts.BufferStats) != 1 || ts.BufferStats[0].ChunksOverwritten == 0 {
 		t.Fatalf("TraceStats buffer stats %+v: the ring buffer's overwrites are not counted", ts.BufferStats)
+	}
+	if tp := ts.Tracepipe; tp == nil || tp.SinkPacketsDropped != 0 {
+		t.Fatalf("the consumer's queue dropped packets: %+v", tp)
 	}
 	if got := countDoublePackets(t, pkts); got == 0 || got >= packets {
 		t.Fatalf("%d of %d producer packets read back; a wrapped 64 KiB ring keeps some, not all", got, packets)
