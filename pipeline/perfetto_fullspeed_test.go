@@ -148,10 +148,10 @@ func (fd *fullSpeedDouble) serve(done chan<- error) {
 	}
 }
 
-// streamingConfig is a write_into_file TraceConfig with
+// fullSpeedStreamingConfig is a write_into_file TraceConfig with
 // file_write_period_ms 100 (so the service also flushes every 100 ms).
-func streamingConfig(sizeKB, durationMs uint64, name string) []byte {
-	return sizedTraceConfig(sizeKB, 1, durationMs, true, name)
+func fullSpeedStreamingConfig(sizeKB, durationMs uint64, name string) []byte {
+	return outcomeTraceConfig(sizeKB, 1, durationMs, true, name)
 }
 
 // A producer writing at full speed through many flush cycles of a
@@ -184,7 +184,7 @@ func TestPerfettoFullSpeedProducerNoWriterAbort(t *testing.T) {
 			}
 			c := dialConsumer(t, consSock)
 			defer c.pd.close()
-			enable := c.invokeFD("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: streamingConfig(2048, 1000, "test.perfetto_double")}, int(f.Fd()))
+			enable := c.invokeFD("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: fullSpeedStreamingConfig(2048, 1000, "test.perfetto_double")}, int(f.Fd()))
 			f.Close()
 			var er ipc.EnableTracingResponse
 			if r := c.reply(enable); proto.Unmarshal(r.GetReplyProto(), &er) != nil || !er.GetDisabled() || er.Error != nil {

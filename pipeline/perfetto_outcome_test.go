@@ -19,9 +19,9 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-// sizedTraceConfig is traceConfig with one buffer of sizeKB and the
+// outcomeTraceConfig is traceConfig with one buffer of sizeKB and the
 // given fill_policy (0 leaves it unset).
-func sizedTraceConfig(sizeKB, fillPolicy, durationMs uint64, writeIntoFile bool, names ...string) []byte {
+func outcomeTraceConfig(sizeKB, fillPolicy, durationMs uint64, writeIntoFile bool, names ...string) []byte {
 	buf := protowire.AppendTag(nil, 1, protowire.VarintType)
 	buf = protowire.AppendVarint(buf, sizeKB)
 	if fillPolicy != 0 {
@@ -59,7 +59,7 @@ func TestPerfettoConsumerRingSessionEndsWithTraceStats(t *testing.T) {
 	}
 	c := dialConsumer(t, consSock)
 	defer c.pd.close()
-	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: sizedTraceConfig(64, 1, 300, false, "test.perfetto_double")}, false)
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: outcomeTraceConfig(64, 1, 300, false, "test.perfetto_double")}, false)
 	var er ipc.EnableTracingResponse
 	if r := c.reply(enable); !r.GetSuccess() || proto.Unmarshal(r.GetReplyProto(), &er) != nil || er.Error != nil {
 		t.Fatalf("EnableTracing reply %v (%v)", r, &er)
@@ -83,19 +83,19 @@ func TestPerfettoConsumerRingSessionEndsWithTraceStats(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer a logger may write from any goroutine.
-type lockedBuffer struct {
+// outcomeLogs is a bytes.Buffer a logger may write from any goroutine.
+type outcomeLogs struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *outcomeLogs) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *outcomeLogs) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
@@ -106,7 +106,7 @@ func (l *lockedBuffer) String() string {
 // tracepipe's buffers stop for good once full, where traced's V1 buffer
 // kept accepting data once it had been read. The session still runs.
 func TestPerfettoConsumerWarnsDiscardWithStreaming(t *testing.T) {
-	var logs lockedBuffer
+	var logs outcomeLogs
 	pc := &PerfettoConsumers{Producers: NewPerfettoProducers(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	for _, tc := range []struct {
 		name      string
@@ -121,13 +121,13 @@ func TestPerfettoConsumerWarnsDiscardWithStreaming(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fd, err = unixDup(int(f.Fd()))
+			fd, err = dupForEnable(int(f.Fd()))
 			f.Close()
 			if err != nil {
 				t.Fatal(err)
 			}
 		}
-		cs, err := pc.EnableTracing(ipc.Peer{PID: 4242}, sizedTraceConfig(64, tc.policy, 100, tc.streaming, "linux.sys_stats"), fd)
+		cs, err := pc.EnableTracing(ipc.Peer{PID: 4242}, outcomeTraceConfig(64, tc.policy, 100, tc.streaming, "linux.sys_stats"), fd)
 		if err != nil {
 			t.Fatalf("%s: EnableTracing: %v", tc.name, err)
 		}
@@ -153,5 +153,5 @@ func TestPerfettoConsumerWarnsDiscardWithStreaming(t *testing.T) {
 	}
 }
 
-// unixDup duplicates fd (EnableTracing takes ownership of the one it gets).
-func unixDup(fd int) (int, error) { return unix.Dup(fd) }
+// dupForEnable duplicates fd (EnableTracing takes ownership of the one it gets).
+func dupForEnable(fd int) (int, error) { return unix.Dup(fd) }
