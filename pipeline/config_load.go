@@ -302,6 +302,11 @@ func loadBytes(name string, data []byte, baseDir string, environ, sets []string,
 	if len(problems) > 0 {
 		return nil, &ValidationError{Problems: problems}
 	}
+	if warn != nil {
+		for _, w := range c.Warnings() {
+			warn(w)
+		}
+	}
 	return c, nil
 }
 

@@ -63,6 +63,11 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		}
 	}
 	cfg.DataSources = kept
+	for _, w := range cfg.warnings("DISCARD") {
+		// EnableTracing's reply has no place for a warning (error fails
+		// the session), so the service's log carries it, as traced's does.
+		sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): trace_config.%s", peer.PID, w)
+	}
 	cs := &consumerSession{done: make(chan struct{})}
 	var sink sinks.Sink
 	switch {
@@ -77,7 +82,12 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		for _, b := range cfg.Buffers {
 			limit += int(b.SizeKB) * 1024
 		}
-		cs.mem = &memSink{limit: limit}
+		// Room for a full read of every buffer as traced's ReadBuffers
+		// returns it: the packets grow by the trusted fields stamped on
+		// each (half again for small packets), and the service's own
+		// packets come on top. Bounded all the same; what does not fit
+		// is counted.
+		cs.mem = &memSink{limit: 2*limit + 1<<20}
 		sink = cs.mem
 	}
 	cs.clones = map[int]*memSink{}
@@ -366,9 +376,10 @@ func (cs *consumerSession) TraceStats() ([]byte, error) {
 }
 
 // memSink keeps the packets a session read until the consumer's
-// ReadBuffers takes them, bounded by the session's buffer sizes (as
-// traced's buffers bound what ReadBuffers can return): packets beyond the
-// bound are dropped and counted.
+// ReadBuffers takes them, bounded in proportion to the session's buffer
+// sizes (as traced's buffers bound what ReadBuffers can return): packets
+// beyond the bound are dropped and counted, except the final TraceStats
+// (WriteLast).
 type memSink struct {
 	mu      sync.Mutex
 	limit   int
@@ -408,6 +419,22 @@ func (m *memSink) take(maxBytes int) [][]byte {
 	m.packets = m.packets[n:]
 	m.held -= size
 	return out
+}
+
+// WriteLast implements sinks.LastWriter: the session's final TraceStats
+// is kept past the bound. A full ring buffer is already about the bound,
+// and the service's own packets come on top; without this the packet
+// that counts every loss (overwrites, the drops above) was the one
+// dropped, and a ReadBuffers trace ended without TraceStats, as traced's
+// never do.
+func (m *memSink) WriteLast(packet []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.packets = append(m.packets, append([]byte(nil), packet...))
+	m.held += len(packet)
+	m.stats.PacketsWritten++
+	m.stats.BytesWritten += uint64(len(packet))
+	return nil
 }
 
 func (m *memSink) Flush(context.Context) error { return nil }
