@@ -115,4 +115,3 @@ func TestStatsReceivedFileCountsMatch(t *testing.T) {
 		t.Errorf("stats does not say %q:\n%s", want, out)
 	}
 }
-
