@@ -143,8 +143,11 @@ func (pc *PerfettoConsumers) ended(cs *consumerSession) {
 }
 
 // QueryServiceState implements perfettoipc.ConsumerBackend: the connected
-// producers and their data sources, by name as traced lists them.
-func (pc *PerfettoConsumers) QueryServiceState(sessionsOnly bool) *perfettoipc.TracingServiceState {
+// producers and their data sources, by name as traced lists them, and the
+// sessions peer may clone (its own uid's; every one for root), as traced
+// lists them. num_sessions and num_sessions_started count every session,
+// as traced's do.
+func (pc *PerfettoConsumers) QueryServiceState(peer perfettoipc.Peer, sessionsOnly bool) *perfettoipc.TracingServiceState {
 	pc.mu.Lock()
 	active, started := pc.active, pc.started
 	pc.mu.Unlock()
@@ -161,7 +164,9 @@ func (pc *PerfettoConsumers) QueryServiceState(sessionsOnly bool) *perfettoipc.T
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
-		st.TracingSessions = append(st.TracingSessions, pc.sessions[id].serviceState())
+		if cs := pc.sessions[id]; cs.mayClone(peer) {
+			st.TracingSessions = append(st.TracingSessions, cs.serviceState())
+		}
 	}
 	pc.mu.Unlock()
 	if sessionsOnly || pc.Producers == nil {
@@ -217,6 +222,13 @@ type consumerSession struct {
 	started bool
 	res     *Result
 	err     error
+}
+
+// mayClone says whether peer may clone the session, and so see it in
+// QueryServiceState: the session's own uid, or root (traced's
+// IsCloneAllowed without Android's bugreport and statsd cases).
+func (cs *consumerSession) mayClone(peer perfettoipc.Peer) bool {
+	return peer.UID == 0 || peer.UID == cs.uid
 }
 
 // serviceState is the session as QueryServiceState lists it (traced's
