@@ -107,16 +107,11 @@ func (s *Service) applyProducerFilters(filters map[int][]string) error {
 		if !r.serves(dc.Name) {
 			continue // a built-in data source
 		}
-		var session uint64
 		bound := map[*perfettoConn]bool{}
 		for _, p := range s.producers {
 			if ps, ok := p.side.(*perfettoSide); ok && p.index == i {
 				bound[ps.conn] = true
-				session = ps.session
 			}
-		}
-		if session == 0 {
-			session = r.nextSession.Add(1)
 		}
 		conns, descs := r.matching(dc.Name, filter...)
 		for k, c := range conns {
@@ -124,7 +119,7 @@ func (s *Service) applyProducerFilters(filters map[int][]string) error {
 				continue
 			}
 			spec := producerSpec{index: i, name: dc.Name, target: dc.TargetBuffer, source: dc.Name}
-			p, err := s.newPerfettoProducer(spec, c, descs[k], session)
+			p, err := s.newPerfettoProducer(spec, c, descs[k])
 			if err != nil {
 				errs = append(errs, err)
 				continue

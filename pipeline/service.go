@@ -92,7 +92,8 @@ type Service struct {
 
 	buffers   []*bufferState
 	producers []*producer
-	lanes     []*sinks.Lane // one per sink (fanout.go)
+	perfetto  *perfettoSession // its identity for Perfetto producers (nil: none yet)
+	lanes     []*sinks.Lane    // one per sink (fanout.go)
 
 	commits  chan commitMsg
 	notes    chan note     // producers' lifecycle reports
