@@ -96,6 +96,12 @@ type connFlush struct {
 	svcID uint64
 	req   uint64        // the request id the producer acknowledges
 	done  chan struct{} // closed on the acknowledgement
+	ids   []uint64      // the instances the command lists
+	// Guarded by conn.mu: instances of ids not joined yet, and whether
+	// the acknowledgement came. An acknowledged flush is kept until every
+	// instance joined, so that a late one does not send it again.
+	left  int
+	acked bool
 }
 
 // maxConnFlushes bounds the flush commands a connection waits on (one
@@ -279,9 +285,11 @@ func (c *perfettoConn) acked(id uint64) {
 	c.mu.Lock()
 	kept := c.flushes[:0]
 	for _, f := range c.flushes {
-		if f.req <= id {
+		if f.req <= id && !f.acked {
+			f.acked = true
 			close(f.done)
-		} else {
+		}
+		if !f.acked || f.left > 0 {
 			kept = append(kept, f)
 		}
 	}
@@ -684,27 +692,36 @@ func (ps *perfettoSide) flush(id uint64, flags plugins.FlushFlags) error {
 	c.mu.Lock()
 	var f *connFlush
 	for _, g := range c.flushes {
-		if g.sess == ps.sess && g.svcID == id {
+		if g.sess == ps.sess && g.svcID == id && slices.Contains(g.ids, ps.instance) {
 			f = g
 		}
 	}
-	var ids []uint64
-	if f == nil {
+	send := f == nil
+	if f != nil {
+		f.left--
+		if f.acked && f.left <= 0 {
+			c.flushes = slices.DeleteFunc(c.flushes, func(g *connFlush) bool { return g == f })
+		}
+	} else {
+		// An acknowledged flush of the session that some instance never
+		// joined (it was busy) is superseded by this one.
+		c.flushes = slices.DeleteFunc(c.flushes, func(g *connFlush) bool { return g.sess == ps.sess && g.acked })
+		f = &connFlush{sess: ps.sess, svcID: id, req: c.r.nextFlush.Add(1), done: make(chan struct{})}
 		for _, o := range c.instances {
-			if o.sess == ps.sess && o.live && !o.desc.GetNoFlush() {
-				ids = append(ids, o.instance)
+			if o.sess == ps.sess && o.live && !o.desc.GetNoFlush() || o == ps {
+				f.ids = append(f.ids, o.instance)
 			}
 		}
-		slices.Sort(ids)
-		f = &connFlush{sess: ps.sess, svcID: id, req: c.r.nextFlush.Add(1), done: make(chan struct{})}
+		slices.Sort(f.ids)
+		f.left = len(f.ids) - 1 // this instance joined
 		if len(c.flushes) >= maxConnFlushes {
 			c.flushes = slices.Delete(c.flushes, 0, 1) // its waiters time out
 		}
 		c.flushes = append(c.flushes, f)
 	}
 	c.mu.Unlock()
-	if ids != nil {
-		c.pp.Flush(ids, f.req, uint64(flags))
+	if send {
+		c.pp.Flush(f.ids, f.req, uint64(flags))
 	}
 	t := time.NewTimer(perfettoWait)
 	defer t.Stop()
