@@ -321,11 +321,12 @@ func (cs *consumerSession) Observe(mask uint32, emit func(*perfettoipc.Observabl
 // Flush flushes the running session's data sources (Service.Flush):
 // nil once every one acknowledged within timeout (0: the session's
 // flush_timeout_ms), as traced answers a consumer's Flush.
-func (cs *consumerSession) Flush(timeout time.Duration, _ uint64) error {
+func (cs *consumerSession) Flush(timeout time.Duration, flags uint64) error {
 	if !cs.isStarted() {
 		return errNotStarted
 	}
-	return cs.svc.Flush(context.Background(), timeout)
+	// The consumer's flags reach the producers, as traced passes them on.
+	return cs.svc.FlushWithFlags(context.Background(), timeout, plugins.FlushFlags(flags))
 }
 
 func (cs *consumerSession) ReadPackets(maxBytes int) [][]byte {
