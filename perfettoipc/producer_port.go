@@ -67,6 +67,17 @@ type Backend interface {
 	DataSourceStopped(p *Producer, instanceID uint64)
 }
 
+// TriggerBackend is implemented by a Backend that acts on the triggers
+// producers activate (ActivateTriggers; `perfetto --trigger NAME`
+// connects as a producer to send one). Without it they are accepted and
+// ignored. Same rules as Backend's methods; names are untrusted.
+type TriggerBackend interface {
+	ActivateTriggers(p *Producer, names []string)
+}
+
+// maxTriggersPerCall bounds the names one ActivateTriggers passes on.
+const maxTriggersPerCall = 64
+
 // NewProducerPort returns the ProducerPort service for a Host.
 func NewProducerPort(b Backend) *Service {
 	return &Service{Name: "ProducerPort", Methods: ProducerPortMethods, Open: func(c *Conn) Handler {
@@ -329,7 +340,11 @@ func (p *Producer) Invoke(method uint32, call *Call) {
 		p.backend.DataSourceStopped(p, args.(*NotifyDataSourceStoppedRequest).GetDataSourceId())
 		_ = call.Reply(&NotifyDataSourceStoppedResponse{}, false)
 	case mActivateTriggers:
-		_ = call.Reply(&ActivateTriggersResponse{}, false) // triggers are not supported; accepted and ignored
+		if tb, ok := p.backend.(TriggerBackend); ok {
+			names := args.(*ActivateTriggersRequest).GetTriggerNames()
+			tb.ActivateTriggers(p, names[:min(len(names), maxTriggersPerCall)])
+		}
+		_ = call.Reply(&ActivateTriggersResponse{}, false)
 	case mSync:
 		// Requests are handled in order on this goroutine, so everything
 		// sent before Sync is done.

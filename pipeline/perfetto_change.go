@@ -42,7 +42,7 @@ func (cs *consumerSession) ChangeTraceConfig(tc []byte) error {
 	}
 	// The session's data sources are those of the config some producer
 	// served at EnableTracing: matched by name and config.
-	filters := map[int][]string{}
+	filters := map[int]producerFilter{}
 	for i, dc := range cs.svc.cfg.DataSources {
 		for _, nd := range newCfg.DataSources {
 			if nd.Name == dc.Name && bytes.Equal(nd.perfettoConfig, dc.perfettoConfig) {
@@ -87,7 +87,7 @@ func withoutProducerFilters(tc []byte) ([]byte, error) {
 // changeProducerFilters applies new producer_name_filters (by
 // data_sources index) on the service goroutine and starts the producers
 // they admit that do not serve the data source yet.
-func (s *Service) changeProducerFilters(ctx context.Context, filters map[int][]string) error {
+func (s *Service) changeProducerFilters(ctx context.Context, filters map[int]producerFilter) error {
 	errc := make(chan error, 1)
 	if err := s.onLoop(ctx, loopCallWait, func() { errc <- s.applyProducerFilters(filters) }); err != nil {
 		return err
@@ -95,7 +95,7 @@ func (s *Service) changeProducerFilters(ctx context.Context, filters map[int][]s
 	return <-errc
 }
 
-func (s *Service) applyProducerFilters(filters map[int][]string) error {
+func (s *Service) applyProducerFilters(filters map[int]producerFilter) error {
 	if s.phase != phaseRecording {
 		return errors.New("ChangeTraceConfig: the session is ending")
 	}
@@ -113,7 +113,7 @@ func (s *Service) applyProducerFilters(filters map[int][]string) error {
 				bound[ps.conn] = true
 			}
 		}
-		conns, descs := r.matching(dc.Name, filter...)
+		conns, descs := r.matching(dc.Name, filter)
 		for k, c := range conns {
 			if bound[c] {
 				continue

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"github.com/tracepipe/tracepipe/internal/wire"
 	"log/slog"
+	"math"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -478,7 +480,7 @@ var traceConfigIgnored = map[protowire.Number]string{
 // traceConfigNames names the TraceConfig fields tracepipe does not
 // support, for the error (reference/service.md §9).
 var traceConfigNames = map[protowire.Number]string{
-	5: "lockdown_mode", 6: "producers", 17: "trigger_config",
+	5: "lockdown_mode", 6: "producers",
 	18: "activate_triggers", 20: "builtin_data_sources", 24: "compression_type", 29: "output_path",
 	30: "bugreport_score", 33: "trace_filter", 36: "prefer_suspend_clock_for_duration",
 	43: "trace_all_machines", 44: "write_flush_mode", 45: "fflush_post_write", 47: "compression",
@@ -532,15 +534,20 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 		case 2:
 			i := len(cfg.DataSources)
 			var dsc []byte
-			var filter []string
+			var filter producerFilter
 			err := walkProto(payload, func(n protowire.Number, _ uint64, p []byte) error {
 				switch n {
 				case 1:
 					dsc = p
 				case 2:
-					filter = append(filter, string(p))
+					filter.names = append(filter.names, string(p))
 				case 3:
-					bad = append(bad, fmt.Sprintf("data_sources[%d].producer_name_regex_filter", i))
+					// A full match, as traced's std::regex_match.
+					re, err := regexp.Compile(`^(?:` + string(p) + `)$`)
+					if err != nil {
+						return fmt.Errorf("producer_name_regex_filter[%d]: %w", len(filter.regexes), err)
+					}
+					filter.regexes = append(filter.regexes, re)
 				case 4:
 					bad = append(bad, fmt.Sprintf("data_sources[%d].machine_name_filter", i))
 				default:
@@ -584,6 +591,12 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 		case 12:
 			// deferred_start: EnableTracing holds the session until
 			// StartTracing (PerfettoConsumers.EnableTracing).
+		case 17:
+			tc, why := triggerConfigFromPerfetto(payload)
+			if why != nil {
+				bad = append(bad, why...)
+			}
+			cfg.TriggerConfig = tc
 		case 21:
 			if p := uint64Field(payload, 1); p > 0 {
 				cfg.IncrementalState.ClearPeriod = time.Duration(max(p, 100)) * time.Millisecond
@@ -616,6 +629,70 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 		return nil, fmt.Errorf("trace_config: %w", err)
 	}
 	return cfg, nil
+}
+
+// triggerConfigFromPerfetto maps TraceConfig.trigger_config onto the
+// session's trigger engine (triggers.go): START_TRACING and STOP_TRACING
+// with their triggers (name, producer_name_regex, stop_delay_ms,
+// max_per_24_h, skip_probability) and trigger_timeout_ms. It returns what
+// it cannot map, by field name: CLONE_SNAPSHOT (traced tells the
+// consumer, which clones; tracepipe does not send TYPE_CLONE_TRIGGER_HIT
+// yet) and use_clone_snapshot_if_available.
+func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
+	tc := &TriggerConfig{}
+	var bad []string
+	err := walkProto(b, func(n protowire.Number, v uint64, p []byte) error {
+		switch n {
+		case 1:
+			switch v {
+			case 1:
+				tc.Mode = TriggerModeStart
+			case 2:
+				tc.Mode = TriggerModeStop
+			case 4:
+				bad = append(bad, "trigger_config.trigger_mode CLONE_SNAPSHOT")
+			default:
+				bad = append(bad, fmt.Sprintf("trigger_config.trigger_mode %d", v))
+			}
+		case 2:
+			i := len(tc.Triggers)
+			var sp TriggerSpec
+			err := walkProto(p, func(n protowire.Number, v uint64, p []byte) error {
+				switch n {
+				case 1:
+					sp.Name = string(p)
+				case 2:
+					sp.ProducerNameRegex = string(p)
+				case 3:
+					sp.StopDelay = time.Duration(v) * time.Millisecond
+				case 4:
+					sp.MaxPer24h = uint32(min(v, 1<<31))
+				case 5:
+					sp.SkipProbability = math.Float64frombits(v)
+				default:
+					bad = append(bad, fmt.Sprintf("trigger_config.triggers[%d] field %d", i, n))
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("triggers[%d]: %w", i, err)
+			}
+			tc.Triggers = append(tc.Triggers, sp)
+		case 3:
+			tc.Timeout = time.Duration(v) * time.Millisecond
+		case 5:
+			if v != 0 {
+				bad = append(bad, "trigger_config.use_clone_snapshot_if_available")
+			}
+		default:
+			bad = append(bad, fmt.Sprintf("trigger_config field %d", n))
+		}
+		return nil
+	})
+	if err != nil {
+		bad = append(bad, fmt.Sprintf("trigger_config (%v)", err))
+	}
+	return tc, bad
 }
 
 // walkProto calls fn for each field of b (internal/wire's walk; fn gets

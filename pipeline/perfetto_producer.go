@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -49,6 +50,10 @@ type PerfettoProducers struct {
 	// ChunksUnrouted counts chunks (and patch groups) aimed at a buffer
 	// that no instance of their producer writes: freed and dropped.
 	ChunksUnrouted atomic.Uint64
+
+	// triggerTargets are the running sessions with a trigger_config:
+	// what producers' ActivateTriggers reach.
+	triggerTargets map[*Service]struct{}
 
 	nextInstance atomic.Uint64 // data source instance ids (traced's data_sources_seen)
 	nextSession  atomic.Uint64 // tracing_session_id
@@ -322,6 +327,37 @@ func (r *PerfettoProducers) instance(pp *perfettoipc.Producer, id uint64) *perfe
 	return c.instances[id]
 }
 
+// ActivateTriggers implements perfettoipc.TriggerBackend: every running
+// session with a trigger_config checks the triggers as activated by the
+// producer (its producer_name, for producer_name_regex), as traced does.
+func (r *PerfettoProducers) ActivateTriggers(pp *perfettoipc.Producer, names []string) {
+	r.mu.Lock()
+	targets := make([]*Service, 0, len(r.triggerTargets))
+	for s := range r.triggerTargets {
+		targets = append(targets, s)
+	}
+	r.mu.Unlock()
+	for _, s := range targets {
+		s.ActivateTriggers(pp.Name(), names...) // never blocks
+	}
+}
+
+// watchTriggers makes s a target of producers' triggers until the
+// returned function is called (s has a trigger_config).
+func (r *PerfettoProducers) watchTriggers(s *Service) (unwatch func()) {
+	r.mu.Lock()
+	if r.triggerTargets == nil {
+		r.triggerTargets = map[*Service]struct{}{}
+	}
+	r.triggerTargets[s] = struct{}{}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.triggerTargets, s)
+		r.mu.Unlock()
+	}
+}
+
 // counts are the producers connected, the producers ever connected, the
 // data sources registered now (every producer's) and the instances ever
 // made: traced's producers_connected, producers_seen,
@@ -393,17 +429,39 @@ func (r *PerfettoProducers) WaitFor(ctx context.Context, names []string) []strin
 	}
 }
 
+// producerFilter is a data source's producer_name_filter (exact names)
+// and producer_name_regex_filter (full-match expressions): a producer
+// passes if either lists it, as traced's OR; with neither, every one does.
+type producerFilter struct {
+	names   []string
+	regexes []*regexp.Regexp
+}
+
+func (f producerFilter) admits(producer string) bool {
+	if len(f.names) == 0 && len(f.regexes) == 0 {
+		return true
+	}
+	if slices.Contains(f.names, producer) {
+		return true
+	}
+	for _, re := range f.regexes {
+		if re.MatchString(producer) {
+			return true
+		}
+	}
+	return false
+}
+
 // matching returns the connected producers that registered name, with
-// their descriptors, in connection order; with a filter (a consumer's
-// producer_name_filter), only those whose producer_name it lists.
-func (r *PerfettoProducers) matching(name string, filter ...string) ([]*perfettoConn, []*perfettoipc.DataSourceDescriptor) {
+// their descriptors, in connection order: those the filter admits.
+func (r *PerfettoProducers) matching(name string, filter producerFilter) ([]*perfettoConn, []*perfettoipc.DataSourceDescriptor) {
 	r.mu.Lock()
 	conns := append([]*perfettoConn(nil), r.conns...)
 	r.mu.Unlock()
 	var cs []*perfettoConn
 	var ds []*perfettoipc.DataSourceDescriptor
 	for _, c := range conns {
-		if len(filter) > 0 && !slices.Contains(filter, c.pp.Name()) {
+		if !filter.admits(c.pp.Name()) {
 			continue
 		}
 		for _, d := range c.pp.DataSources() {
@@ -429,17 +487,17 @@ func (r *PerfettoProducers) serves(name string) bool {
 	if _, builtin := plugins.Lookup(name); !builtin {
 		return true
 	}
-	conns, _ := r.matching(name)
+	conns, _ := r.matching(name, producerFilter{})
 	return len(conns) > 0
 }
 
 // has says whether a connected producer (named in filter, if any)
 // registered name (false for a nil set).
-func (r *PerfettoProducers) has(name string, filter []string) bool {
+func (r *PerfettoProducers) has(name string, filter producerFilter) bool {
 	if r == nil {
 		return false
 	}
-	conns, _ := r.matching(name, filter...)
+	conns, _ := r.matching(name, filter)
 	return len(conns) > 0
 }
 
@@ -451,7 +509,7 @@ func (s *Service) addPerfettoProducers(i int) error {
 	spec := producerSpec{index: i, name: dc.Name, target: dc.TargetBuffer, source: dc.Name,
 		abortOnStartError: dc.OnStartError == OnStartErrorAbort}
 	r := s.opts.Perfetto
-	conns, descs := r.matching(spec.name, dc.perfettoProducers...)
+	conns, descs := r.matching(spec.name, dc.perfettoProducers)
 	if len(conns) == 0 {
 		var have []string
 		for _, d := range r.DataSources() {

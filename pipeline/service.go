@@ -351,6 +351,9 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	defer cancel()
 	s.stopRecording = recCtx.Done()
 	defer s.trig.stop()
+	if r := s.opts.Perfetto; r != nil && s.cfg.TriggerConfig != nil {
+		defer r.watchTriggers(s)() // Perfetto producers' ActivateTriggers
+	}
 	if !s.triggerStart() {
 		s.startProducers()
 	}
