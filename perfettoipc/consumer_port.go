@@ -360,6 +360,7 @@ func Capabilities() *TracingServiceCapabilities {
 		HasQueryCapabilities: proto.Bool(true),
 		ObservableEvents: []ObservableEvents_Type{
 			ObservableEvents_TYPE_DATA_SOURCES_INSTANCES, ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED,
+			ObservableEvents_TYPE_CLONE_TRIGGER_HIT,
 		},
 		HasTraceConfigOutputPath: proto.Bool(false),
 		HasCloneSession:          proto.Bool(true),

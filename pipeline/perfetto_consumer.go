@@ -87,7 +87,8 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	for _, b := range cfg.Buffers {
 		cs.cloneLimit += int(b.SizeKB) * 1024
 	}
-	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger, SnapshotSink: cs.cloneSink})
+	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger, SnapshotSink: cs.cloneSink,
+		OnCloneTrigger: cs.cloneTriggerHit})
 	if err != nil {
 		_ = sink.Close(context.Background())
 		return nil, err
@@ -217,6 +218,9 @@ type consumerSession struct {
 	traceConfig []byte // as the consumer sent it (ChangeTraceConfig compares)
 
 	cloneLimit int
+	hitMu      sync.Mutex
+	hitN       int
+	hitObs     map[int]func(*perfettoipc.ObservableEvents) // TYPE_CLONE_TRIGGER_HIT observers
 	cloneMu    sync.Mutex
 	clones     map[int]*memSink // snapshots being written for CloneSession, by number
 
@@ -299,7 +303,11 @@ func (cs *consumerSession) Observe(mask uint32, emit func(*perfettoipc.Observabl
 	}
 	wantInstances := mask&uint32(perfettoipc.ObservableEvents_TYPE_DATA_SOURCES_INSTANCES) != 0
 	wantStarted := mask&uint32(perfettoipc.ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED) != 0
-	return cs.svc.Observe(context.Background(), func(o Observation) {
+	unhit := func() {}
+	if mask&uint32(perfettoipc.ObservableEvents_TYPE_CLONE_TRIGGER_HIT) != 0 {
+		unhit = cs.watchCloneHits(emit)
+	}
+	cancel, err := cs.svc.Observe(context.Background(), func(o Observation) {
 		ev := &perfettoipc.ObservableEvents{}
 		if wantInstances {
 			for _, c := range o.Changes {
@@ -318,6 +326,44 @@ func (cs *consumerSession) Observe(mask uint32, emit func(*perfettoipc.Observabl
 			emit(ev)
 		}
 	})
+	if err != nil {
+		unhit()
+		return nil, err
+	}
+	return func() { unhit(); cancel() }, nil
+}
+
+// watchCloneHits sends emit a TYPE_CLONE_TRIGGER_HIT event for each
+// clone_snapshot trigger that acts, until the returned function is
+// called.
+func (cs *consumerSession) watchCloneHits(emit func(*perfettoipc.ObservableEvents)) (unwatch func()) {
+	cs.hitMu.Lock()
+	defer cs.hitMu.Unlock()
+	if cs.hitObs == nil {
+		cs.hitObs = map[int]func(*perfettoipc.ObservableEvents){}
+	}
+	cs.hitN++
+	n := cs.hitN
+	cs.hitObs[n] = emit
+	return func() {
+		cs.hitMu.Lock()
+		delete(cs.hitObs, n)
+		cs.hitMu.Unlock()
+	}
+}
+
+// cloneTriggerHit is the session's Options.OnCloneTrigger: as traced, the
+// consumers observing TYPE_CLONE_TRIGGER_HIT are told the session and
+// trigger, and clone the session themselves (CloneSession). Nobody
+// observing: the trigger is in the trace, nothing is cloned.
+func (cs *consumerSession) cloneTriggerHit(trigger, _ string) {
+	ev := &perfettoipc.ObservableEvents{CloneTriggerHit: &perfettoipc.ObservableEvents_CloneTriggerHit{
+		TracingSessionId: proto.Int64(int64(cs.id)), TriggerName: proto.String(trigger)}}
+	cs.hitMu.Lock()
+	defer cs.hitMu.Unlock()
+	for _, emit := range cs.hitObs {
+		emit(ev) // never blocks (the port queues)
+	}
 }
 
 // Flush flushes the running session's data sources (Service.Flush):
@@ -632,12 +678,11 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 }
 
 // triggerConfigFromPerfetto maps TraceConfig.trigger_config onto the
-// session's trigger engine (triggers.go): START_TRACING and STOP_TRACING
-// with their triggers (name, producer_name_regex, stop_delay_ms,
+// session's trigger engine (triggers.go): START_TRACING, STOP_TRACING and
+// CLONE_SNAPSHOT (the consumer is told, TYPE_CLONE_TRIGGER_HIT, and
+// clones) with their triggers (name, producer_name_regex, stop_delay_ms,
 // max_per_24_h, skip_probability) and trigger_timeout_ms. It returns what
-// it cannot map, by field name: CLONE_SNAPSHOT (traced tells the
-// consumer, which clones; tracepipe does not send TYPE_CLONE_TRIGGER_HIT
-// yet) and use_clone_snapshot_if_available.
+// it cannot map, by field name (use_clone_snapshot_if_available).
 func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
 	tc := &TriggerConfig{}
 	var bad []string
@@ -650,7 +695,7 @@ func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
 			case 2:
 				tc.Mode = TriggerModeStop
 			case 4:
-				bad = append(bad, "trigger_config.trigger_mode CLONE_SNAPSHOT")
+				tc.Mode = TriggerModeClone
 			default:
 				bad = append(bad, fmt.Sprintf("trigger_config.trigger_mode %d", v))
 			}
@@ -691,6 +736,9 @@ func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
 	})
 	if err != nil {
 		bad = append(bad, fmt.Sprintf("trigger_config (%v)", err))
+	}
+	if tc.Mode == TriggerModeClone {
+		tc.Timeout = 0 // the session runs for its duration; clones are the consumer's
 	}
 	return tc, bad
 }

@@ -243,14 +243,18 @@ func TestPerfettoTriggerConfigMapping(t *testing.T) {
 		out = protowire.AppendTag(out, 17, protowire.BytesType)
 		return protowire.AppendBytes(out, tc)
 	}
-	for mode, want := range map[uint64]string{1: TriggerModeStart, 2: TriggerModeStop} {
+	for mode, want := range map[uint64]string{1: TriggerModeStart, 2: TriggerModeStop, 4: TriggerModeClone} {
 		cfg, err := ConfigFromTraceConfig(build(mode))
 		if err != nil {
 			t.Fatalf("mode %d: %v", mode, err)
 		}
 		got := cfg.TriggerConfig
 		wantSpec := TriggerSpec{Name: "t1", ProducerNameRegex: "perfetto_.*", StopDelay: 1500 * time.Millisecond, MaxPer24h: 3, SkipProbability: 0.25}
-		if got == nil || got.Mode != want || got.Timeout != 9*time.Second || len(got.Triggers) != 1 || got.Triggers[0] != wantSpec {
+		wantTimeout := 9 * time.Second
+		if mode == 4 {
+			wantTimeout = 0 // the session runs for its duration
+		}
+		if got == nil || got.Mode != want || got.Timeout != wantTimeout || len(got.Triggers) != 1 || got.Triggers[0] != wantSpec {
 			t.Fatalf("mode %d: %+v", mode, got)
 		}
 	}
@@ -258,12 +262,67 @@ func TestPerfettoTriggerConfigMapping(t *testing.T) {
 		cfg  []byte
 		want string
 	}{
-		{build(4), "trigger_config.trigger_mode CLONE_SNAPSHOT"},
 		{build(7), "trigger_config.trigger_mode 7"},
 		{build(2, 0x28, 0x01), "trigger_config.use_clone_snapshot_if_available"}, // field 5 = true
 	} {
 		if _, err := ConfigFromTraceConfig(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v, want an error naming %s", err, tc.want)
 		}
+	}
+}
+
+// CLONE_SNAPSHOT through the consumer port, as the perfetto command uses
+// it: the consumer observes TYPE_CLONE_TRIGGER_HIT; a producer activates
+// the trigger; the consumer is told the session and trigger, clones the
+// session by that id and reads the clone; the session records on.
+func TestPerfettoTriggerCloneSnapshot(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	const packets = 120
+	pd := liveDouble(t, prodSock, reg, packets, false)
+	a := dialConsumer(t, consSock)
+	defer a.pd.close()
+	tc := withTriggerConfig(traceConfig(600_000, false, "test.perfetto_double"), 4, 0, trig{"snap", 0})
+	enable := a.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	pd.waitCommand("start_data_source")
+	obs := a.pd.invoke("ObserveEvents", &ipc.ObserveEventsRequest{EventsToObserve: []uint32{uint32(ipc.ObservableEvents_TYPE_CLONE_TRIGGER_HIT)}}, false)
+	// Requests on a connection are handled in order: once this Flush is
+	// answered, the observation is in place, and the producer committed.
+	var events []*ipc.ObservableEvents
+	if r := a.replyWithEvents(a.pd.invoke("Flush", &ipc.FlushRequest{TimeoutMs: proto.Uint32(10_000)}, false), obs, &events); !r.GetSuccess() {
+		t.Fatalf("Flush: %v", r)
+	}
+	triggerProducer(t, prodSock, "perfetto_cmd", "snap")
+	var hit *ipc.ObservableEvents_CloneTriggerHit
+	for hit == nil {
+		f, _, err := a.pd.recv()
+		if err != nil {
+			t.Fatalf("waiting for TYPE_CLONE_TRIGGER_HIT: %v", err)
+		}
+		var er ipc.ObserveEventsResponse
+		if f.GetRequestId() == obs && proto.Unmarshal(f.GetMsgInvokeMethodReply().GetReplyProto(), &er) == nil {
+			hit = er.GetEvents().GetCloneTriggerHit()
+		}
+	}
+	if hit.GetTriggerName() != "snap" || hit.GetTracingSessionId() == 0 {
+		t.Fatalf("clone_trigger_hit %v", hit)
+	}
+	b := dialConsumer(t, consSock)
+	defer b.pd.close()
+	var cr ipc.CloneSessionResponse
+	r := b.reply(b.pd.invoke("CloneSession", &ipc.CloneSessionRequest{Selector: &ipc.CloneSessionRequest_SessionId{SessionId: uint64(hit.GetTracingSessionId())},
+		CloneTriggerName: proto.String(hit.GetTriggerName())}, false))
+	if proto.Unmarshal(r.GetReplyProto(), &cr) != nil || !cr.GetSuccess() {
+		t.Fatalf("clone of session %d: %v", hit.GetTracingSessionId(), &cr)
+	}
+	if got := countDoublePackets(t, b.readAll()); got != packets {
+		t.Fatalf("%d of %d producer packets in the clone", got, packets)
+	}
+	if pd.count("stop_data_source") != 0 {
+		t.Fatal("the trigger stopped the session")
+	}
+	a.reply(a.pd.invoke("DisableTracing", &ipc.DisableTracingRequest{}, false))
+	a.reply(enable)
+	if names := consumerTriggers(t, a.readAll()); len(names) != 1 || names[0] != "snap" {
+		t.Fatalf("trigger packets %q in the session", names)
 	}
 }

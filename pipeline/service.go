@@ -37,6 +37,11 @@ type Options struct {
 	// snapshot (n: its number, trigger: its trigger's name), besides the
 	// files next to the file sinks (snapshot.go). For embedding and tests.
 	SnapshotSink func(n int, trigger string) (sinks.Sink, error)
+	// OnCloneTrigger, if set, is called (from any goroutine, stop_delay
+	// after the trigger acted) for each clone_snapshot trigger instead of
+	// the service taking the snapshot itself: a Perfetto consumer's
+	// session tells its consumer (TYPE_CLONE_TRIGGER_HIT), which clones.
+	OnCloneTrigger func(trigger, producer string)
 	// TriggerSeed seeds skip_probability's random draws (0: random), so
 	// that tests can reproduce them.
 	TriggerSeed uint64
