@@ -55,7 +55,8 @@ func (cs *consumerSession) ChangeTraceConfig(tc []byte) error {
 }
 
 // withoutProducerFilters re-encodes a TraceConfig without the
-// producer_name_filter (2) of its data_sources (2): what must not change.
+// producer_name_filter (2) and producer_name_regex_filter (3) of its
+// data_sources (2): what must not change.
 func withoutProducerFilters(tc []byte) ([]byte, error) {
 	var out []byte
 	it := wire.Fields(tc)
@@ -69,7 +70,7 @@ func withoutProducerFilters(tc []byte) ([]byte, error) {
 		inner := wire.Fields(f.Bytes)
 		for inner.Next() {
 			g := inner.Field()
-			if g.Num != 2 {
+			if g.Num != 2 && g.Num != 3 { // producer_name_filter, producer_name_regex_filter
 				ds = append(ds, g.Raw(f.Bytes)...)
 			}
 		}
