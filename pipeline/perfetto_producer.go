@@ -211,6 +211,9 @@ func (r *PerfettoProducers) Commit(pp *perfettoipc.Producer, data []byte) {
 		c.mu.Unlock()
 		r.CommitsUnbound.Add(1)
 		c.orphan.ReadCommit(cd, nil, nil) // free the chunks
+		if id := cd.FlushRequestID; id != 0 {
+			c.acked(id) // a flush whose instances all ended
+		}
 		return
 	}
 	// 1. Sort the moves and patches by the instance owning their buffer.
