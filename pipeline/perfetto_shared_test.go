@@ -431,3 +431,66 @@ func TestPerfettoCommitRoutingAllocs(t *testing.T) {
 		t.Fatalf("%.1f allocations per routed pair of commits", n)
 	}
 }
+
+// A session's instances on one producer share one flush command; an
+// instance that asks for the flush only after the producer acknowledged
+// it joins the acknowledged one instead of sending the command again;
+// the acknowledged flush is forgotten once every instance joined.
+func TestPerfettoFlushLateJoiner(t *testing.T) {
+	r := NewPerfettoProducers()
+	c := &perfettoConn{r: r, pp: &ipc.Producer{}, gone: make(chan struct{}),
+		routes: map[uint32][]*perfettoSide{}, instances: map[uint64]*perfettoSide{}}
+	commits := make(chan commitMsg, 8)
+	sess := &perfettoSession{id: 1, buffers: []uint32{1}}
+	var sides []*perfettoSide
+	for i := range 3 {
+		p := &producer{producerSpec: producerSpec{wire: 1}, commits: commits, finished: make(chan struct{}), free: make(chan []byte, 4)}
+		ps := &perfettoSide{conn: c, p: p, sess: sess, instance: uint64(i + 1), live: true, desc: &ipc.DataSourceDescriptor{}}
+		p.side = ps
+		c.instances[ps.instance] = ps
+		sides = append(sides, ps)
+	}
+	pending := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.flushes)
+	}
+	first := make(chan error, 1)
+	go func() { first <- sides[0].flush(7, 0) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for pending() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first instance's flush never went out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.mu.Lock()
+	ids, req := c.flushes[0].ids, c.flushes[0].req
+	c.mu.Unlock()
+	if !slices.Equal(ids, []uint64{1, 2, 3}) {
+		t.Fatalf("flush lists instances %v, want all three", ids)
+	}
+	c.acked(req)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for _, ps := range sides[1:] {
+		if err := ps.flush(7, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.nextFlush.Load(); n != 1 {
+		t.Fatalf("%d flush commands for one flush of the session", n)
+	}
+	if n := pending(); n != 0 {
+		t.Fatalf("%d flushes kept after every instance joined", n)
+	}
+	// Each instance handed its service the acknowledgement of flush 7.
+	for range sides {
+		m := <-commits
+		var cd smb.CommitData
+		if err := cd.Unmarshal(m.data); err != nil || cd.FlushRequestID != 7 {
+			t.Fatalf("ack %+v (%v)", cd, err)
+		}
+	}
+}
