@@ -87,8 +87,19 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	for _, b := range cfg.Buffers {
 		cs.cloneLimit += int(b.SizeKB) * 1024
 	}
+	// One tracing session id, as traced's: what QueryServiceState and
+	// CloneSession name, what clone_trigger_hit says and what the
+	// producers are told (tracing_session_id).
+	if pc.Producers != nil {
+		cs.id = pc.Producers.nextSession.Add(1)
+	} else {
+		pc.mu.Lock()
+		pc.lastID++
+		cs.id = pc.lastID
+		pc.mu.Unlock()
+	}
 	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger, SnapshotSink: cs.cloneSink,
-		OnCloneTrigger: cs.cloneTriggerHit})
+		OnCloneTrigger: cs.cloneTriggerHit, tracingSessionID: cs.id})
 	if err != nil {
 		_ = sink.Close(context.Background())
 		return nil, err
@@ -108,8 +119,6 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	pc.mu.Lock()
 	pc.active++
 	pc.started++
-	pc.lastID++
-	cs.id = pc.lastID
 	if pc.sessions == nil {
 		pc.sessions = map[uint64]*consumerSession{}
 	}

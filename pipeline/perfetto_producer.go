@@ -126,7 +126,10 @@ type perfettoSession struct {
 func (s *Service) perfettoSession() *perfettoSession {
 	if s.perfetto == nil {
 		r := s.opts.Perfetto
-		ps := &perfettoSession{id: r.nextSession.Add(1)}
+		ps := &perfettoSession{id: s.opts.tracingSessionID}
+		if ps.id == 0 {
+			ps.id = r.nextSession.Add(1)
+		}
 		for range s.cfg.Buffers {
 			ps.buffers = append(ps.buffers, r.nextBuffer.Add(1))
 		}
