@@ -22,14 +22,15 @@ func TestQueryCapabilities(t *testing.T) {
 	}
 	caps := resp.GetCapabilities()
 	if !caps.GetHasQueryCapabilities() || !caps.GetHasCloneSession() || caps.GetHasTraceConfigOutputPath() ||
-		len(caps.GetObservableEvents()) != 2 || caps.GetObservableEvents()[0] != ObservableEvents_TYPE_DATA_SOURCES_INSTANCES ||
-		caps.GetObservableEvents()[1] != ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED {
+		len(caps.GetObservableEvents()) != 3 || caps.GetObservableEvents()[0] != ObservableEvents_TYPE_DATA_SOURCES_INSTANCES ||
+		caps.GetObservableEvents()[1] != ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED ||
+		caps.GetObservableEvents()[2] != ObservableEvents_TYPE_CLONE_TRIGGER_HIT {
 		t.Fatalf("capabilities %v", caps)
 	}
 	// Perfetto's field numbers: has_query_capabilities 1, observable_events 2,
 	// has_trace_config_output_path 3, has_clone_session 4.
 	raw, _ := proto.Marshal(caps)
-	want := []byte{0x08, 1, 0x10, 1, 0x10, 2, 0x18, 0, 0x20, 1}
+	want := []byte{0x08, 1, 0x10, 1, 0x10, 2, 0x10, 4, 0x18, 0, 0x20, 1}
 	if string(raw) != string(want) {
 		t.Fatalf("capabilities encode as %x, want %x", raw, want)
 	}

@@ -49,7 +49,10 @@ type ConsumerBackend interface {
 	// (untrusted). outFD (>= 0) is the output file of write_into_file; the
 	// session owns it from now on, even on error.
 	EnableTracing(peer Peer, traceConfig []byte, outFD int) (ConsumerSession, error)
-	QueryServiceState(sessionsOnly bool) *TracingServiceState
+	// QueryServiceState describes the service to peer: as traced, it
+	// lists only the sessions peer may clone (its own uid's, all for
+	// root).
+	QueryServiceState(peer Peer, sessionsOnly bool) *TracingServiceState
 	// CloneSession clones a running session for peer, as traced's
 	// CloneSession: the clone is a finished, read-only session that
 	// ReadBuffers drains. A failure is a response with success false and
@@ -311,7 +314,7 @@ func (c *consumer) Invoke(method uint32, call *Call) {
 			_ = call.Reply(&GetTraceStatsResponse{TraceStats: ts}, false)
 		}()
 	case mQueryServiceState:
-		st := c.backend.QueryServiceState(args.(*QueryServiceStateRequest).GetSessionsOnly())
+		st := c.backend.QueryServiceState(c.conn.Peer(), args.(*QueryServiceStateRequest).GetSessionsOnly())
 		queryServiceState(call, st)
 	case mDetach:
 		c.detach(call, args.(*DetachRequest).GetKey())
@@ -357,6 +360,7 @@ func Capabilities() *TracingServiceCapabilities {
 		HasQueryCapabilities: proto.Bool(true),
 		ObservableEvents: []ObservableEvents_Type{
 			ObservableEvents_TYPE_DATA_SOURCES_INSTANCES, ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED,
+			ObservableEvents_TYPE_CLONE_TRIGGER_HIT,
 		},
 		HasTraceConfigOutputPath: proto.Bool(false),
 		HasCloneSession:          proto.Bool(true),

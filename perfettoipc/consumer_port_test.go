@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ type stateBackend struct{ st *TracingServiceState }
 func (b stateBackend) EnableTracing(Peer, []byte, int) (ConsumerSession, error) {
 	return nil, fmt.Errorf("no sessions here")
 }
-func (b stateBackend) QueryServiceState(bool) *TracingServiceState { return b.st }
+func (b stateBackend) QueryServiceState(Peer, bool) *TracingServiceState { return b.st }
 func (b stateBackend) CloneSession(Peer, *CloneSessionRequest) (ConsumerSession, *CloneSessionResponse) {
 	return nil, &CloneSessionResponse{Success: proto.Bool(false), Error: proto.String("no sessions here")}
 }
@@ -128,7 +129,7 @@ func (s *fakeSession) ReadPackets(max int) [][]byte {
 type sessionBackend struct{ s *fakeSession }
 
 func (b sessionBackend) EnableTracing(Peer, []byte, int) (ConsumerSession, error) { return b.s, nil }
-func (b sessionBackend) QueryServiceState(bool) *TracingServiceState              { return nil }
+func (b sessionBackend) QueryServiceState(Peer, bool) *TracingServiceState        { return nil }
 func (b sessionBackend) CloneSession(_ Peer, r *CloneSessionRequest) (ConsumerSession, *CloneSessionResponse) {
 	if r.GetSessionId() != 7 {
 		return nil, &CloneSessionResponse{Success: proto.Bool(false), Error: proto.String("no session 7")}
@@ -227,5 +228,33 @@ func TestDetachAttach(t *testing.T) {
 	var er EnableTracingResponse
 	if f.GetRequestId() != rid || proto.Unmarshal(f.GetMsgInvokeMethodReply().GetReplyProto(), &er) != nil || !er.GetDisabled() {
 		t.Fatalf("end of the attached session: %v", f)
+	}
+}
+
+// peerBackend records the peer QueryServiceState was asked for.
+type peerBackend struct {
+	stateBackend
+	got chan Peer
+}
+
+func (b peerBackend) QueryServiceState(p Peer, _ bool) *TracingServiceState {
+	b.got <- p
+	return b.st
+}
+
+// The port asks the backend on behalf of the socket's peer (SO_PEERCRED),
+// which decides the sessions listed.
+func TestQueryServiceStateGetsThePeer(t *testing.T) {
+	b := peerBackend{stateBackend{&TracingServiceState{NumSessions: proto.Int32(0)}}, make(chan Peer, 1)}
+	h := NewHost(NewConsumerPort(b))
+	defer h.Close()
+	c := pair(t, h)
+	c.bind("ConsumerPort")
+	rid := c.invoke(1, mQueryServiceState, &QueryServiceStateRequest{}, false, -1)
+	if f := c.recv(); f.GetRequestId() != rid || !f.GetMsgInvokeMethodReply().GetSuccess() {
+		t.Fatalf("reply %v", f)
+	}
+	if p := <-b.got; p.UID != uint32(os.Getuid()) || p.PID != int32(os.Getpid()) {
+		t.Fatalf("peer %+v, want this process (uid %d pid %d)", p, os.Getuid(), os.Getpid())
 	}
 }

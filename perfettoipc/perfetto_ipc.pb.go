@@ -2923,6 +2923,7 @@ type ObservableEvents struct {
 	state                 protoimpl.MessageState                            `protogen:"open.v1"`
 	InstanceStateChanges  []*ObservableEvents_DataSourceInstanceStateChange `protobuf:"bytes,1,rep,name=instance_state_changes,json=instanceStateChanges" json:"instance_state_changes,omitempty"`
 	AllDataSourcesStarted *bool                                             `protobuf:"varint,2,opt,name=all_data_sources_started,json=allDataSourcesStarted" json:"all_data_sources_started,omitempty"`
+	CloneTriggerHit       *ObservableEvents_CloneTriggerHit                 `protobuf:"bytes,3,opt,name=clone_trigger_hit,json=cloneTriggerHit" json:"clone_trigger_hit,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
@@ -2969,6 +2970,13 @@ func (x *ObservableEvents) GetAllDataSourcesStarted() bool {
 		return *x.AllDataSourcesStarted
 	}
 	return false
+}
+
+func (x *ObservableEvents) GetCloneTriggerHit() *ObservableEvents_CloneTriggerHit {
+	if x != nil {
+		return x.CloneTriggerHit
+	}
+	return nil
 }
 
 type ObserveEventsRequest struct {
@@ -4323,6 +4331,58 @@ func (x *ObservableEvents_DataSourceInstanceStateChange) GetState() ObservableEv
 	return ObservableEvents_DATA_SOURCE_INSTANCE_STATE_STOPPED
 }
 
+type ObservableEvents_CloneTriggerHit struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	TracingSessionId *int64                 `protobuf:"varint,1,opt,name=tracing_session_id,json=tracingSessionId" json:"tracing_session_id,omitempty"`
+	TriggerName      *string                `protobuf:"bytes,2,opt,name=trigger_name,json=triggerName" json:"trigger_name,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ObservableEvents_CloneTriggerHit) Reset() {
+	*x = ObservableEvents_CloneTriggerHit{}
+	mi := &file_perfetto_ipc_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObservableEvents_CloneTriggerHit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObservableEvents_CloneTriggerHit) ProtoMessage() {}
+
+func (x *ObservableEvents_CloneTriggerHit) ProtoReflect() protoreflect.Message {
+	mi := &file_perfetto_ipc_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObservableEvents_CloneTriggerHit.ProtoReflect.Descriptor instead.
+func (*ObservableEvents_CloneTriggerHit) Descriptor() ([]byte, []int) {
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52, 1}
+}
+
+func (x *ObservableEvents_CloneTriggerHit) GetTracingSessionId() int64 {
+	if x != nil && x.TracingSessionId != nil {
+		return *x.TracingSessionId
+	}
+	return 0
+}
+
+func (x *ObservableEvents_CloneTriggerHit) GetTriggerName() string {
+	if x != nil && x.TriggerName != nil {
+		return *x.TriggerName
+	}
+	return ""
+}
+
 var File_perfetto_ipc_proto protoreflect.FileDescriptor
 
 const file_perfetto_ipc_proto_rawDesc = "" +
@@ -4551,14 +4611,18 @@ const file_perfetto_ipc_proto_rawDesc = "" +
 	"\x1chas_trace_config_output_path\x18\x03 \x01(\bR\x18hasTraceConfigOutputPath\x12*\n" +
 	"\x11has_clone_session\x18\x04 \x01(\bR\x0fhasCloneSession\"r\n" +
 	"\x19QueryCapabilitiesResponse\x12U\n" +
-	"\fcapabilities\x18\x01 \x01(\v21.tracepipe.perfettoipc.TracingServiceCapabilitiesR\fcapabilities\"\xf9\x04\n" +
+	"\fcapabilities\x18\x01 \x01(\v21.tracepipe.perfettoipc.TracingServiceCapabilitiesR\fcapabilities\"\xc2\x06\n" +
 	"\x10ObservableEvents\x12{\n" +
 	"\x16instance_state_changes\x18\x01 \x03(\v2E.tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChangeR\x14instanceStateChanges\x127\n" +
-	"\x18all_data_sources_started\x18\x02 \x01(\bR\x15allDataSourcesStarted\x1a\xc5\x01\n" +
+	"\x18all_data_sources_started\x18\x02 \x01(\bR\x15allDataSourcesStarted\x12c\n" +
+	"\x11clone_trigger_hit\x18\x03 \x01(\v27.tracepipe.perfettoipc.ObservableEvents.CloneTriggerHitR\x0fcloneTriggerHit\x1a\xc5\x01\n" +
 	"\x1dDataSourceInstanceStateChange\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12(\n" +
 	"\x10data_source_name\x18\x02 \x01(\tR\x0edataSourceName\x12U\n" +
-	"\x05state\x18\x03 \x01(\x0e2?.tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateR\x05state\"|\n" +
+	"\x05state\x18\x03 \x01(\x0e2?.tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateR\x05state\x1ab\n" +
+	"\x0fCloneTriggerHit\x12,\n" +
+	"\x12tracing_session_id\x18\x01 \x01(\x03R\x10tracingSessionId\x12!\n" +
+	"\ftrigger_name\x18\x02 \x01(\tR\vtriggerName\"|\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bTYPE_DATA_SOURCES_INSTANCES\x10\x01\x12!\n" +
@@ -4604,7 +4668,7 @@ func file_perfetto_ipc_proto_rawDescGZIP() []byte {
 }
 
 var file_perfetto_ipc_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_perfetto_ipc_proto_goTypes = []any{
 	(InitializeConnectionRequest_SmbScrapingMode)(0), // 0: tracepipe.perfettoipc.InitializeConnectionRequest.SmbScrapingMode
 	(DataSourceConfig_SessionInitiator)(0),           // 1: tracepipe.perfettoipc.DataSourceConfig.SessionInitiator
@@ -4685,6 +4749,7 @@ var file_perfetto_ipc_proto_goTypes = []any{
 	(*TracingServiceState_DataSource)(nil),                 // 76: tracepipe.perfettoipc.TracingServiceState.DataSource
 	(*TracingServiceState_TracingSession)(nil),             // 77: tracepipe.perfettoipc.TracingServiceState.TracingSession
 	(*ObservableEvents_DataSourceInstanceStateChange)(nil), // 78: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
+	(*ObservableEvents_CloneTriggerHit)(nil),               // 79: tracepipe.perfettoipc.ObservableEvents.CloneTriggerHit
 }
 var file_perfetto_ipc_proto_depIdxs = []int32{
 	61, // 0: tracepipe.perfettoipc.Frame.msg_bind_service:type_name -> tracepipe.perfettoipc.Frame.BindService
@@ -4711,17 +4776,18 @@ var file_perfetto_ipc_proto_depIdxs = []int32{
 	2,  // 21: tracepipe.perfettoipc.TracingServiceCapabilities.observable_events:type_name -> tracepipe.perfettoipc.ObservableEvents.Type
 	54, // 22: tracepipe.perfettoipc.QueryCapabilitiesResponse.capabilities:type_name -> tracepipe.perfettoipc.TracingServiceCapabilities
 	78, // 23: tracepipe.perfettoipc.ObservableEvents.instance_state_changes:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
-	56, // 24: tracepipe.perfettoipc.ObserveEventsResponse.events:type_name -> tracepipe.perfettoipc.ObservableEvents
-	62, // 25: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
-	28, // 26: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	28, // 27: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	7,  // 28: tracepipe.perfettoipc.TracingServiceState.DataSource.ds_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
-	3,  // 29: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange.state:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	79, // 24: tracepipe.perfettoipc.ObservableEvents.clone_trigger_hit:type_name -> tracepipe.perfettoipc.ObservableEvents.CloneTriggerHit
+	56, // 25: tracepipe.perfettoipc.ObserveEventsResponse.events:type_name -> tracepipe.perfettoipc.ObservableEvents
+	62, // 26: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
+	28, // 27: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	28, // 28: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	7,  // 29: tracepipe.perfettoipc.TracingServiceState.DataSource.ds_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
+	3,  // 30: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange.state:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_perfetto_ipc_proto_init() }
@@ -4758,7 +4824,7 @@ func file_perfetto_ipc_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_perfetto_ipc_proto_rawDesc), len(file_perfetto_ipc_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   75,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

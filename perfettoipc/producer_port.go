@@ -67,6 +67,17 @@ type Backend interface {
 	DataSourceStopped(p *Producer, instanceID uint64)
 }
 
+// TriggerBackend is implemented by a Backend that acts on the triggers
+// producers activate (ActivateTriggers; `perfetto --trigger NAME`
+// connects as a producer to send one). Without it they are accepted and
+// ignored. Same rules as Backend's methods; names are untrusted.
+type TriggerBackend interface {
+	ActivateTriggers(p *Producer, names []string)
+}
+
+// maxTriggersPerCall bounds the names one ActivateTriggers passes on.
+const maxTriggersPerCall = 64
+
 // NewProducerPort returns the ProducerPort service for a Host.
 func NewProducerPort(b Backend) *Service {
 	return &Service{Name: "ProducerPort", Methods: ProducerPortMethods, Open: func(c *Conn) Handler {
@@ -98,17 +109,22 @@ type Producer struct {
 	name        string
 	sdkVersion  string
 	dataSources map[string]*DataSourceDescriptor
-	writers     map[uint32]uint32 // writer id → target buffer
-	cd          smb.CommitData    // validates CommitData without allocating
+	cd          smb.CommitData // validates CommitData without allocating
 
 	mu         sync.Mutex
+	writers    map[uint32]uint32 // writer id → target buffer (written on the connection goroutine)
 	smb        *smb.SMB
 	provided   bool // the producer supplied the SMB
 	smbSent    bool // setup_tracing went out
 	gac        *Call
-	pending    []pendingCmd // commands waiting for GetAsyncCommand
+	pending    []pendingCmd // commands not sent yet, in order
 	closed     bool
 	pageSizeKB uint32
+	// The command writer: a goroutine started with the command stream
+	// sends pending commands in order, so that the service's calls
+	// (StartDataSource, Flush, …) never wait on the producer's socket.
+	kick       chan struct{} // buffered(1): pending grew
+	writerDone chan struct{} // closed when the writer returned (nil: none)
 }
 
 type pendingCmd struct {
@@ -160,7 +176,17 @@ func (p *Producer) Close() {
 	}
 	p.pending = nil
 	wasInit := p.initialized
+	writerDone := p.writerDone
+	if p.kick != nil {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
 	p.mu.Unlock()
+	if writerDone != nil {
+		<-writerDone // the connection is closed: its last send fails at once
+	}
 	if wasInit {
 		p.backend.Disconnected(p)
 	}
@@ -287,20 +313,25 @@ func (p *Producer) Invoke(method uint32, call *Call) {
 			return
 		}
 		p.gac = call
-		pending := p.pending
-		p.pending = nil
-		p.mu.Unlock()
-		for _, c := range pending {
-			p.sendCmd(c.cmd, c.fd)
+		p.kick = make(chan struct{}, 1)
+		p.writerDone = make(chan struct{})
+		if len(p.pending) > 0 {
+			p.kick <- struct{}{}
 		}
+		p.mu.Unlock()
+		go p.writeCmds()
 	case mRegisterTraceWriter:
 		r := args.(*RegisterTraceWriterRequest)
+		p.mu.Lock()
 		if len(p.writers) < maxRegisteredWriter {
 			p.writers[r.GetTraceWriterId()] = r.GetTargetBuffer()
 		}
+		p.mu.Unlock()
 		_ = call.Reply(&RegisterTraceWriterResponse{}, false)
 	case mUnregisterTraceWriter:
+		p.mu.Lock()
 		delete(p.writers, args.(*UnregisterTraceWriterRequest).GetTraceWriterId())
+		p.mu.Unlock()
 		_ = call.Reply(&UnregisterTraceWriterResponse{}, false)
 	case mNotifyDataSourceStarted:
 		p.backend.DataSourceStarted(p, args.(*NotifyDataSourceStartedRequest).GetDataSourceId())
@@ -309,7 +340,11 @@ func (p *Producer) Invoke(method uint32, call *Call) {
 		p.backend.DataSourceStopped(p, args.(*NotifyDataSourceStoppedRequest).GetDataSourceId())
 		_ = call.Reply(&NotifyDataSourceStoppedResponse{}, false)
 	case mActivateTriggers:
-		_ = call.Reply(&ActivateTriggersResponse{}, false) // triggers are not supported; accepted and ignored
+		if tb, ok := p.backend.(TriggerBackend); ok {
+			names := args.(*ActivateTriggersRequest).GetTriggerNames()
+			tb.ActivateTriggers(p, names[:min(len(names), maxTriggersPerCall)])
+		}
+		_ = call.Reply(&ActivateTriggersResponse{}, false)
 	case mSync:
 		// Requests are handled in order on this goroutine, so everything
 		// sent before Sync is done.
@@ -332,7 +367,9 @@ func (p *Producer) initialize(call *Call, r *InitializeConnectionRequest, fd int
 	p.name = r.GetProducerName()
 	p.sdkVersion = r.GetSdkVersion()
 	p.dataSources = map[string]*DataSourceDescriptor{}
+	p.mu.Lock()
 	p.writers = map[uint32]uint32{}
+	p.mu.Unlock()
 	size, page := smbGeometry(r.GetSharedMemorySizeHintBytes(), r.GetSharedMemoryPageSizeHintBytes())
 	resp := &InitializeConnectionResponse{
 		UsingShmemProvidedByProducer: proto.Bool(false),
@@ -401,8 +438,10 @@ func smbGeometry(sizeHint, pageHint uint32) (size, page int) {
 	return size, page
 }
 
-// queueCmd sends a command on the GetAsyncCommand stream, or keeps it
-// until the producer opens the stream. fd (if >= 0) is closed after sending.
+// queueCmd queues a command for the GetAsyncCommand stream; the command
+// writer sends it once the producer opened the stream, after every
+// command queued before it. It never waits on the socket. fd (if >= 0)
+// is closed after sending.
 func (p *Producer) queueCmd(cmd *GetAsyncCommandResponse, fd int) {
 	p.mu.Lock()
 	if p.closed {
@@ -412,24 +451,45 @@ func (p *Producer) queueCmd(cmd *GetAsyncCommandResponse, fd int) {
 		}
 		return
 	}
-	if p.gac == nil {
-		if len(p.pending) >= maxPendingCmds {
-			// A producer that never opens its command stream cannot
-			// make the service hold commands without bound.
-			p.mu.Unlock()
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			p.conn.host.logf("perfettoipc: producer %q (pid %d): %d commands and no GetAsyncCommand; disconnecting", p.name, p.Peer().PID, maxPendingCmds)
-			p.conn.Close()
-			return
-		}
-		p.pending = append(p.pending, pendingCmd{cmd, fd})
+	if len(p.pending) >= maxPendingCmds {
+		// A producer that never opens its command stream, or does not
+		// read it, cannot make the service hold commands without bound.
 		p.mu.Unlock()
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		p.conn.host.logf("perfettoipc: producer %q (pid %d): %d commands unsent; disconnecting", p.name, p.Peer().PID, maxPendingCmds)
+		p.conn.Close()
 		return
 	}
+	p.pending = append(p.pending, pendingCmd{cmd, fd})
+	if p.kick != nil {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
 	p.mu.Unlock()
-	p.sendCmd(cmd, fd)
+}
+
+// writeCmds is the command writer: it sends the pending commands in
+// order until the connection closes (each send bounded by the host's
+// WriteTimeout, after which the connection fails).
+func (p *Producer) writeCmds() {
+	defer close(p.writerDone)
+	for range p.kick {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		batch := p.pending
+		p.pending = nil
+		p.mu.Unlock()
+		for _, c := range batch {
+			p.sendCmd(c.cmd, c.fd)
+		}
+	}
 }
 
 func (p *Producer) sendCmd(cmd *GetAsyncCommandResponse, fd int) {
@@ -439,11 +499,20 @@ func (p *Producer) sendCmd(cmd *GetAsyncCommandResponse, fd int) {
 	}
 }
 
-// StartDataSource sets up and starts data source instance id with cfg
-// (whose name and target_buffer the caller set): the first time, the SMB
-// goes out with setup_tracing; then setup_data_source and
-// start_data_source back to back, as traced sends them.
-func (p *Producer) StartDataSource(id uint64, cfg *DataSourceConfig) error {
+// WriterTarget is the target buffer the producer registered trace writer
+// id for (RegisterTraceWriter; untrusted), and whether it did.
+func (p *Producer) WriterTarget(id uint16) (uint32, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.writers[uint32(id)]
+	return t, ok
+}
+
+// SetupDataSource sets up data source instance id with cfg (whose name
+// and target_buffer the caller set): the first time, the SMB goes out
+// with setup_tracing. traced sets up every instance of a session before
+// it starts any (StartDataSource).
+func (p *Producer) SetupDataSource(id uint64, cfg *DataSourceConfig) error {
 	p.mu.Lock()
 	if p.closed || p.smb == nil {
 		p.mu.Unlock()
@@ -463,9 +532,14 @@ func (p *Producer) StartDataSource(id uint64, cfg *DataSourceConfig) error {
 	}
 	p.queueCmd(&GetAsyncCommandResponse{Cmd: &GetAsyncCommandResponse_SetupDataSource_{SetupDataSource: &GetAsyncCommandResponse_SetupDataSource{
 		NewInstanceId: proto.Uint64(id), Config: cfg}}}, -1)
+	return nil
+}
+
+// StartDataSource starts data source instance id, set up before with the
+// same cfg.
+func (p *Producer) StartDataSource(id uint64, cfg *DataSourceConfig) {
 	p.queueCmd(&GetAsyncCommandResponse{Cmd: &GetAsyncCommandResponse_StartDataSource_{StartDataSource: &GetAsyncCommandResponse_StartDataSource{
 		NewInstanceId: proto.Uint64(id), Config: cfg}}}, -1)
-	return nil
 }
 
 // StopDataSource asks the producer to stop instance id; it answers with

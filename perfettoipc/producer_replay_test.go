@@ -150,6 +150,8 @@ func TestGoldenProducerReplay(t *testing.T) {
 		{"e_probes_sigint", 1, []uint64{1}},
 		{"g_sdk_startup_tracing", 2, nil},
 		{"h_probes_large_readbuffers", 1, []uint64{1}},
+		{"j_probes_three_sources", 1, []uint64{1}},   // three instances, one flush
+		{"k_probes_two_sessions", 1, []uint64{1, 2}}, // two sessions, one SMB
 	} {
 		t.Run(tc.capture, func(t *testing.T) {
 			rows := readIndex(t, filepath.Join(root, tc.capture), "producer")
@@ -244,16 +246,17 @@ func asyncCommand(t *testing.T, g *Frame, methods map[uint64]string) *GetAsyncCo
 }
 
 // act makes the call on the producer that made traced send cmd. The SMB
-// (setup_tracing with a descriptor) and setup/start come from one
-// StartDataSource call, with the config traced sent.
-func act(t *testing.T, p *Producer, cmd *GetAsyncCommandResponse, rest []indexRow, conn int, started map[uint64]bool) {
+// (setup_tracing with a descriptor) goes out with the first
+// SetupDataSource, with the config traced sent; StartDataSource follows
+// as traced sends it (j: every setup, then every start).
+func act(t *testing.T, p *Producer, cmd *GetAsyncCommandResponse, rest []indexRow, conn int, setUp map[uint64]bool) {
 	t.Helper()
-	start := func(id uint64, cfg *DataSourceConfig) {
-		if started[id] {
+	setup := func(id uint64, cfg *DataSourceConfig) {
+		if setUp[id] {
 			return
 		}
-		started[id] = true
-		if err := p.StartDataSource(id, cfg); err != nil {
+		setUp[id] = true
+		if err := p.SetupDataSource(id, cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -269,14 +272,15 @@ func act(t *testing.T, p *Producer, cmd *GetAsyncCommandResponse, rest []indexRo
 			var next GetAsyncCommandResponse
 			rep := decodeRaw(t, r.rawFrame).GetMsgInvokeMethodReply()
 			if proto.Unmarshal(rep.GetReplyProto(), &next) == nil && next.GetSetupDataSource() != nil {
-				start(next.GetSetupDataSource().GetNewInstanceId(), next.GetSetupDataSource().GetConfig())
+				setup(next.GetSetupDataSource().GetNewInstanceId(), next.GetSetupDataSource().GetConfig())
 				return
 			}
 		}
 		t.Fatal("setup_tracing without a setup_data_source after it")
 	case *GetAsyncCommandResponse_SetupDataSource_:
-		start(c.SetupDataSource.GetNewInstanceId(), c.SetupDataSource.GetConfig())
+		setup(c.SetupDataSource.GetNewInstanceId(), c.SetupDataSource.GetConfig())
 	case *GetAsyncCommandResponse_StartDataSource_:
+		p.StartDataSource(c.StartDataSource.GetNewInstanceId(), c.StartDataSource.GetConfig())
 	case *GetAsyncCommandResponse_StopDataSource_:
 		p.StopDataSource(c.StopDataSource.GetInstanceId())
 	case *GetAsyncCommandResponse_Flush_:

@@ -45,9 +45,10 @@ func TestEachProducerOwnSMB(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no producer")
 		}
-		if err := p.StartDataSource(1, &DataSourceConfig{Name: proto.String("x")}); err != nil {
+		if err := p.SetupDataSource(1, &DataSourceConfig{Name: proto.String("x")}); err != nil {
 			t.Fatal(err)
 		}
+		p.StartDataSource(1, &DataSourceConfig{Name: proto.String("x")})
 		c.recv() // setup_tracing
 		fd := c.takeFD()
 		if fd < 0 {

@@ -44,7 +44,7 @@ func (s *Service) handleCommit(m commitMsg) {
 // copyChunk moves one validated chunk into the producer's buffer.
 func (s *Service) copyChunk(p *producer, v *smb.ChunkView) {
 	bi := p.target
-	if v.TargetBuffer != 0 && int(v.TargetBuffer) != p.target+1 {
+	if v.TargetBuffer != 0 && v.TargetBuffer != p.wire {
 		// A producer may only write into the buffers of its data sources.
 		s.counters.chunksDiscarded++
 		p.faults.chunksDiscarded++
@@ -79,7 +79,7 @@ func (s *Service) copyChunk(p *producer, v *smb.ChunkView) {
 // patchChunk applies one ChunkToPatch entry to the producer's buffer.
 func (s *Service) patchChunk(p *producer, c *smb.ChunkToPatch) {
 	s.counters.patchesDiscarded += uint64(c.DiscardedPatches)
-	if c.TargetBuffer != 0 && int(c.TargetBuffer) != p.target+1 {
+	if c.TargetBuffer != 0 && c.TargetBuffer != p.wire {
 		s.counters.patchesDiscarded += uint64(len(c.Patches))
 		return
 	}
@@ -96,6 +96,6 @@ func (s *Service) patchChunk(p *producer, c *smb.ChunkToPatch) {
 // for the producers (reference/service.md §4 CompleteFlush).
 func (s *Service) scrape() {
 	for _, p := range s.producers {
-		p.reader.Scrape(p.onChunk)
+		p.scrapeSMB()
 	}
 }

@@ -93,9 +93,10 @@ type DataSourceConfig struct {
 	// (perfetto_consumer.go), passed on to Perfetto producers with its
 	// data-source specific fields.
 	perfettoConfig []byte
-	// perfettoProducers is its producer_name_filter: the Perfetto
-	// producers that may serve it (empty: any).
-	perfettoProducers []string
+	// perfettoProducers is its producer_name_filter and
+	// producer_name_regex_filter: the Perfetto producers that may serve
+	// it (empty: any).
+	perfettoProducers producerFilter
 }
 
 // RestartConfig relaunches a plugin that died while recording, on a fresh

@@ -153,6 +153,7 @@ func (s *Service) startProducers() {
 	// The start bound runs from here: a start_tracing session starts its
 	// sources when a trigger acts, maybe long after Run armed the timer.
 	s.timers.start.Reset(startTimeout)
+	startPerfettoInstances(s.producers) // setups, then starts, in order
 	for _, p := range s.producers {
 		p.state = stateStarting
 		go p.run()
@@ -197,7 +198,7 @@ func (s *Service) handleNote(n note) {
 		}
 		s.flushGone(p)
 		// Keep what it completed; its control goroutine ends on its own.
-		p.reader.Scrape(p.onChunk)
+		p.scrapeSMB()
 		p.requestStop()
 	case noteStopped:
 		// A producer that died was reported then; its Stop could only

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -74,7 +75,8 @@ func (s *Service) TraceStats(ctx context.Context) (tracefile.TraceStats, error) 
 // flushRequest is a flush asked for from outside the service goroutine.
 type flushRequest struct {
 	timeout time.Duration
-	reply   chan error // buffered: answered once
+	flags   plugins.FlushFlags // what the producers are told (0: PERIODIC, by the service)
+	reply   chan error         // buffered: answered once
 }
 
 // Flush flushes the running session now, as traced does for a Perfetto
@@ -86,10 +88,16 @@ type flushRequest struct {
 // new one starts after it, and after the data sources still starting.
 // It fails once the session stopped recording.
 func (s *Service) Flush(ctx context.Context, timeout time.Duration) error {
+	return s.FlushWithFlags(ctx, timeout, 0)
+}
+
+// FlushWithFlags is Flush telling the producers flags (a Perfetto
+// consumer's own, which traced passes on); 0: PERIODIC from the service.
+func (s *Service) FlushWithFlags(ctx context.Context, timeout time.Duration, flags plugins.FlushFlags) error {
 	if timeout <= 0 {
 		timeout = s.cfg.FlushTimeout
 	}
-	fr := &flushRequest{timeout: timeout, reply: make(chan error, 1)}
+	fr := &flushRequest{timeout: timeout, flags: flags, reply: make(chan error, 1)}
 	if err := s.onLoop(ctx, loopCallWait, func() { s.flushRequested(fr) }); err != nil {
 		return err
 	}
@@ -150,7 +158,11 @@ func (s *Service) flushAdvance() {
 		timeout = max(timeout, fr.timeout)
 	}
 	failed := s.counters.flushesFailed
-	s.startFlush(false)
+	if f := reqs[0].flags; f != 0 {
+		s.startFlushFlags(false, f) // the first request's reason wins
+	} else {
+		s.startFlush(false)
+	}
 	if f := s.flush; f != nil && f.id == s.flushID {
 		f.timer.Reset(timeout)
 		f.requests = reqs

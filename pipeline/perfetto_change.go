@@ -42,7 +42,7 @@ func (cs *consumerSession) ChangeTraceConfig(tc []byte) error {
 	}
 	// The session's data sources are those of the config some producer
 	// served at EnableTracing: matched by name and config.
-	filters := map[int][]string{}
+	filters := map[int]producerFilter{}
 	for i, dc := range cs.svc.cfg.DataSources {
 		for _, nd := range newCfg.DataSources {
 			if nd.Name == dc.Name && bytes.Equal(nd.perfettoConfig, dc.perfettoConfig) {
@@ -55,7 +55,8 @@ func (cs *consumerSession) ChangeTraceConfig(tc []byte) error {
 }
 
 // withoutProducerFilters re-encodes a TraceConfig without the
-// producer_name_filter (2) of its data_sources (2): what must not change.
+// producer_name_filter (2) and producer_name_regex_filter (3) of its
+// data_sources (2): what must not change.
 func withoutProducerFilters(tc []byte) ([]byte, error) {
 	var out []byte
 	it := wire.Fields(tc)
@@ -69,7 +70,7 @@ func withoutProducerFilters(tc []byte) ([]byte, error) {
 		inner := wire.Fields(f.Bytes)
 		for inner.Next() {
 			g := inner.Field()
-			if g.Num != 2 {
+			if g.Num != 2 && g.Num != 3 { // producer_name_filter, producer_name_regex_filter
 				ds = append(ds, g.Raw(f.Bytes)...)
 			}
 		}
@@ -87,7 +88,7 @@ func withoutProducerFilters(tc []byte) ([]byte, error) {
 // changeProducerFilters applies new producer_name_filters (by
 // data_sources index) on the service goroutine and starts the producers
 // they admit that do not serve the data source yet.
-func (s *Service) changeProducerFilters(ctx context.Context, filters map[int][]string) error {
+func (s *Service) changeProducerFilters(ctx context.Context, filters map[int]producerFilter) error {
 	errc := make(chan error, 1)
 	if err := s.onLoop(ctx, loopCallWait, func() { errc <- s.applyProducerFilters(filters) }); err != nil {
 		return err
@@ -95,7 +96,7 @@ func (s *Service) changeProducerFilters(ctx context.Context, filters map[int][]s
 	return <-errc
 }
 
-func (s *Service) applyProducerFilters(filters map[int][]string) error {
+func (s *Service) applyProducerFilters(filters map[int]producerFilter) error {
 	if s.phase != phaseRecording {
 		return errors.New("ChangeTraceConfig: the session is ending")
 	}
@@ -107,24 +108,19 @@ func (s *Service) applyProducerFilters(filters map[int][]string) error {
 		if !r.serves(dc.Name) {
 			continue // a built-in data source
 		}
-		var session uint64
 		bound := map[*perfettoConn]bool{}
 		for _, p := range s.producers {
 			if ps, ok := p.side.(*perfettoSide); ok && p.index == i {
 				bound[ps.conn] = true
-				session = ps.session
 			}
 		}
-		if session == 0 {
-			session = r.nextSession.Add(1)
-		}
-		conns, descs := r.matching(dc.Name, filter...)
+		conns, descs := r.matching(dc.Name, filter)
 		for k, c := range conns {
 			if bound[c] {
 				continue
 			}
 			spec := producerSpec{index: i, name: dc.Name, target: dc.TargetBuffer, source: dc.Name}
-			p, err := s.newPerfettoProducer(spec, c, descs[k], session)
+			p, err := s.newPerfettoProducer(spec, c, descs[k])
 			if err != nil {
 				errs = append(errs, err)
 				continue

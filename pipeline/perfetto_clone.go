@@ -65,7 +65,7 @@ func (pc *PerfettoConsumers) CloneSession(peer perfettoipc.Peer, r *perfettoipc.
 		return fail("CloneSession: neither session_id nor unique_session_name")
 	case cs == nil:
 		return fail("CloneSession: no such running session")
-	case peer.UID != cs.uid && peer.UID != 0:
+	case !cs.mayClone(peer):
 		// Not "permission denied": a session of another uid is not listed.
 		return fail("CloneSession: no such running session")
 	case !cs.isStarted():

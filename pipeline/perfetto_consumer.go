@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"github.com/tracepipe/tracepipe/internal/wire"
 	"log/slog"
+	"math"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -95,7 +97,19 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	for _, b := range cfg.Buffers {
 		cs.cloneLimit += int(b.SizeKB) * 1024
 	}
-	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger, SnapshotSink: cs.cloneSink})
+	// One tracing session id, as traced's: what QueryServiceState and
+	// CloneSession name, what clone_trigger_hit says and what the
+	// producers are told (tracing_session_id).
+	if pc.Producers != nil {
+		cs.id = pc.Producers.nextSession.Add(1)
+	} else {
+		pc.mu.Lock()
+		pc.lastID++
+		cs.id = pc.lastID
+		pc.mu.Unlock()
+	}
+	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger, SnapshotSink: cs.cloneSink,
+		OnCloneTrigger: cs.cloneTriggerHit, tracingSessionID: cs.id})
 	if err != nil {
 		_ = sink.Close(context.Background())
 		return nil, err
@@ -115,8 +129,6 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	pc.mu.Lock()
 	pc.active++
 	pc.started++
-	pc.lastID++
-	cs.id = pc.lastID
 	if pc.sessions == nil {
 		pc.sessions = map[uint64]*consumerSession{}
 	}
@@ -153,8 +165,11 @@ func (pc *PerfettoConsumers) ended(cs *consumerSession) {
 }
 
 // QueryServiceState implements perfettoipc.ConsumerBackend: the connected
-// producers and their data sources, by name as traced lists them.
-func (pc *PerfettoConsumers) QueryServiceState(sessionsOnly bool) *perfettoipc.TracingServiceState {
+// producers and their data sources, by name as traced lists them, and the
+// sessions peer may clone (its own uid's; every one for root), as traced
+// lists them. num_sessions and num_sessions_started count every session,
+// as traced's do.
+func (pc *PerfettoConsumers) QueryServiceState(peer perfettoipc.Peer, sessionsOnly bool) *perfettoipc.TracingServiceState {
 	pc.mu.Lock()
 	active, started := pc.active, pc.started
 	pc.mu.Unlock()
@@ -171,7 +186,9 @@ func (pc *PerfettoConsumers) QueryServiceState(sessionsOnly bool) *perfettoipc.T
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
-		st.TracingSessions = append(st.TracingSessions, pc.sessions[id].serviceState())
+		if cs := pc.sessions[id]; cs.mayClone(peer) {
+			st.TracingSessions = append(st.TracingSessions, cs.serviceState())
+		}
 	}
 	pc.mu.Unlock()
 	if sessionsOnly || pc.Producers == nil {
@@ -220,6 +237,9 @@ type consumerSession struct {
 	traceConfig []byte // as the consumer sent it (ChangeTraceConfig compares)
 
 	cloneLimit int
+	hitMu      sync.Mutex
+	hitN       int
+	hitObs     map[int]func(*perfettoipc.ObservableEvents) // TYPE_CLONE_TRIGGER_HIT observers
 	cloneMu    sync.Mutex
 	clones     map[int]*memSink // snapshots being written for CloneSession, by number
 
@@ -227,6 +247,13 @@ type consumerSession struct {
 	started bool
 	res     *Result
 	err     error
+}
+
+// mayClone says whether peer may clone the session, and so see it in
+// QueryServiceState: the session's own uid, or root (traced's
+// IsCloneAllowed without Android's bugreport and statsd cases).
+func (cs *consumerSession) mayClone(peer perfettoipc.Peer) bool {
+	return peer.UID == 0 || peer.UID == cs.uid
 }
 
 // serviceState is the session as QueryServiceState lists it (traced's
@@ -296,7 +323,11 @@ func (cs *consumerSession) Observe(mask uint32, emit func(*perfettoipc.Observabl
 	}
 	wantInstances := mask&uint32(perfettoipc.ObservableEvents_TYPE_DATA_SOURCES_INSTANCES) != 0
 	wantStarted := mask&uint32(perfettoipc.ObservableEvents_TYPE_ALL_DATA_SOURCES_STARTED) != 0
-	return cs.svc.Observe(context.Background(), func(o Observation) {
+	unhit := func() {}
+	if mask&uint32(perfettoipc.ObservableEvents_TYPE_CLONE_TRIGGER_HIT) != 0 {
+		unhit = cs.watchCloneHits(emit)
+	}
+	cancel, err := cs.svc.Observe(context.Background(), func(o Observation) {
 		ev := &perfettoipc.ObservableEvents{}
 		if wantInstances {
 			for _, c := range o.Changes {
@@ -315,16 +346,55 @@ func (cs *consumerSession) Observe(mask uint32, emit func(*perfettoipc.Observabl
 			emit(ev)
 		}
 	})
+	if err != nil {
+		unhit()
+		return nil, err
+	}
+	return func() { unhit(); cancel() }, nil
+}
+
+// watchCloneHits sends emit a TYPE_CLONE_TRIGGER_HIT event for each
+// clone_snapshot trigger that acts, until the returned function is
+// called.
+func (cs *consumerSession) watchCloneHits(emit func(*perfettoipc.ObservableEvents)) (unwatch func()) {
+	cs.hitMu.Lock()
+	defer cs.hitMu.Unlock()
+	if cs.hitObs == nil {
+		cs.hitObs = map[int]func(*perfettoipc.ObservableEvents){}
+	}
+	cs.hitN++
+	n := cs.hitN
+	cs.hitObs[n] = emit
+	return func() {
+		cs.hitMu.Lock()
+		delete(cs.hitObs, n)
+		cs.hitMu.Unlock()
+	}
+}
+
+// cloneTriggerHit is the session's Options.OnCloneTrigger: as traced, the
+// consumers observing TYPE_CLONE_TRIGGER_HIT are told the session and
+// trigger, and clone the session themselves (CloneSession). Nobody
+// observing: the trigger is in the trace, nothing is cloned.
+func (cs *consumerSession) cloneTriggerHit(trigger, _ string) {
+	ev := &perfettoipc.ObservableEvents{CloneTriggerHit: &perfettoipc.ObservableEvents_CloneTriggerHit{
+		TracingSessionId: proto.Int64(int64(cs.id)), TriggerName: proto.String(trigger)}}
+	cs.hitMu.Lock()
+	defer cs.hitMu.Unlock()
+	for _, emit := range cs.hitObs {
+		emit(ev) // never blocks (the port queues)
+	}
 }
 
 // Flush flushes the running session's data sources (Service.Flush):
 // nil once every one acknowledged within timeout (0: the session's
 // flush_timeout_ms), as traced answers a consumer's Flush.
-func (cs *consumerSession) Flush(timeout time.Duration, _ uint64) error {
+func (cs *consumerSession) Flush(timeout time.Duration, flags uint64) error {
 	if !cs.isStarted() {
 		return errNotStarted
 	}
-	return cs.svc.Flush(context.Background(), timeout)
+	// The consumer's flags reach the producers, as traced passes them on.
+	return cs.svc.FlushWithFlags(context.Background(), timeout, plugins.FlushFlags(flags))
 }
 
 func (cs *consumerSession) ReadPackets(maxBytes int) [][]byte {
@@ -493,7 +563,7 @@ var traceConfigIgnored = map[protowire.Number]string{
 // traceConfigNames names the TraceConfig fields tracepipe does not
 // support, for the error (reference/service.md §9).
 var traceConfigNames = map[protowire.Number]string{
-	5: "lockdown_mode", 6: "producers", 17: "trigger_config",
+	5: "lockdown_mode", 6: "producers",
 	18: "activate_triggers", 20: "builtin_data_sources", 24: "compression_type", 29: "output_path",
 	30: "bugreport_score", 33: "trace_filter", 36: "prefer_suspend_clock_for_duration",
 	43: "trace_all_machines", 44: "write_flush_mode", 45: "fflush_post_write", 47: "compression",
@@ -547,15 +617,20 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 		case 2:
 			i := len(cfg.DataSources)
 			var dsc []byte
-			var filter []string
+			var filter producerFilter
 			err := walkProto(payload, func(n protowire.Number, _ uint64, p []byte) error {
 				switch n {
 				case 1:
 					dsc = p
 				case 2:
-					filter = append(filter, string(p))
+					filter.names = append(filter.names, string(p))
 				case 3:
-					bad = append(bad, fmt.Sprintf("data_sources[%d].producer_name_regex_filter", i))
+					// A full match, as traced's std::regex_match.
+					re, err := regexp.Compile(`^(?:` + string(p) + `)$`)
+					if err != nil {
+						return fmt.Errorf("producer_name_regex_filter[%d]: %w", len(filter.regexes), err)
+					}
+					filter.regexes = append(filter.regexes, re)
 				case 4:
 					bad = append(bad, fmt.Sprintf("data_sources[%d].machine_name_filter", i))
 				default:
@@ -599,6 +674,12 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 		case 12:
 			// deferred_start: EnableTracing holds the session until
 			// StartTracing (PerfettoConsumers.EnableTracing).
+		case 17:
+			tc, why := triggerConfigFromPerfetto(payload)
+			if why != nil {
+				bad = append(bad, why...)
+			}
+			cfg.TriggerConfig = tc
 		case 21:
 			if p := uint64Field(payload, 1); p > 0 {
 				cfg.IncrementalState.ClearPeriod = time.Duration(max(p, 100)) * time.Millisecond
@@ -631,6 +712,72 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 		return nil, fmt.Errorf("trace_config: %w", err)
 	}
 	return cfg, nil
+}
+
+// triggerConfigFromPerfetto maps TraceConfig.trigger_config onto the
+// session's trigger engine (triggers.go): START_TRACING, STOP_TRACING and
+// CLONE_SNAPSHOT (the consumer is told, TYPE_CLONE_TRIGGER_HIT, and
+// clones) with their triggers (name, producer_name_regex, stop_delay_ms,
+// max_per_24_h, skip_probability) and trigger_timeout_ms. It returns what
+// it cannot map, by field name (use_clone_snapshot_if_available).
+func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
+	tc := &TriggerConfig{}
+	var bad []string
+	err := walkProto(b, func(n protowire.Number, v uint64, p []byte) error {
+		switch n {
+		case 1:
+			switch v {
+			case 1:
+				tc.Mode = TriggerModeStart
+			case 2:
+				tc.Mode = TriggerModeStop
+			case 4:
+				tc.Mode = TriggerModeClone
+			default:
+				bad = append(bad, fmt.Sprintf("trigger_config.trigger_mode %d", v))
+			}
+		case 2:
+			i := len(tc.Triggers)
+			var sp TriggerSpec
+			err := walkProto(p, func(n protowire.Number, v uint64, p []byte) error {
+				switch n {
+				case 1:
+					sp.Name = string(p)
+				case 2:
+					sp.ProducerNameRegex = string(p)
+				case 3:
+					sp.StopDelay = time.Duration(v) * time.Millisecond
+				case 4:
+					sp.MaxPer24h = uint32(min(v, 1<<31))
+				case 5:
+					sp.SkipProbability = math.Float64frombits(v)
+				default:
+					bad = append(bad, fmt.Sprintf("trigger_config.triggers[%d] field %d", i, n))
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("triggers[%d]: %w", i, err)
+			}
+			tc.Triggers = append(tc.Triggers, sp)
+		case 3:
+			tc.Timeout = time.Duration(v) * time.Millisecond
+		case 5:
+			if v != 0 {
+				bad = append(bad, "trigger_config.use_clone_snapshot_if_available")
+			}
+		default:
+			bad = append(bad, fmt.Sprintf("trigger_config field %d", n))
+		}
+		return nil
+	})
+	if err != nil {
+		bad = append(bad, fmt.Sprintf("trigger_config (%v)", err))
+	}
+	if tc.Mode == TriggerModeClone {
+		tc.Timeout = 0 // the session runs for its duration; clones are the consumer's
+	}
+	return tc, bad
 }
 
 // walkProto calls fn for each field of b (internal/wire's walk; fn gets

@@ -111,6 +111,14 @@ func TestPerfettoConsumerFlushFlushes(t *testing.T) {
 	if pd.count("flush") != 1 {
 		t.Fatalf("producer commands %q: want exactly one flush before the reply", pd.commands)
 	}
+	// The consumer's flags (TRACE_STOP | PERFETTO_CMD) reach the producer,
+	// as traced passes them on (capture e).
+	pd.mu.Lock()
+	flags := pd.flushFlags
+	pd.mu.Unlock()
+	if len(flags) != 1 || flags[0] != 34 {
+		t.Fatalf("flush flags %v at the producer, want [34] as the consumer sent", flags)
+	}
 	live := c.traceStats()
 	if live.FlushesRequested != 1 || live.FlushesSucceeded != 1 || live.FlushesFailed != 0 {
 		t.Fatalf("after the flush: requested %d succeeded %d failed %d", live.FlushesRequested, live.FlushesSucceeded, live.FlushesFailed)

@@ -399,3 +399,45 @@ func TestPerfettoGoldenQueryServiceState(t *testing.T) {
 		t.Fatalf("QueryServiceState:\n%v\ntraced:\n%v", &got, &want)
 	}
 }
+
+// QueryServiceState lists a session only to a consumer that may clone it
+// (its uid, or root), as traced; the session counts stay global. The
+// peers are given to the backend directly: a test cannot connect as
+// another uid, and the port's passing of the socket's peer is tested in
+// perfettoipc (TestQueryServiceStateGetsThePeer).
+func TestPerfettoQueryServiceStateByUID(t *testing.T) {
+	pc := &PerfettoConsumers{Producers: NewPerfettoProducers(), Logger: testsupport.Logger(t)}
+	deferred := func(name string) []byte {
+		tc := traceConfig(60_000, false, "tracepipe.synthetic")
+		tc = protowire.AppendTag(tc, 12, protowire.VarintType) // deferred_start: nothing runs
+		tc = protowire.AppendVarint(tc, 1)
+		tc = protowire.AppendTag(tc, 22, protowire.BytesType) // unique_session_name
+		return protowire.AppendString(tc, name)
+	}
+	for _, s := range []struct {
+		uid  uint32
+		name string
+	}{{1000, "alice"}, {2000, "bob"}} {
+		sess, err := pc.EnableTracing(ipc.Peer{UID: s.uid, PID: 1}, deferred(s.name), -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sess.Disable(); <-sess.Done() })
+	}
+	for _, tc := range []struct {
+		uid  uint32
+		want string
+	}{{1000, "alice"}, {2000, "bob"}, {3000, ""}, {0, "alice,bob"}} {
+		st := pc.QueryServiceState(ipc.Peer{UID: tc.uid, PID: 2}, true)
+		var names []string
+		for _, s := range st.GetTracingSessions() {
+			names = append(names, s.GetUniqueSessionName())
+		}
+		if got := strings.Join(names, ","); got != tc.want {
+			t.Errorf("uid %d sees sessions %q, want %q", tc.uid, got, tc.want)
+		}
+		if st.GetNumSessions() != 2 {
+			t.Errorf("uid %d: num_sessions %d, want 2 (every session counts)", tc.uid, st.GetNumSessions())
+		}
+	}
+}

@@ -35,6 +35,9 @@ func FuzzConfigFromTraceConfig(f *testing.F) {
 			}
 		}
 	}
+	// trigger_config and producer_name_regex_filter.
+	f.Add(withTriggerConfig(filteredConfig(2000, "p"), 2, 1000, trig{"t", 5}))
+	f.Add(append(filteredConfig(2000), 0x12, 0x05, 0x1a, 0x03, 'a', '.', '*'))
 	f.Fuzz(func(t *testing.T, tc []byte) {
 		cfg, err := ConfigFromTraceConfig(tc)
 		if err == nil && (len(cfg.Buffers) == 0 || !cfg.Perfetto.Enabled) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -25,24 +26,39 @@ import (
 // perfettoipc.Backend of a perfettoipc ProducerPort. Producers connect
 // and register data sources whenever they like; a session (Options.Perfetto)
 // binds, for each data_sources[i] that is neither built in nor a plugin,
-// every connected producer that registered that name. Each binding is one
-// more producer of the service: the producer's SMB is mapped by the
-// service, its CommitData goes through the same decoder, reader, buffers
-// and loss accounting as a plugin's, and its trusted identity is the
-// socket's (SO_PEERCRED).
+// every connected producer that registered that name.
 //
-// A producer serves one session at a time, and within a session one
-// data_sources[i] (the first that names one of its data sources).
+// As traced, a producer connection is shared: every data_sources[i] of
+// every session that a producer serves is its own data source instance
+// (new_instance_id) on the producer's one connection and SMB. Each
+// instance is one producer of its session's service (the session core
+// owns its buffers, readers and loss accounting); the connection routes
+// each commit's chunks by their target buffer — a global buffer id, unique
+// across sessions as traced's — to the instance of the session that owns
+// that buffer. Chunks for a buffer no instance of this producer writes
+// (another session's, or one that ended) are counted (ChunksUnrouted),
+// freed in the SMB and dropped: a producer can never write into a buffer
+// it was not given. Flushes of one session are one flush command listing
+// every instance of that session on the producer, acknowledged once.
 type PerfettoProducers struct {
 	mu      sync.Mutex
 	conns   []*perfettoConn
 	changed chan struct{} // closed and replaced on every change
-	lastID  int32
-	// Commits that arrived while no session was bound (dropped).
+	lastID  int32         // producer ids handed out (traced's producers_seen)
+	// Commits that arrived on a connection no session uses (dropped).
 	CommitsUnbound atomic.Uint64
+	// ChunksUnrouted counts chunks (and patch groups) aimed at a buffer
+	// that no instance of their producer writes: freed and dropped.
+	ChunksUnrouted atomic.Uint64
 
-	nextInstance atomic.Uint64
-	nextSession  atomic.Uint64
+	// triggerTargets are the running sessions with a trigger_config:
+	// what producers' ActivateTriggers reach.
+	triggerTargets map[*Service]struct{}
+
+	nextInstance atomic.Uint64 // data source instance ids (traced's data_sources_seen)
+	nextSession  atomic.Uint64 // tracing_session_id
+	nextBuffer   atomic.Uint32 // global buffer ids
+	nextFlush    atomic.Uint64 // flush request ids, unique across sessions
 }
 
 // NewPerfettoProducers returns an empty set.
@@ -50,14 +66,76 @@ func NewPerfettoProducers() *PerfettoProducers {
 	return &PerfettoProducers{changed: make(chan struct{})}
 }
 
+// perfettoConn is one producer connection, shared by every instance it
+// serves, in any number of sessions.
 type perfettoConn struct {
+	r    *PerfettoProducers
 	id   int32 // producer id in QueryServiceState (connection order)
 	pp   *perfettoipc.Producer
 	gone chan struct{} // closed when the connection ended
 
-	mu   sync.Mutex
-	side *perfettoSide // the session side its commits go to (nil: none)
-	cd   smb.CommitData
+	mu sync.Mutex
+	// routes: global buffer id → the instances writing it, in start
+	// order; the first receives the buffer's chunks (instances of one
+	// session may share a buffer; sessions never do).
+	routes    map[uint32][]*perfettoSide
+	instances map[uint64]*perfettoSide // set up and not closed, by instance id
+	flushes   []*connFlush             // flush commands not acknowledged yet
+
+	// Connection goroutine only.
+	cd     smb.CommitData
+	split  []routedCommit
+	orphan *smb.Reader // frees the chunks nobody receives
+}
+
+// routedCommit is the part of a commit for one instance.
+type routedCommit struct {
+	to *perfettoSide
+	cd smb.CommitData
+}
+
+// connFlush is one flush command: every live instance of one session on
+// the connection, for the service's flush svcID.
+type connFlush struct {
+	sess  *perfettoSession
+	svcID uint64
+	req   uint64        // the request id the producer acknowledges
+	done  chan struct{} // closed on the acknowledgement
+	ids   []uint64      // the instances the command lists
+	// Guarded by conn.mu: instances of ids not joined yet, and whether
+	// the acknowledgement came. An acknowledged flush is kept until every
+	// instance joined, so that a late one does not send it again.
+	left  int
+	acked bool
+}
+
+// maxConnFlushes bounds the flush commands a connection waits on (one
+// per session at a time; more only when producers leave flushes
+// unanswered, and their waiters time out).
+const maxConnFlushes = 64
+
+// perfettoSession is what the Perfetto producers know of one service:
+// its tracing_session_id and the global ids of its buffers.
+type perfettoSession struct {
+	id      uint64
+	buffers []uint32 // by buffer index
+}
+
+// perfettoSession returns the service's session identity, made on first
+// use.
+func (s *Service) perfettoSession() *perfettoSession {
+	if s.perfetto == nil {
+		r := s.opts.Perfetto
+		ps := &perfettoSession{id: s.opts.tracingSessionID}
+		if ps.id == 0 {
+			ps.id = r.nextSession.Add(1)
+		}
+		for range s.cfg.Buffers {
+			ps.buffers = append(ps.buffers, r.nextBuffer.Add(1))
+		}
+		s.perfetto = ps
+	}
+	return s.perfetto
 }
 
 func (r *PerfettoProducers) notify() {
@@ -80,13 +158,14 @@ func (r *PerfettoProducers) find(pp *perfettoipc.Producer) *perfettoConn {
 func (r *PerfettoProducers) Connected(pp *perfettoipc.Producer) {
 	r.mu.Lock()
 	r.lastID++
-	r.conns = append(r.conns, &perfettoConn{id: r.lastID, pp: pp, gone: make(chan struct{})})
+	r.conns = append(r.conns, &perfettoConn{r: r, id: r.lastID, pp: pp, gone: make(chan struct{}),
+		routes: map[uint32][]*perfettoSide{}, instances: map[uint64]*perfettoSide{}, orphan: smb.NewReader(pp.SMB())})
 	r.notify()
 	r.mu.Unlock()
 }
 
-// Disconnected implements perfettoipc.Backend: a bound session sees its
-// data source die, as a plugin process that exited.
+// Disconnected implements perfettoipc.Backend: every session the producer
+// served sees its instances die, as a plugin process that exited.
 func (r *PerfettoProducers) Disconnected(pp *perfettoipc.Producer) {
 	r.mu.Lock()
 	for i, c := range r.conns {
@@ -114,56 +193,190 @@ func (r *PerfettoProducers) DataSourceUnregistered(*perfettoipc.Producer, string
 	r.mu.Unlock()
 }
 
-// Commit implements perfettoipc.Backend: the bytes go to the bound
-// session's service exactly as a plugin's commit does (deliver blocks
-// while the service's commit queue is full: backpressure on this one
-// producer's connection). A flush acknowledgement also wakes the side.
+// Commit implements perfettoipc.Backend (connection goroutine): the
+// commit's chunks and patches go, by target buffer, to the instances
+// that own those buffers, through their services' commit queues exactly
+// as a plugin's commit does (deliver blocks while a queue is full:
+// backpressure on this one producer's connection). A flush
+// acknowledgement then wakes the instances waiting on it; each hands its
+// own service the acknowledgement, after the data.
 func (r *PerfettoProducers) Commit(pp *perfettoipc.Producer, data []byte) {
 	c := r.find(pp)
 	if c == nil {
 		return
 	}
+	if c.cd.Unmarshal(data) != nil {
+		return // the port let only valid commits through
+	}
+	cd := &c.cd
 	c.mu.Lock()
-	side := c.side
-	c.mu.Unlock()
-	if side == nil {
+	if len(c.instances) == 0 {
+		c.mu.Unlock()
 		r.CommitsUnbound.Add(1)
+		c.orphan.ReadCommit(cd, nil, nil) // free the chunks
+		if id := cd.FlushRequestID; id != 0 {
+			c.acked(id) // a flush whose instances all ended
+		}
 		return
 	}
-	p := side.p
-	p.deliver(append(p.commitBuffer(), data...))
-	// The service decodes (and validates) the copy; here only the flush
-	// id matters, and a malformed commit has none.
-	if c.cd.Unmarshal(data) == nil && c.cd.FlushRequestID != 0 {
-		select {
-		case side.acks <- c.cd.FlushRequestID:
-		default:
+	// 1. Sort the moves and patches by the instance owning their buffer.
+	c.split = c.split[:0]
+	part := func(buf uint32) *smb.CommitData {
+		to := c.routeLocked(buf)
+		if to == nil {
+			return nil
+		}
+		for i := range c.split {
+			if c.split[i].to == to {
+				return &c.split[i].cd
+			}
+		}
+		if n := len(c.split); n < cap(c.split) {
+			c.split = c.split[:n+1] // keeps the part's slices for reuse
+		} else {
+			c.split = append(c.split, routedCommit{})
+		}
+		rc := &c.split[len(c.split)-1]
+		rc.to = to
+		rc.cd.ChunksToMove, rc.cd.ChunksToPatch, rc.cd.FlushRequestID = rc.cd.ChunksToMove[:0], rc.cd.ChunksToPatch[:0], 0
+		return &rc.cd
+	}
+	var unrouted smb.CommitData
+	for _, m := range cd.ChunksToMove {
+		if d := part(m.TargetBuffer); d != nil {
+			d.ChunksToMove = append(d.ChunksToMove, m)
+		} else {
+			unrouted.ChunksToMove = append(unrouted.ChunksToMove, m)
 		}
 	}
+	for _, pt := range cd.ChunksToPatch {
+		if d := part(pt.TargetBuffer); d != nil {
+			d.ChunksToPatch = append(d.ChunksToPatch, pt)
+		} else {
+			r.ChunksUnrouted.Add(1)
+		}
+	}
+	c.mu.Unlock()
+	if n := len(unrouted.ChunksToMove); n > 0 {
+		r.ChunksUnrouted.Add(uint64(n))
+		c.orphan.ReadCommit(&unrouted, nil, nil)
+	}
+	// 2. Hand each instance its part (re-encoded: the service decodes and
+	// validates it again, as any producer's commit).
+	for i := range c.split {
+		rc := &c.split[i]
+		p := rc.to.p
+		p.deliver(rc.cd.AppendMarshal(p.commitBuffer()))
+		rc.to = nil
+	}
+	// 3. The acknowledgement, after the data it covers.
+	if id := cd.FlushRequestID; id != 0 {
+		c.acked(id)
+	}
+}
+
+// routeLocked is the instance receiving buffer buf's chunks (c.mu held).
+// A target buffer of 0 (unset) goes to the connection's only route, if it
+// has exactly one.
+func (c *perfettoConn) routeLocked(buf uint32) *perfettoSide {
+	if buf == 0 && len(c.routes) == 1 {
+		for _, to := range c.routes {
+			return to[0]
+		}
+	}
+	if to := c.routes[buf]; len(to) > 0 {
+		return to[0]
+	}
+	return nil
+}
+
+// acked wakes the flushes acknowledged by request id (a producer answers
+// in order, so every older one too).
+func (c *perfettoConn) acked(id uint64) {
+	c.mu.Lock()
+	kept := c.flushes[:0]
+	for _, f := range c.flushes {
+		if f.req <= id && !f.acked {
+			f.acked = true
+			close(f.done)
+		}
+		if !f.acked || f.left > 0 {
+			kept = append(kept, f)
+		}
+	}
+	clear(c.flushes[len(kept):])
+	c.flushes = kept
+	c.mu.Unlock()
 }
 
 // DataSourceStarted implements perfettoipc.Backend.
 func (r *PerfettoProducers) DataSourceStarted(pp *perfettoipc.Producer, id uint64) {
-	if s := r.sideOf(pp); s != nil && id == s.instance {
+	if s := r.instance(pp, id); s != nil {
 		s.startedOnce.Do(func() { close(s.started) })
 	}
 }
 
 // DataSourceStopped implements perfettoipc.Backend.
 func (r *PerfettoProducers) DataSourceStopped(pp *perfettoipc.Producer, id uint64) {
-	if s := r.sideOf(pp); s != nil && id == s.instance {
+	if s := r.instance(pp, id); s != nil {
 		s.stoppedOnce.Do(func() { close(s.stopped) })
 	}
 }
 
-func (r *PerfettoProducers) sideOf(pp *perfettoipc.Producer) *perfettoSide {
+func (r *PerfettoProducers) instance(pp *perfettoipc.Producer, id uint64) *perfettoSide {
 	c := r.find(pp)
 	if c == nil {
 		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.side
+	return c.instances[id]
+}
+
+// ActivateTriggers implements perfettoipc.TriggerBackend: every running
+// session with a trigger_config checks the triggers as activated by the
+// producer (its producer_name, for producer_name_regex), as traced does.
+func (r *PerfettoProducers) ActivateTriggers(pp *perfettoipc.Producer, names []string) {
+	r.mu.Lock()
+	targets := make([]*Service, 0, len(r.triggerTargets))
+	for s := range r.triggerTargets {
+		targets = append(targets, s)
+	}
+	r.mu.Unlock()
+	for _, s := range targets {
+		s.ActivateTriggers(pp.Name(), names...) // never blocks
+	}
+}
+
+// watchTriggers makes s a target of producers' triggers until the
+// returned function is called (s has a trigger_config).
+func (r *PerfettoProducers) watchTriggers(s *Service) (unwatch func()) {
+	r.mu.Lock()
+	if r.triggerTargets == nil {
+		r.triggerTargets = map[*Service]struct{}{}
+	}
+	r.triggerTargets[s] = struct{}{}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.triggerTargets, s)
+		r.mu.Unlock()
+	}
+}
+
+// counts are the producers connected, the producers ever connected, the
+// data sources registered now (every producer's) and the instances ever
+// made: traced's producers_connected, producers_seen,
+// data_sources_registered and data_sources_seen.
+func (r *PerfettoProducers) counts() (connected, seen, registered, instances uint64) {
+	r.mu.Lock()
+	conns := append([]*perfettoConn(nil), r.conns...)
+	seen = uint64(r.lastID)
+	r.mu.Unlock()
+	for _, c := range conns {
+		registered += uint64(len(c.pp.DataSources()))
+	}
+	return uint64(len(conns)), seen, registered, r.nextInstance.Load()
 }
 
 // PerfettoDataSource is one data source a connected producer registered.
@@ -222,17 +435,39 @@ func (r *PerfettoProducers) WaitFor(ctx context.Context, names []string) []strin
 	}
 }
 
+// producerFilter is a data source's producer_name_filter (exact names)
+// and producer_name_regex_filter (full-match expressions): a producer
+// passes if either lists it, as traced's OR; with neither, every one does.
+type producerFilter struct {
+	names   []string
+	regexes []*regexp.Regexp
+}
+
+func (f producerFilter) admits(producer string) bool {
+	if len(f.names) == 0 && len(f.regexes) == 0 {
+		return true
+	}
+	if slices.Contains(f.names, producer) {
+		return true
+	}
+	for _, re := range f.regexes {
+		if re.MatchString(producer) {
+			return true
+		}
+	}
+	return false
+}
+
 // matching returns the connected producers that registered name, with
-// their descriptors, in connection order; with a filter (a consumer's
-// producer_name_filter), only those whose producer_name it lists.
-func (r *PerfettoProducers) matching(name string, filter ...string) ([]*perfettoConn, []*perfettoipc.DataSourceDescriptor) {
+// their descriptors, in connection order: those the filter admits.
+func (r *PerfettoProducers) matching(name string, filter producerFilter) ([]*perfettoConn, []*perfettoipc.DataSourceDescriptor) {
 	r.mu.Lock()
 	conns := append([]*perfettoConn(nil), r.conns...)
 	r.mu.Unlock()
 	var cs []*perfettoConn
 	var ds []*perfettoipc.DataSourceDescriptor
 	for _, c := range conns {
-		if len(filter) > 0 && !slices.Contains(filter, c.pp.Name()) {
+		if !filter.admits(c.pp.Name()) {
 			continue
 		}
 		for _, d := range c.pp.DataSources() {
@@ -258,29 +493,29 @@ func (r *PerfettoProducers) serves(name string) bool {
 	if _, builtin := plugins.Lookup(name); !builtin {
 		return true
 	}
-	conns, _ := r.matching(name)
+	conns, _ := r.matching(name, producerFilter{})
 	return len(conns) > 0
 }
 
 // has says whether a connected producer (named in filter, if any)
 // registered name (false for a nil set).
-func (r *PerfettoProducers) has(name string, filter []string) bool {
+func (r *PerfettoProducers) has(name string, filter producerFilter) bool {
 	if r == nil {
 		return false
 	}
-	conns, _ := r.matching(name, filter...)
+	conns, _ := r.matching(name, filter)
 	return len(conns) > 0
 }
 
-// addPerfettoProducers adds one producer per connected Perfetto producer
-// that registered data_sources[i].name. (The buffer-exhausted policy is
-// the producer's own: its SDK applies it.)
+// addPerfettoProducers adds one producer (a data source instance) per
+// connected Perfetto producer that registered data_sources[i].name. (The
+// buffer-exhausted policy is the producer's own: its SDK applies it.)
 func (s *Service) addPerfettoProducers(i int) error {
 	dc := &s.cfg.DataSources[i]
 	spec := producerSpec{index: i, name: dc.Name, target: dc.TargetBuffer, source: dc.Name,
 		abortOnStartError: dc.OnStartError == OnStartErrorAbort}
 	r := s.opts.Perfetto
-	conns, descs := r.matching(spec.name, dc.perfettoProducers...)
+	conns, descs := r.matching(spec.name, dc.perfettoProducers)
 	if len(conns) == 0 {
 		var have []string
 		for _, d := range r.DataSources() {
@@ -292,9 +527,8 @@ func (s *Service) addPerfettoProducers(i int) error {
 		return fmt.Errorf("data_sources[%d].name: %q is not built in, and no connected Perfetto producer registered it (registered: %s)",
 			spec.index, spec.name, strings.Join(have, ", "))
 	}
-	session := r.nextSession.Add(1)
 	for k, c := range conns {
-		p, err := s.newPerfettoProducer(spec, c, descs[k], session)
+		p, err := s.newPerfettoProducer(spec, c, descs[k])
 		if err != nil {
 			return err
 		}
@@ -304,12 +538,31 @@ func (s *Service) addPerfettoProducers(i int) error {
 }
 
 // newPerfettoProducer builds the producer through which connection c
-// serves data_sources[spec.index] in tracing session session.
-func (s *Service) newPerfettoProducer(spec producerSpec, c *perfettoConn, desc *perfettoipc.DataSourceDescriptor, session uint64) (*producer, error) {
+// serves data_sources[spec.index] as a new data source instance.
+func (s *Service) newPerfettoProducer(spec producerSpec, c *perfettoConn, desc *perfettoipc.DataSourceDescriptor) (*producer, error) {
 	r := s.opts.Perfetto
+	sess := s.perfettoSession()
 	sp := spec
 	sp.id = uint16(len(s.producers) + 1)
 	sp.source = fmt.Sprintf("perfetto producer %q pid %d", c.pp.Name(), c.pp.Peer().PID)
+	sp.wire = sess.buffers[spec.target]
+	// The consumer's config keeps its data-source specific fields
+	// (unknown to this proto, kept as such); the service sets the rest,
+	// as traced does.
+	cfg := &perfettoipc.DataSourceConfig{}
+	if raw := s.cfg.DataSources[spec.index].perfettoConfig; len(raw) > 0 {
+		if err := proto.Unmarshal(raw, cfg); err != nil {
+			return nil, fmt.Errorf("data_sources[%d]: the consumer's DataSourceConfig: %w", spec.index, err)
+		}
+	}
+	cfg.Name = proto.String(desc.GetName())
+	cfg.TargetBuffer = proto.Uint32(sp.wire)
+	cfg.TraceDurationMs = proto.Uint32(uint32(s.cfg.Duration.Milliseconds()))
+	cfg.TracingSessionId = proto.Uint64(sess.id)
+	cfg.EnableExtraGuardrails = proto.Bool(false)
+	cfg.StopTimeoutMs = proto.Uint32(uint32(perfettoWait.Milliseconds()))
+	cfg.SessionInitiator = perfettoipc.DataSourceConfig_SESSION_INITIATOR_UNSPECIFIED.Enum()
+
 	own := c.pp.SMB()
 	if own == nil {
 		return nil, fmt.Errorf("data_sources[%d]: %s has no shared memory buffer", spec.index, sp.source)
@@ -328,35 +581,40 @@ func (s *Service) newPerfettoProducer(spec producerSpec, c *perfettoConn, desc *
 	peer := c.pp.Peer()
 	client := buffer.ClientIdentity{UID: int32(peer.UID), PID: peer.PID}
 	p := newProducer(sp, view, client, s.commits, s.notes, s.finished)
-	p.side = &perfettoSide{
-		conn: c, p: p, desc: desc, session: session,
-		raw:      s.cfg.DataSources[spec.index].perfettoConfig,
+	ps := &perfettoSide{
+		conn: c, p: p, desc: desc, sess: sess, cfg: cfg,
 		instance: r.nextInstance.Add(1),
-		duration: s.cfg.Duration,
-		acks:     make(chan uint64, 4),
 		started:  make(chan struct{}), stopped: make(chan struct{}),
 	}
+	p.side = ps
 	p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
+	p.onScrape = func(v *smb.ChunkView) {
+		if ps.scrapes(v.WriterID) {
+			s.copyChunk(p, v)
+		}
+	}
 	p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
 	return p, nil
 }
 
-// perfettoSide is the side of a data source instance served by a Perfetto
-// producer over IPC: commands go on its GetAsyncCommand stream, its
+// perfettoSide is one data source instance served by a Perfetto producer
+// over IPC: commands go on the connection's GetAsyncCommand stream, its
 // commits and notifications come back through PerfettoProducers.
 type perfettoSide struct {
 	conn     *perfettoConn
 	p        *producer
 	desc     *perfettoipc.DataSourceDescriptor
-	session  uint64
+	sess     *perfettoSession
 	instance uint64
-	duration time.Duration
-	raw      []byte // the consumer's DataSourceConfig, if a consumer started the session
+	cfg      *perfettoipc.DataSourceConfig // as sent to the producer
 
-	acks                     chan uint64
+	setupOnce, startOnce, stopOnce sync.Once
+	setupErr                       error
+	// live: set up and not stopped; guarded by conn.mu.
+	live bool
+
 	started, stopped         chan struct{}
 	startedOnce, stoppedOnce sync.Once
-	bound                    bool
 }
 
 // perfettoWait bounds a wait for a producer's answer (start or stop
@@ -365,33 +623,74 @@ var perfettoWait = stopTimeout
 
 var errPerfettoGone = errors.New("the Perfetto producer disconnected")
 
-func (ps *perfettoSide) start(p *producer) error {
-	c := ps.conn
-	c.mu.Lock()
-	if c.side != nil {
+// setup binds the instance on its connection (its buffer's chunks come
+// to it from now on) and sends setup_data_source (with the SMB, the
+// first time). Once.
+func (ps *perfettoSide) setup() error {
+	ps.setupOnce.Do(func() {
+		c := ps.conn
+		c.mu.Lock()
+		c.instances[ps.instance] = ps
+		c.routes[ps.p.wire] = append(c.routes[ps.p.wire], ps)
+		ps.live = true
 		c.mu.Unlock()
-		return fmt.Errorf("the producer already serves another data source or session")
+		ps.setupErr = c.pp.SetupDataSource(ps.instance, ps.cfg)
+	})
+	return ps.setupErr
+}
+
+// begin sends start_data_source once set up. Once.
+func (ps *perfettoSide) begin() error {
+	if err := ps.setup(); err != nil {
+		return err
 	}
-	c.side = ps
-	ps.bound = true
-	c.mu.Unlock()
-	// The consumer's config keeps its data-source specific fields
-	// (unknown to this proto, kept as such); the service sets the rest,
-	// as traced does.
-	cfg := &perfettoipc.DataSourceConfig{}
-	if len(ps.raw) > 0 {
-		if err := proto.Unmarshal(ps.raw, cfg); err != nil {
-			return fmt.Errorf("the consumer's DataSourceConfig: %w", err)
+	ps.startOnce.Do(func() { ps.conn.pp.StartDataSource(ps.instance, ps.cfg) })
+	return nil
+}
+
+// sendStop sends stop_data_source (if the instance was set up). Once.
+func (ps *perfettoSide) sendStop() {
+	ps.stopOnce.Do(func() {
+		c := ps.conn
+		c.mu.Lock()
+		wasLive := ps.live
+		ps.live = false
+		c.mu.Unlock()
+		if wasLive {
+			c.pp.StopDataSource(ps.instance)
+		}
+	})
+}
+
+// startPerfettoInstances sets up, then starts, the Perfetto instances
+// among ps in order, as traced: every setup_data_source before any
+// start_data_source. Commands are queued, never waited for; each
+// instance's control goroutine then waits for its own notification.
+func startPerfettoInstances(ps []*producer) {
+	for _, p := range ps {
+		if side, ok := p.side.(*perfettoSide); ok {
+			_ = side.setup() // an error is the start's, reported by start
 		}
 	}
-	cfg.Name = proto.String(ps.desc.GetName())
-	cfg.TargetBuffer = proto.Uint32(bufferID(p.target))
-	cfg.TraceDurationMs = proto.Uint32(uint32(ps.duration.Milliseconds()))
-	cfg.TracingSessionId = proto.Uint64(ps.session)
-	cfg.EnableExtraGuardrails = proto.Bool(false)
-	cfg.StopTimeoutMs = proto.Uint32(uint32(perfettoWait.Milliseconds()))
-	cfg.SessionInitiator = perfettoipc.DataSourceConfig_SESSION_INITIATOR_UNSPECIFIED.Enum()
-	if err := c.pp.StartDataSource(ps.instance, cfg); err != nil {
+	for _, p := range ps {
+		if side, ok := p.side.(*perfettoSide); ok {
+			_ = side.begin()
+		}
+	}
+}
+
+// stopPerfettoInstances sends stop_data_source to the Perfetto instances
+// among ps that run, in order, before their control goroutines wait.
+func stopPerfettoInstances(ps []*producer) {
+	for _, p := range ps {
+		if side, ok := p.side.(*perfettoSide); ok && (p.state == stateRunning || p.state == stateStarting) {
+			side.sendStop()
+		}
+	}
+}
+
+func (ps *perfettoSide) start(*producer) error {
+	if err := ps.begin(); err != nil {
 		return err
 	}
 	if !ps.desc.GetWillNotifyOnStart() {
@@ -420,29 +719,84 @@ func (ps *perfettoSide) await(ch <-chan struct{}, what string) error {
 	}
 }
 
+// scrapes says whether a chunk of trace writer w, scraped from the shared
+// SMB, is this instance's to copy: the writer was registered for its
+// buffer and the instance receives that buffer's chunks. A writer never
+// registered belongs to the instance only if it is the connection's one
+// instance.
+func (ps *perfettoSide) scrapes(w uint16) bool {
+	c := ps.conn
+	target, ok := c.pp.WriterTarget(w)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok {
+		return len(c.instances) == 1 && c.instances[ps.instance] == ps
+	}
+	return target == ps.p.wire && c.routeLocked(target) == ps
+}
+
+// flush makes the producer commit what the instance wrote: the first
+// instance of a session asked for flush id sends one flush command for
+// every live instance of that session on the connection (traced's one
+// flush per producer); the others wait on the same acknowledgement. Each
+// then hands its service the acknowledgement of id, after the data.
 func (ps *perfettoSide) flush(id uint64, flags plugins.FlushFlags) error {
-	if ps.desc.GetNoFlush() {
-		// traced sends no flush to such data sources; the service scrapes
-		// their SMB after the flush. Acknowledge for the producer.
+	ack := func() {
 		var cd smb.CommitData
 		cd.FlushRequestID = id
 		ps.p.deliver(cd.AppendMarshal(ps.p.commitBuffer()))
+	}
+	if ps.desc.GetNoFlush() {
+		// traced sends no flush to such data sources; the service scrapes
+		// their SMB after the flush. Acknowledge for the producer.
+		ack()
 		return nil
 	}
-	ps.conn.pp.Flush([]uint64{ps.instance}, id, uint64(flags))
+	c := ps.conn
+	c.mu.Lock()
+	var f *connFlush
+	for _, g := range c.flushes {
+		if g.sess == ps.sess && g.svcID == id && slices.Contains(g.ids, ps.instance) {
+			f = g
+		}
+	}
+	send := f == nil
+	if f != nil {
+		f.left--
+		if f.acked && f.left <= 0 {
+			c.flushes = slices.DeleteFunc(c.flushes, func(g *connFlush) bool { return g == f })
+		}
+	} else {
+		// An acknowledged flush of the session that some instance never
+		// joined (it was busy) is superseded by this one.
+		c.flushes = slices.DeleteFunc(c.flushes, func(g *connFlush) bool { return g.sess == ps.sess && g.acked })
+		f = &connFlush{sess: ps.sess, svcID: id, req: c.r.nextFlush.Add(1), done: make(chan struct{})}
+		for _, o := range c.instances {
+			if o.sess == ps.sess && o.live && !o.desc.GetNoFlush() || o == ps {
+				f.ids = append(f.ids, o.instance)
+			}
+		}
+		slices.Sort(f.ids)
+		f.left = len(f.ids) - 1 // this instance joined
+		if len(c.flushes) >= maxConnFlushes {
+			c.flushes = slices.Delete(c.flushes, 0, 1) // its waiters time out
+		}
+		c.flushes = append(c.flushes, f)
+	}
+	c.mu.Unlock()
+	if send {
+		c.pp.Flush(f.ids, f.req, uint64(flags))
+	}
 	t := time.NewTimer(perfettoWait)
 	defer t.Stop()
-	for {
-		select {
-		case got := <-ps.acks:
-			if got >= id {
-				return nil
-			}
-		case <-ps.conn.gone:
-			return errPerfettoGone
-		case <-t.C:
-			return fmt.Errorf("no flush acknowledgement within %v", perfettoWait)
-		}
+	select {
+	case <-f.done:
+		ack()
+		return nil
+	case <-c.gone:
+		return errPerfettoGone
+	case <-t.C:
+		return fmt.Errorf("no flush acknowledgement within %v", perfettoWait)
 	}
 }
 
@@ -453,7 +807,7 @@ func (ps *perfettoSide) clearIncrementalState() {
 }
 
 func (ps *perfettoSide) stop() error {
-	ps.conn.pp.StopDataSource(ps.instance)
+	ps.sendStop()
 	if !ps.desc.GetWillNotifyOnStop() {
 		return nil
 	}
@@ -477,13 +831,21 @@ func (ps *perfettoSide) exitErr() error {
 	return fmt.Errorf("Perfetto producer %q (pid %d) disconnected", ps.conn.pp.Name(), ps.conn.pp.Peer().PID)
 }
 
-// close unbinds the producer: later commits are dropped, and the next
-// session may bind it.
+// close unbinds the instance: chunks for its buffer go to the next
+// instance writing it, or nowhere (counted, dropped).
 func (ps *perfettoSide) close() {
 	c := ps.conn
 	c.mu.Lock()
-	if c.side == ps {
-		c.side = nil
+	if c.instances[ps.instance] == ps {
+		delete(c.instances, ps.instance)
+	}
+	if to := c.routes[ps.p.wire]; to != nil {
+		to = slices.DeleteFunc(to, func(o *perfettoSide) bool { return o == ps })
+		if len(to) == 0 {
+			delete(c.routes, ps.p.wire)
+		} else {
+			c.routes[ps.p.wire] = to
+		}
 	}
 	c.mu.Unlock()
 }

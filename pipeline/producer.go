@@ -51,6 +51,9 @@ type producer struct {
 	// onChunk and onPatch are bound once so ReadCommit calls allocate nothing.
 	onChunk func(*smb.ChunkView)
 	onPatch func(*smb.ChunkToPatch)
+	// onScrape, if set, takes scraped chunks instead of onChunk: a shared
+	// SMB holds other instances' chunks too.
+	onScrape func(*smb.ChunkView)
 
 	// onTriggers receives the triggers the data source activates
 	// (plugins.TriggerHost), from any goroutine; set by the service.
@@ -65,6 +68,10 @@ type producerSpec struct {
 	target int    // buffer index the instance may write into
 	// source names the producer in messages: the plugin path, else the name.
 	source string
+	// wire is the target_buffer value of the instance's commits:
+	// bufferID(target), or for a Perfetto producer the global buffer id
+	// (set by newProducer when zero).
+	wire   uint32
 	policy smb.BufferExhaustedPolicy
 	// abortOnStartError ends the session when this data source fails to start.
 	abortOnStartError bool
@@ -165,6 +172,9 @@ func bufferID(index int) uint32 { return uint32(index + 1) }
 
 // newProducer builds the service side of a producer around its SMB.
 func newProducer(spec producerSpec, s *smb.SMB, client buffer.ClientIdentity, commits chan<- commitMsg, notes chan<- note, finished <-chan struct{}) *producer {
+	if spec.wire == 0 {
+		spec.wire = bufferID(spec.target)
+	}
 	return &producer{
 		producerSpec: spec, client: client, smb: s,
 		commits: commits, notes: notes, finished: finished,
@@ -174,6 +184,16 @@ func newProducer(spec producerSpec, s *smb.SMB, client buffer.ClientIdentity, co
 		ctrlDone: make(chan struct{}),
 		reader:   smb.NewReader(s),
 	}
+}
+
+// scrapeSMB copies the chunks still in the producer's SMB (service
+// goroutine).
+func (p *producer) scrapeSMB() {
+	if p.onScrape != nil {
+		p.reader.Scrape(p.onScrape)
+		return
+	}
+	p.reader.Scrape(p.onChunk)
 }
 
 // trustedClient is the identity the service stamps on the producer's

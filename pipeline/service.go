@@ -37,6 +37,14 @@ type Options struct {
 	// snapshot (n: its number, trigger: its trigger's name), besides the
 	// files next to the file sinks (snapshot.go). For embedding and tests.
 	SnapshotSink func(n int, trigger string) (sinks.Sink, error)
+	// OnCloneTrigger, if set, is called (from any goroutine, stop_delay
+	// after the trigger acted) for each clone_snapshot trigger instead of
+	// the service taking the snapshot itself: a Perfetto consumer's
+	// session tells its consumer (TYPE_CLONE_TRIGGER_HIT), which clones.
+	OnCloneTrigger func(trigger, producer string)
+	// tracingSessionID is the session's id for Perfetto producers, when
+	// a Perfetto consumer's session has one already (0: made on first use).
+	tracingSessionID uint64
 	// TriggerSeed seeds skip_probability's random draws (0: random), so
 	// that tests can reproduce them.
 	TriggerSeed uint64
@@ -92,7 +100,8 @@ type Service struct {
 
 	buffers   []*bufferState
 	producers []*producer
-	lanes     []*sinks.Lane // one per sink (fanout.go)
+	perfetto  *perfettoSession // its identity for Perfetto producers (nil: none yet)
+	lanes     []*sinks.Lane    // one per sink (fanout.go)
 
 	commits  chan commitMsg
 	notes    chan note     // producers' lifecycle reports
@@ -367,6 +376,9 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	defer cancel()
 	s.stopRecording = recCtx.Done()
 	defer s.trig.stop()
+	if r := s.opts.Perfetto; r != nil && s.cfg.TriggerConfig != nil {
+		defer r.watchTriggers(s)() // Perfetto producers' ActivateTriggers
+	}
 	switch {
 	case s.neverStart:
 		cancel() // recording is over before it began

@@ -172,12 +172,24 @@ func appendSystemInfo(dst []byte) []byte {
 // tracepipe's own (producer, SMB, sink and ProtoVM) counters.
 func (s *Service) traceStats() tracefile.TraceStats {
 	c := &s.counters
+	// Each in-process or plugin data source counts as a producer of its
+	// own; Perfetto producers count as traced counts them (PerfettoProducers.counts).
+	own := uint64(0)
+	for _, p := range s.producers {
+		if _, ok := p.side.(*perfettoSide); !ok {
+			own++
+		}
+	}
+	var connected, seen, registered, instances uint64
+	if s.perfetto != nil {
+		connected, seen, registered, instances = s.opts.Perfetto.counts()
+	}
 	ts := tracefile.TraceStats{
 		ChunkPayloadHistogramDef: tracefile.ChunkPayloadHistogramBounds,
-		ProducersConnected:       uint64(len(s.producers)),
-		ProducersSeen:            uint64(len(s.producers)),
-		DataSourcesRegistered:    uint64(len(s.producers)),
-		DataSourcesSeen:          uint64(len(s.producers)),
+		ProducersConnected:       own + connected,
+		ProducersSeen:            own + seen,
+		DataSourcesRegistered:    own + registered,
+		DataSourcesSeen:          own + instances,
 		TracingSessions:          1,
 		TotalBuffers:             uint64(len(s.buffers)),
 		ChunksDiscarded:          c.chunksDiscarded,

@@ -11,7 +11,8 @@ import (
 // stopTimeout passed. A producer that did not stop by then is counted and
 // its plugin process, if any, is killed: its SMB is scraped as it is.
 func (s *Service) stopProducers() {
-	starting := map[*producer]bool{} // Start had not returned at stop
+	starting := map[*producer]bool{}   // Start had not returned at stop
+	stopPerfettoInstances(s.producers) // in order, as traced
 	for _, p := range s.producers {
 		switch p.state {
 		case stateRunning, stateStarting:

@@ -283,6 +283,15 @@ func (s *Service) triggerActed(a triggerAct) {
 		t.timeoutC = nil
 		s.armStop(a.delay)
 	case TriggerModeClone:
+		if hit := s.opts.OnCloneTrigger; hit != nil {
+			if a.delay == 0 {
+				hit(a.name, a.producer)
+				return
+			}
+			tm := time.AfterFunc(a.delay, func() { hit(a.name, a.producer) })
+			t.timers = append(t.timers, tm)
+			return
+		}
 		req := SnapshotRequest{Trigger: a.name, Producer: a.producer}
 		if a.delay == 0 {
 			sn := &snapshot{req: req, reply: make(chan SnapshotResult, 1), when: a.ts}

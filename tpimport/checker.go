@@ -215,7 +215,8 @@ type Checker struct {
 	clockParent   map[clockKey]clockKey
 	traceClock    uint32
 	hasTraceClock bool
-	clockOffset   map[clockKey]int64 // trace time − clock time, from the first snapshot holding both
+	clockOffset   map[clockKey]int64        // trace time − clock time, from the first snapshot holding both
+	clockDomains  map[clockKey]*clockDomain // clocks with a unit or incremental (clocks.go)
 	pendingClocks map[pendingKey]*pendingClock
 	svc           struct {
 		has    bool
@@ -618,12 +619,16 @@ func (c *Checker) tokenize(s *sequence, pkt []byte, info *tracefile.PacketInfo, 
 		clock = s.defaults.clockID
 	}
 	clock = c.packetClock(k, clock, info.HasTimestamp, off)
+	ts := info.Timestamp
 	if info.HasTimestamp && clock != 0 {
 		if clock >= 64 && clock < 128 && noSeq {
 			c.rep.Fatal = fmt.Sprintf("packet at offset %d: sequence-scoped clock %d on a packet without trusted_packet_sequence_id", off, clock)
 			c.finding(CodeSeqClockOnSequenceZero, SeverityFatal, k, -1, 1, off, c.rep.Fatal)
 			return
 		}
+		// In the clock's own domain: unit applied, an incremental delta
+		// added to the last value (clocks.go).
+		ts = c.inDomain(k, clock, ts)
 	}
 	switch info.PayloadField {
 	case tracefile.FieldTrackEvent:
@@ -645,8 +650,10 @@ func (c *Checker) tokenize(s *sequence, pkt []byte, info *tracefile.PacketInfo, 
 			p.count++
 		}
 	}
+	// A packet without a timestamp gets trace_processor's "now" (the
+	// latest timestamp seen): never outside the session by itself.
 	if info.HasTimestamp && !isServicePayload(info.PayloadField) {
-		c.producerTime(s, k, clock, info.Timestamp, off)
+		c.producerTime(s, k, clock, ts, off)
 	}
 	if !replaced {
 		s.rep.Imported++

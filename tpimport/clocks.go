@@ -8,6 +8,37 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
+// clockUnit is ClockSnapshot.Clock.unit_multiplier_ns.
+const clockUnit = 4
+
+// clockDomain is what snapshots said of a clock (every clock a snapshot
+// named has one) beyond its offset: its
+// unit (ns per tick) and, for a sequence-scoped incremental clock (the
+// SDKs' clock 64), the last absolute value, to which each packet's
+// timestamp is a delta (trace_processor's ClockTracker).
+type clockDomain struct {
+	unit        uint64
+	incremental bool
+	last        uint64 // ns
+}
+
+// inDomain turns a packet timestamp in clock id into nanoseconds of that
+// clock: times its unit, and for an incremental clock added to the last
+// value (which it becomes). The packets trace_processor never converts
+// (skipped before tokenization) must not come here: their deltas are lost.
+func (c *Checker) inDomain(k seqKey, id uint32, ts uint64) uint64 {
+	d := c.clockDomains[c.clockKeyFor(k, id)]
+	if d == nil || d.unit == 1 && !d.incremental {
+		return ts
+	}
+	ts *= d.unit
+	if d.incremental {
+		ts += d.last
+		d.last = ts
+	}
+	return ts
+}
+
 // clockKeyFor scopes clock ids 64..127 to their sequence.
 func (c *Checker) clockKeyFor(k seqKey, id uint32) clockKey {
 	m := c.clockScope(k.machine)
@@ -59,8 +90,10 @@ func (c *Checker) convertible(k clockKey) bool {
 }
 
 type snapClock struct {
-	key clockKey
-	ts  uint64
+	key         clockKey
+	ts          uint64 // ns
+	unit        uint64
+	incremental bool
 }
 
 // clockSnapshot handles a clock_snapshot packet (step 7).
@@ -77,6 +110,7 @@ func (c *Checker) clockSnapshot(s *sequence, b []byte, off int64) {
 			var id uint32
 			var ts uint64
 			var incremental bool
+			unit := uint64(1)
 			_ = walk(f.payload, func(g field) bool {
 				switch g.num {
 				case clockID:
@@ -85,14 +119,22 @@ func (c *Checker) clockSnapshot(s *sequence, b []byte, off int64) {
 					ts = g.v
 				case clockIncrement:
 					incremental = g.v != 0
+				case clockUnit:
+					if g.v != 0 {
+						unit = g.v
+					}
 				}
 				return true
 			})
+			key := c.clockKeyFor(s.key, id)
 			if seen[id] || (incremental && (id < 64 || id >= 128)) {
 				invalid = true
 			}
+			if d := c.clockDomains[key]; d != nil && (d.unit != unit || d.incremental != incremental) {
+				invalid = true // a clock re-registered with another unit or incrementality
+			}
 			seen[id] = true
-			clocks = append(clocks, snapClock{c.clockKeyFor(s.key, id), ts})
+			clocks = append(clocks, snapClock{key: key, ts: ts * unit, unit: unit, incremental: incremental})
 		}
 		return true
 	})
@@ -108,6 +150,16 @@ func (c *Checker) clockSnapshot(s *sequence, b []byte, off int64) {
 	for i := range clocks {
 		if _, ok := c.clockParent[clocks[i].key]; !ok {
 			c.clockParent[clocks[i].key] = clocks[i].key
+		}
+		// Each snapshot restarts an incremental clock at its value.
+		x := clocks[i]
+		if d := c.clockDomains[x.key]; d != nil {
+			d.last = x.ts
+		} else {
+			if c.clockDomains == nil {
+				c.clockDomains = map[clockKey]*clockDomain{}
+			}
+			c.clockDomains[x.key] = &clockDomain{unit: x.unit, incremental: x.incremental, last: x.ts}
 		}
 		if i > 0 {
 			c.union(clocks[0].key, clocks[i].key)

@@ -3,6 +3,8 @@ package tpimport
 import (
 	"bytes"
 	"testing"
+
+	"github.com/tracepipe/tracepipe/internal/tracebuild"
 )
 
 // FuzzCheck feeds arbitrary bytes to Check: it must never panic, and every
@@ -12,6 +14,7 @@ func FuzzCheck(f *testing.F) {
 	f.Add([]byte{0x0a, 0x02, 0x50, 0x02})
 	// A merged trace: host snapshot, a remote round, remote events.
 	f.Add(mergedSeed())
+	f.Add(tracebuild.Trace(sdkTrace(1000, 5, 7, 2_000_000)...)) // clock 64, incremental, µs ticks
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkConsistent(t, data, Options{MaxRecordSize: 1 << 20})
 		// Tiny bounds: sequences summarised, packets streamed.

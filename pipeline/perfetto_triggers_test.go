@@ -1,0 +1,328 @@
+package pipeline
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	ipc "github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// withTriggerConfig appends TraceConfig.trigger_config{mode, triggers
+// (name, stop_delay_ms), trigger_timeout_ms} to a TraceConfig.
+func withTriggerConfig(tc []byte, mode uint64, timeoutMs uint64, triggers ...struct {
+	name    string
+	delayMs uint64
+}) []byte {
+	var cfg []byte
+	cfg = protowire.AppendTag(cfg, 1, protowire.VarintType)
+	cfg = protowire.AppendVarint(cfg, mode)
+	for _, tr := range triggers {
+		var t []byte
+		t = protowire.AppendTag(t, 1, protowire.BytesType)
+		t = protowire.AppendString(t, tr.name)
+		t = protowire.AppendTag(t, 3, protowire.VarintType)
+		t = protowire.AppendVarint(t, tr.delayMs)
+		cfg = protowire.AppendTag(cfg, 2, protowire.BytesType)
+		cfg = protowire.AppendBytes(cfg, t)
+	}
+	cfg = protowire.AppendTag(cfg, 3, protowire.VarintType)
+	cfg = protowire.AppendVarint(cfg, timeoutMs)
+	tc = protowire.AppendTag(tc, 17, protowire.BytesType)
+	return protowire.AppendBytes(tc, cfg)
+}
+
+type trig = struct {
+	name    string
+	delayMs uint64
+}
+
+// triggerProducer connects as `perfetto --trigger NAME` does (a producer
+// that initialises and calls ActivateTriggers) and activates names.
+func triggerProducer(t *testing.T, sock, name string, names ...string) {
+	t.Helper()
+	pd := dialDouble(t, sock, 0)
+	defer pd.close()
+	pd.rid++
+	_ = pd.send(&ipc.Frame{RequestId: proto.Uint64(pd.rid), Msg: &ipc.Frame_MsgBindService{MsgBindService: &ipc.Frame_BindService{ServiceName: proto.String("ProducerPort")}}})
+	f, _, err := pd.recv()
+	if err != nil || !f.GetMsgBindServiceReply().GetSuccess() {
+		t.Fatalf("bind: %v %v", f, err)
+	}
+	for _, m := range f.GetMsgBindServiceReply().GetMethods() {
+		pd.methods[m.GetName()] = m.GetId()
+	}
+	for _, rid := range []uint64{
+		pd.invoke("InitializeConnection", &ipc.InitializeConnectionRequest{ProducerName: proto.String(name)}, false),
+		pd.invoke("ActivateTriggers", &ipc.ActivateTriggersRequest{TriggerNames: names}, false),
+	} {
+		if f, _, err := pd.recv(); err != nil || f.GetRequestId() != rid || !f.GetMsgInvokeMethodReply().GetSuccess() {
+			t.Fatalf("reply to %d: %v %v", rid, f, err)
+		}
+	}
+}
+
+// consumerTriggers returns the trigger names of a trace's trigger packets.
+func consumerTriggers(t *testing.T, pkts [][]byte) []string {
+	t.Helper()
+	var names []string
+	for _, p := range pkts {
+		info, err := tracefile.DecodePacket(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.PayloadField == 46 {
+			names = append(names, stringField(info.Payload, 1))
+		}
+	}
+	return names
+}
+
+// STOP_TRACING through the consumer port: the session records until a
+// producer (as `perfetto --trigger`) activates the trigger, then ends,
+// long before its duration; the trace holds the producer's data and the
+// trigger packet.
+func TestPerfettoTriggerStopTracing(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	const packets = 200
+	pd := liveDouble(t, prodSock, reg, packets, false)
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	tc := withTriggerConfig(traceConfig(600_000, false, "test.perfetto_double"), 2, 600_000, trig{"stop-now", 0})
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	pd.waitCommand("start_data_source")
+	triggerProducer(t, prodSock, "perfetto_cmd", "unknown-trigger", "stop-now")
+	// The reply comes when the session ends: the trigger's doing, as its
+	// duration (600 s) is far beyond the reply's read deadline (30 s).
+	if r := c.reply(enable); !r.GetSuccess() {
+		t.Fatalf("EnableTracing reply %v", r)
+	}
+	pkts := c.readAll()
+	if got := countDoublePackets(t, pkts); got != packets {
+		t.Fatalf("%d of %d producer packets", got, packets)
+	}
+	if names := consumerTriggers(t, pkts); len(names) != 1 || names[0] != "stop-now" {
+		t.Fatalf("trigger packets %q, want the one that acted", names)
+	}
+}
+
+// START_TRACING through the consumer port: no data source starts before
+// the trigger; the trigger starts them, and the session ends stop_delay
+// after it.
+func TestPerfettoTriggerStartTracing(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	const packets = 150
+	pd := liveDouble(t, prodSock, reg, packets, false)
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	tc := withTriggerConfig(traceConfig(600_000, false, "test.perfetto_double"), 1, 600_000, trig{"go", 200})
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	// The session exists and serves (its stats answer); nothing started.
+	if st := c.traceStats(); st.TracingSessions != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n := pd.count("start_data_source"); n != 0 {
+		t.Fatalf("%d start_data_source before the trigger", n)
+	}
+	triggerProducer(t, prodSock, "perfetto_cmd", "go")
+	pd.waitCommand("start_data_source")
+	if r := c.reply(enable); !r.GetSuccess() {
+		t.Fatalf("EnableTracing reply %v", r)
+	}
+	pkts := c.readAll()
+	if got := countDoublePackets(t, pkts); got != packets {
+		t.Fatalf("%d of %d producer packets", got, packets)
+	}
+	if names := consumerTriggers(t, pkts); len(names) != 1 || names[0] != "go" {
+		t.Fatalf("trigger packets %q", names)
+	}
+}
+
+// producer_name_regex_filter picks producers by a full match, OR'ed with
+// producer_name_filter, as traced.
+func TestPerfettoProducerNameRegexFilter(t *testing.T) {
+	regexConfig := func(res ...string) []byte {
+		tc := filteredConfig(60_000)
+		// Rebuild the one data source with the regexes appended.
+		var out []byte
+		for b := tc; len(b) > 0; {
+			n, typ, l := protowire.ConsumeTag(b)
+			m := protowire.ConsumeFieldValue(n, typ, b[l:])
+			if n == 2 {
+				ds, _ := protowire.ConsumeBytes(b[l:])
+				ds = append([]byte(nil), ds...)
+				for _, re := range res {
+					ds = protowire.AppendTag(ds, 3, protowire.BytesType)
+					ds = protowire.AppendString(ds, re)
+				}
+				out = protowire.AppendTag(out, 2, protowire.BytesType)
+				out = protowire.AppendBytes(out, ds)
+			} else {
+				out = append(out, b[:l+m]...)
+			}
+			b = b[l+m:]
+		}
+		return out
+	}
+	cfg, err := ConfigFromTraceConfig(regexConfig("go-d.*", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := cfg.DataSources[0].perfettoProducers
+	for name, want := range map[string]bool{"go-double": true, "x": true, "xx": false, "a-go-double": false, "other": false} {
+		if f.admits(name) != want {
+			t.Errorf("producer %q admitted %v, want %v", name, !want, want)
+		}
+	}
+	if _, err := ConfigFromTraceConfig(regexConfig("(")); err == nil || !strings.Contains(err.Error(), "data_sources[0]: producer_name_regex_filter[0]") {
+		t.Fatalf("a bad expression: %v", err)
+	}
+
+	// Through the consumer port: a matching expression binds the producer.
+	prodSock, consSock, reg := perfettoService(t)
+	const packets = 100
+	liveDouble(t, prodSock, reg, packets, false)
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	tc := regexConfig("go-.*")
+	tc = dropFieldNum(tc, 3)
+	tc = protowire.AppendTag(tc, 3, protowire.VarintType)
+	tc = protowire.AppendVarint(tc, 300)
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	if r := c.reply(enable); !r.GetSuccess() {
+		t.Fatalf("EnableTracing reply %v", r)
+	}
+	if got := countDoublePackets(t, c.readAll()); got != packets {
+		t.Fatalf("%d of %d packets of the producer the expression names", got, packets)
+	}
+}
+
+// dropFieldNum removes top-level field num from a message.
+func dropFieldNum(b []byte, num protowire.Number) []byte {
+	var out []byte
+	for len(b) > 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		m := protowire.ConsumeFieldValue(n, typ, b[l:])
+		if n != num {
+			out = append(out, b[:l+m]...)
+		}
+		b = b[l+m:]
+	}
+	return out
+}
+
+// The trigger_config mapping: every Trigger field, the two modes the
+// engine runs for a consumer, and the rest refused by name.
+func TestPerfettoTriggerConfigMapping(t *testing.T) {
+	var tr []byte
+	tr = protowire.AppendTag(tr, 1, protowire.BytesType)
+	tr = protowire.AppendString(tr, "t1")
+	tr = protowire.AppendTag(tr, 2, protowire.BytesType)
+	tr = protowire.AppendString(tr, "perfetto_.*")
+	tr = protowire.AppendTag(tr, 3, protowire.VarintType)
+	tr = protowire.AppendVarint(tr, 1500)
+	tr = protowire.AppendTag(tr, 4, protowire.VarintType)
+	tr = protowire.AppendVarint(tr, 3)
+	tr = protowire.AppendTag(tr, 5, protowire.Fixed64Type)
+	tr = protowire.AppendFixed64(tr, math.Float64bits(0.25))
+	build := func(mode uint64, extra ...byte) []byte {
+		var tc []byte
+		tc = protowire.AppendTag(tc, 1, protowire.VarintType)
+		tc = protowire.AppendVarint(tc, mode)
+		tc = protowire.AppendTag(tc, 2, protowire.BytesType)
+		tc = protowire.AppendBytes(tc, tr)
+		tc = protowire.AppendTag(tc, 3, protowire.VarintType)
+		tc = protowire.AppendVarint(tc, 9000)
+		tc = append(tc, extra...)
+		out := traceConfig(60_000, false, "tracepipe.synthetic")
+		out = protowire.AppendTag(out, 17, protowire.BytesType)
+		return protowire.AppendBytes(out, tc)
+	}
+	for mode, want := range map[uint64]string{1: TriggerModeStart, 2: TriggerModeStop, 4: TriggerModeClone} {
+		cfg, err := ConfigFromTraceConfig(build(mode))
+		if err != nil {
+			t.Fatalf("mode %d: %v", mode, err)
+		}
+		got := cfg.TriggerConfig
+		wantSpec := TriggerSpec{Name: "t1", ProducerNameRegex: "perfetto_.*", StopDelay: 1500 * time.Millisecond, MaxPer24h: 3, SkipProbability: 0.25}
+		wantTimeout := 9 * time.Second
+		if mode == 4 {
+			wantTimeout = 0 // the session runs for its duration
+		}
+		if got == nil || got.Mode != want || got.Timeout != wantTimeout || len(got.Triggers) != 1 || got.Triggers[0] != wantSpec {
+			t.Fatalf("mode %d: %+v", mode, got)
+		}
+	}
+	for _, tc := range []struct {
+		cfg  []byte
+		want string
+	}{
+		{build(7), "trigger_config.trigger_mode 7"},
+		{build(2, 0x28, 0x01), "trigger_config.use_clone_snapshot_if_available"}, // field 5 = true
+	} {
+		if _, err := ConfigFromTraceConfig(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v, want an error naming %s", err, tc.want)
+		}
+	}
+}
+
+// CLONE_SNAPSHOT through the consumer port, as the perfetto command uses
+// it: the consumer observes TYPE_CLONE_TRIGGER_HIT; a producer activates
+// the trigger; the consumer is told the session and trigger, clones the
+// session by that id and reads the clone; the session records on.
+func TestPerfettoTriggerCloneSnapshot(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	const packets = 120
+	pd := liveDouble(t, prodSock, reg, packets, false)
+	a := dialConsumer(t, consSock)
+	defer a.pd.close()
+	tc := withTriggerConfig(traceConfig(600_000, false, "test.perfetto_double"), 4, 0, trig{"snap", 0})
+	enable := a.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	pd.waitCommand("start_data_source")
+	obs := a.pd.invoke("ObserveEvents", &ipc.ObserveEventsRequest{EventsToObserve: []uint32{uint32(ipc.ObservableEvents_TYPE_CLONE_TRIGGER_HIT)}}, false)
+	// Requests on a connection are handled in order: once this Flush is
+	// answered, the observation is in place, and the producer committed.
+	var events []*ipc.ObservableEvents
+	if r := a.replyWithEvents(a.pd.invoke("Flush", &ipc.FlushRequest{TimeoutMs: proto.Uint32(10_000)}, false), obs, &events); !r.GetSuccess() {
+		t.Fatalf("Flush: %v", r)
+	}
+	triggerProducer(t, prodSock, "perfetto_cmd", "snap")
+	var hit *ipc.ObservableEvents_CloneTriggerHit
+	for hit == nil {
+		f, _, err := a.pd.recv()
+		if err != nil {
+			t.Fatalf("waiting for TYPE_CLONE_TRIGGER_HIT: %v", err)
+		}
+		var er ipc.ObserveEventsResponse
+		if f.GetRequestId() == obs && proto.Unmarshal(f.GetMsgInvokeMethodReply().GetReplyProto(), &er) == nil {
+			hit = er.GetEvents().GetCloneTriggerHit()
+		}
+	}
+	if hit.GetTriggerName() != "snap" || hit.GetTracingSessionId() == 0 {
+		t.Fatalf("clone_trigger_hit %v", hit)
+	}
+	b := dialConsumer(t, consSock)
+	defer b.pd.close()
+	var cr ipc.CloneSessionResponse
+	r := b.reply(b.pd.invoke("CloneSession", &ipc.CloneSessionRequest{Selector: &ipc.CloneSessionRequest_SessionId{SessionId: uint64(hit.GetTracingSessionId())},
+		CloneTriggerName: proto.String(hit.GetTriggerName())}, false))
+	if proto.Unmarshal(r.GetReplyProto(), &cr) != nil || !cr.GetSuccess() {
+		t.Fatalf("clone of session %d: %v", hit.GetTracingSessionId(), &cr)
+	}
+	if got := countDoublePackets(t, b.readAll()); got != packets {
+		t.Fatalf("%d of %d producer packets in the clone", got, packets)
+	}
+	if pd.count("stop_data_source") != 0 {
+		t.Fatal("the trigger stopped the session")
+	}
+	a.reply(a.pd.invoke("DisableTracing", &ipc.DisableTracingRequest{}, false))
+	a.reply(enable)
+	if names := consumerTriggers(t, a.readAll()); len(names) != 1 || names[0] != "snap" {
+		t.Fatalf("trigger packets %q in the session", names)
+	}
+}
