@@ -24,6 +24,8 @@ type Info struct {
 	Buffers    []BufferInfo
 	Losses     uint64
 	BytesIn    uint64
+	// MemoryBytes: the session's buffers, SMBs and snapshot clones.
+	MemoryBytes uint64
 	// Snapshot counters.
 	SnapshotsTaken, SnapshotsFailed, SnapshotsRefused uint64
 }
@@ -184,7 +186,7 @@ func (s *service) Info(context.Context, *ctlpb.InfoRequest) (*ctlpb.InfoResponse
 		ProtocolVersion: ProtocolVersion, Name: in.Name, Pid: int64(os.Getpid()),
 		UptimeMs: time.Since(in.Start).Milliseconds(), Losses: in.Losses, BytesIn: in.BytesIn,
 		SnapshotsTaken: in.SnapshotsTaken, SnapshotsFailed: in.SnapshotsFailed, SnapshotsRefused: in.SnapshotsRefused,
-		ConfigPath: in.ConfigPath,
+		ConfigPath: in.ConfigPath, MemoryBytes: in.MemoryBytes,
 	}
 	for _, b := range in.Buffers {
 		r.Buffers = append(r.Buffers, &ctlpb.BufferInfo{Name: b.Name, Size: b.Size, Fill: b.Fill})

@@ -37,7 +37,8 @@ func (c *sessionControl) Info() control.Info {
 	st := c.svc.Status()
 	sn := c.svc.SnapshotStats()
 	in := control.Info{Name: c.name, Start: c.start, Losses: st.Losses, BytesIn: st.BytesIn,
-		SnapshotsTaken: sn.Taken, SnapshotsFailed: sn.Failed, SnapshotsRefused: sn.Refused}
+		SnapshotsTaken: sn.Taken, SnapshotsFailed: sn.Failed, SnapshotsRefused: sn.Refused,
+		MemoryBytes: uint64(st.Memory.Total())}
 	for _, b := range st.Buffers {
 		in.Buffers = append(in.Buffers, control.BufferInfo{Name: b.Name, Size: uint64(b.Size), Fill: b.Fill()})
 	}
@@ -97,7 +98,7 @@ func dialSession(sel string) (*control.Client, control.Endpoint, error) {
 func newSessionsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "sessions",
-		Short: "List running sessions: name, pid, uptime, buffer fill, losses, snapshots",
+		Short: "List running sessions: name, pid, uptime, losses, snapshots, memory, buffer fill",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := control.Dir()
@@ -109,7 +110,7 @@ func newSessionsCmd() *cobra.Command {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "%-20s %8s %10s %12s %8s %s\n", "NAME", "PID", "UPTIME", "LOSSES", "SNAPS", "BUFFERS")
+			fmt.Fprintf(w, "%-20s %8s %10s %12s %8s %9s %s\n", "NAME", "PID", "UPTIME", "LOSSES", "SNAPS", "MEMORY", "BUFFERS")
 			for _, ep := range eps {
 				c, err := control.Dial(ep)
 				if err != nil {
@@ -135,8 +136,9 @@ func newSessionsCmd() *cobra.Command {
 				if name == "" {
 					name = "-"
 				}
-				fmt.Fprintf(w, "%-20s %8d %10v %12d %8d %s\n", name, in.GetPid(),
-					(time.Duration(in.GetUptimeMs()) * time.Millisecond).Truncate(time.Second), in.GetLosses(), in.GetSnapshotsTaken(), strings.Join(bufs, ", "))
+				fmt.Fprintf(w, "%-20s %8d %10v %12d %8d %9s %s\n", name, in.GetPid(),
+					(time.Duration(in.GetUptimeMs()) * time.Millisecond).Truncate(time.Second), in.GetLosses(), in.GetSnapshotsTaken(),
+					byteSize(in.GetMemoryBytes()), strings.Join(bufs, ", "))
 			}
 			return nil
 		},

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -201,6 +202,7 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	if err != nil {
 		return err
 	}
+	limitHeap(svc, os.Getenv("GOMEMLIMIT"))
 	ctl, err := openControl(svc, cfg, cancel, stderr) // control_cmd.go
 	if err != nil {
 		return err
@@ -398,4 +400,16 @@ func firstOr(s []string, def string) string {
 		return s[0]
 	}
 	return def
+}
+
+// limitHeap gives the Go runtime a soft memory limit from the session's
+// configuration (pipeline.Service.HeapBudget), unless the user set
+// GOMEMLIMIT: the buffers live outside the heap, so without a limit the
+// collector's default goal would let garbage grow to the size of the
+// live batches again.
+func limitHeap(svc *pipeline.Service, userLimit string) {
+	if userLimit != "" {
+		return
+	}
+	debug.SetMemoryLimit(svc.HeapBudget())
 }
