@@ -18,6 +18,7 @@ import (
 var (
 	mappedBytes  atomic.Int64 // bytes of buffer memory mapped now
 	leakedCloses atomic.Int64 // buffers unmapped by the cleanup, not Close
+	leakedBytes  atomic.Int64 // their bytes
 )
 
 // MappedBytes returns the bytes of ring memory (New) mapped by this
@@ -25,10 +26,10 @@ var (
 // counted here.
 func MappedBytes() int64 { return mappedBytes.Load() }
 
-// UnclosedBuffers returns how many buffers were released by the garbage
-// collector's cleanup instead of Close: each is an owner that forgot to
-// close (the memory was held until the next collection).
-func UnclosedBuffers() int64 { return leakedCloses.Load() }
+// UnclosedBuffers returns how many buffers (and how many bytes) were
+// released by the garbage collector's cleanup instead of Close: each is an
+// owner that forgot to close (the memory was held until a collection).
+func UnclosedBuffers() (buffers, bytes int64) { return leakedCloses.Load(), leakedBytes.Load() }
 
 // ownedMem is memory a buffer mapped itself and must unmap.
 type ownedMem struct {
@@ -47,6 +48,7 @@ func (b *TraceBuffer) allocMem(n int) error {
 	b.own = &ownedMem{}
 	b.own.cleanup = runtime.AddCleanup(b, func(m []byte) {
 		leakedCloses.Add(1)
+		leakedBytes.Add(int64(len(m)))
 		releaseMem(m)
 	}, m)
 	return nil

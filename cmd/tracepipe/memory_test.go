@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildTracepipe builds the real binary (no -race: the race detector's
+// shadow memory would dwarf what the memory tests measure).
+func buildTracepipe(tb testing.TB) string {
+	tb.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		tb.Fatalf("the memory tests build tracepipe and need the go command: %v", err)
+	}
+	bin := filepath.Join(tb.TempDir(), "tracepipe")
+	cmd := exec.Command(gobin, "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// peakRSS runs `tracepipe run cfg` until out holds at least minBytes (or
+// the session's own duration ends), stops it with SIGINT and returns its
+// peak resident set (ru_maxrss: the kernel's VmHWM at exit) and the bytes
+// written. The waits are bounded by deadline.
+func peakRSS(tb testing.TB, bin, cfg, out string, minBytes int64, deadline time.Duration, env ...string) (rss, written int64) {
+	tb.Helper()
+	cmd := exec.Command(bin, "run", cfg)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	stop := time.Now().Add(deadline)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	signalled := false
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				tb.Fatalf("tracepipe run: %v\n%s", err, stderr.String())
+			}
+			st, err := os.Stat(out)
+			if err != nil {
+				tb.Fatalf("tracepipe run left no output: %v\n%s", err, stderr.String())
+			}
+			ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+			if !ok {
+				tb.Fatal("no rusage for the child")
+			}
+			return ru.Maxrss * 1024, st.Size() // Linux: KiB
+		case <-tick.C:
+			if signalled {
+				continue
+			}
+			if st, err := os.Stat(out); err == nil && st.Size() >= minBytes {
+				_ = cmd.Process.Signal(os.Interrupt)
+				signalled = true
+			} else if time.Now().After(stop) {
+				_ = cmd.Process.Kill()
+				<-done
+				tb.Fatalf("tracepipe run wrote less than %d bytes in %v\n%s", minBytes, deadline, stderr.String())
+			}
+		}
+	}
+}
+
+// memConfig is a streaming session into out: one ring of ringMiB, one
+// synthetic producer (one SMB of the default 256 KiB) with two writers.
+func memConfig(ringMiB int, rate, packetSize int, out string) string {
+	return fmt.Sprintf(`duration: 60s
+write_into_file: true
+file_write_period: 100ms
+buffers:
+  - name: ring
+    size_kb: %d
+    fill_policy: ring_buffer
+data_sources:
+  - name: tracepipe.synthetic
+    config:
+      writers: 2
+      rate: %d
+      packet_size: %d
+sinks:
+  - type: file
+    path: %s
+`, ringMiB*1024, rate, packetSize, out)
+}
+
+// The regression guard of issue 27: a session's peak RSS stays within its
+// buffers and SMBs plus a generous margin. Before the buffers moved off
+// the Go heap this session peaked at about 2.3× its 64 MiB ring (150 MB),
+// over this bound; now it is about 110 MB. The tight figure
+// (buffers + SMBs + 16 MiB) is BenchmarkRunPeakRSS's.
+func TestRunPeakRSSWithinBuffers(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "mem.pftrace")
+	cfg := filepath.Join(dir, "mem.yaml")
+	const ringMiB = 64
+	if err := os.WriteFile(cfg, []byte(memConfig(ringMiB, 0, 1000, out)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildTracepipe(t)
+	// Twice the ring through the buffer: every page of it was written.
+	rss, written := peakRSS(t, bin, cfg, out, 2*ringMiB<<20, 5*time.Minute)
+	const budget = ringMiB<<20 + 256<<10
+	t.Logf("peak RSS %.1f MiB for %.1f MiB of buffers and SMBs (%.0f MiB written)", float64(rss)/(1<<20), float64(budget)/(1<<20), float64(written)/(1<<20))
+	if written < 2*ringMiB<<20 {
+		t.Fatalf("only %d bytes written: the ring was not filled, the measure means nothing", written)
+	}
+	if limit := int64(budget + 64<<20); rss > limit {
+		t.Fatalf("peak RSS %d bytes > buffers + SMBs + 64 MiB = %d", rss, limit)
+	}
+}
+
+// BenchmarkRunPeakRSS runs issue 27's native workload (one 64 MiB ring,
+// two synthetic writers at 100 MB/s each, streaming every 100 ms) and
+// reports the peak RSS and how far it is above buffers + SMBs (the target
+// is 16 MiB). Run it with -benchtime 1x; the figures are per run.
+func BenchmarkRunPeakRSS(b *testing.B) {
+	bin := buildTracepipe(b)
+	dir := b.TempDir()
+	for _, tc := range []struct {
+		name  string
+		limit string // GOMEMLIMIT, "" = the session's own HeapBudget
+	}{{"budget", ""}, {"GOMEMLIMIT=100MiB", "100MiB"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			out := filepath.Join(dir, "mem.pftrace")
+			cfg := filepath.Join(dir, "mem.yaml")
+			if err := os.WriteFile(cfg, []byte(memConfig(64, 100000, 1000, out)), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			var env []string
+			if tc.limit != "" {
+				env = append(env, "GOMEMLIMIT="+tc.limit)
+			}
+			var peak, over float64
+			for b.Loop() {
+				_ = os.Remove(out)
+				rss, _ := peakRSS(b, bin, cfg, out, 1<<30, 5*time.Minute, env...)
+				peak = max(peak, float64(rss)/(1<<20))
+				over = max(over, float64(rss-(64<<20+256<<10))/(1<<20))
+			}
+			b.ReportMetric(peak, "peak-RSS-MiB")
+			b.ReportMetric(over, "MiB-over-buffers+SMBs")
+		})
+	}
+}
