@@ -6,9 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/pipeline"
 )
 
 // buildTracepipe builds the real binary (no -race: the race detector's
@@ -31,9 +34,13 @@ func buildTracepipe(tb testing.TB) string {
 // the session's own duration ends), stops it with SIGINT and returns its
 // peak resident set (ru_maxrss: the kernel's VmHWM at exit) and the bytes
 // written. The waits are bounded by deadline.
-func peakRSS(tb testing.TB, bin, cfg, out string, minBytes int64, deadline time.Duration, env ...string) (rss, written int64) {
+func peakRSS(tb testing.TB, bin, cfg, out string, minBytes int64, deadline time.Duration, env []string, sets ...string) (rss, written int64) {
 	tb.Helper()
-	cmd := exec.Command(bin, "run", cfg)
+	args := []string{"run", cfg}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -114,7 +121,7 @@ func TestRunPeakRSSWithinBuffers(t *testing.T) {
 	}
 	bin := buildTracepipe(t)
 	// Twice the ring through the buffer: every page of it was written.
-	rss, written := peakRSS(t, bin, cfg, out, 2*ringMiB<<20, 5*time.Minute)
+	rss, written := peakRSS(t, bin, cfg, out, 2*ringMiB<<20, 5*time.Minute, nil)
 	const budget = ringMiB<<20 + 256<<10
 	t.Logf("peak RSS %.1f MiB for %.1f MiB of buffers and SMBs (%.0f MiB written)", float64(rss)/(1<<20), float64(budget)/(1<<20), float64(written)/(1<<20))
 	if written < 2*ringMiB<<20 {
@@ -149,10 +156,56 @@ func BenchmarkRunPeakRSS(b *testing.B) {
 			var peak, over float64
 			for b.Loop() {
 				_ = os.Remove(out)
-				rss, _ := peakRSS(b, bin, cfg, out, 1<<30, 5*time.Minute, env...)
+				rss, _ := peakRSS(b, bin, cfg, out, 1<<30, 5*time.Minute, env)
 				peak = max(peak, float64(rss)/(1<<20))
 				over = max(over, float64(rss-(64<<20+256<<10))/(1<<20))
 			}
+			b.ReportMetric(peak, "peak-RSS-MiB")
+			b.ReportMetric(over, "MiB-over-buffers+SMBs")
+		})
+	}
+}
+
+// BenchmarkExampleConfigsPeakRSS runs each example config for 5 s (its
+// sinks writing into a temporary directory) and reports its peak RSS and
+// how far that is above its buffers + SMBs (SMBs as configured: plugin
+// data sources get plugin_smb_size_kb). Run it with -benchtime 1x.
+func BenchmarkExampleConfigsPeakRSS(b *testing.B) {
+	bin := buildTracepipe(b)
+	paths, err := filepath.Glob(filepath.Join("..", "..", "configs", "*.yaml"))
+	if err != nil || len(paths) == 0 {
+		b.Fatalf("no example configs: %v", err)
+	}
+	for _, path := range paths {
+		b.Run(strings.TrimSuffix(filepath.Base(path), ".yaml"), func(b *testing.B) {
+			dir := b.TempDir()
+			sets := []string{"duration=5s"}
+			cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var budget int64
+			for _, bc := range cfg.Buffers {
+				budget += int64(bc.SizeKB) << 10
+			}
+			for _, dc := range cfg.DataSources {
+				if dc.Plugin != "" {
+					budget += int64(cfg.Producers.PluginSMBSizeKB) << 10
+				} else {
+					budget += int64(cfg.Producers.SMBSizeKB) << 10
+				}
+			}
+			out := filepath.Join(dir, "0.pftrace")
+			for i := range cfg.Sinks {
+				sets = append(sets, fmt.Sprintf("sinks[%d].path=%s", i, filepath.Join(dir, fmt.Sprintf("%d.pftrace", i))))
+			}
+			var peak, over float64
+			for b.Loop() {
+				rss, _ := peakRSS(b, bin, path, out, 1<<40, 2*time.Minute, nil, sets...)
+				peak = max(peak, float64(rss)/(1<<20))
+				over = max(over, float64(rss-budget)/(1<<20))
+			}
+			b.ReportMetric(float64(budget)/(1<<20), "buffers+SMBs-MiB")
 			b.ReportMetric(peak, "peak-RSS-MiB")
 			b.ReportMetric(over, "MiB-over-buffers+SMBs")
 		})
