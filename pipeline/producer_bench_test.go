@@ -83,6 +83,7 @@ type benchProd struct {
 	uc      *net.UnixConn
 	d       ipc.Deserializer
 	methods map[string]uint32
+	fds     []int // received, not yet taken by a command
 
 	sendMu sync.Mutex // invocations come from the writers (commits) and serve
 	rid    uint64
@@ -150,12 +151,20 @@ func (p *benchProd) invokeRaw(method string, args []byte, drop bool) uint64 {
 	return p.rid
 }
 
+// recv reads one frame. Descriptors are kept in p.fds until a command
+// takes them: one read may carry a descriptor and the end of an earlier
+// frame.
 func (p *benchProd) recv() (*ipc.Frame, []int, error) {
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(4*4))
-	var fds []int
 	for {
 		if f, err := p.d.Next(); f != nil || err != nil {
+			fds := p.fds
+			if f.GetRequestId() == p.gacRID || err != nil {
+				p.fds = nil // a command takes what came before it
+			} else {
+				fds = nil
+			}
 			return f, fds, err
 		}
 		_ = p.uc.SetReadDeadline(time.Now().Add(2 * time.Minute))
@@ -164,16 +173,16 @@ func (p *benchProd) recv() (*ipc.Frame, []int, error) {
 			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 			for _, m := range msgs {
 				got, _ := unix.ParseUnixRights(&m)
-				fds = append(fds, got...)
+				p.fds = append(p.fds, got...)
 			}
 		}
 		if n > 0 {
 			if ferr := p.d.Feed(buf[:n]); ferr != nil {
-				return nil, fds, ferr
+				return nil, nil, ferr
 			}
 		}
 		if err != nil {
-			return nil, fds, err
+			return nil, nil, err
 		}
 	}
 }
