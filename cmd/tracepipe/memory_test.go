@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"math"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
