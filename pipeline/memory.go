@@ -1,9 +1,11 @@
 package pipeline
 
 // The session's large fixed allocations live outside the Go heap: the
-// buffers (buffer.New maps them), the SMBs (shared memory) and snapshot
-// clones (snapshotMem). What stays on the heap is bounded by the
-// configuration: the output batches on their way to the sinks, ProtoVM
+// buffers (buffer.New maps them), plugin and Perfetto SMBs (shared
+// memory) and snapshot clones (snapshotMem). What stays on the heap is
+// bounded by the configuration: the SMBs of in-process data sources
+// (smb.NewHeapSMB: a lagging in-process writer must never fault on an
+// unmapped SMB), the output batches on their way to the sinks, ProtoVM
 // states, and the session's bookkeeping. HeapBudget adds these up so that
 // the CLI can give the Go runtime a soft memory limit: without one, the
 // collector lets the heap grow to twice its live size, and the process
@@ -25,6 +27,11 @@ const (
 func (s *Service) HeapBudget() int64 {
 	batches := int64(cap(s.free)) * readBatchTarget
 	n := int64(heapBase) + batches + batches/4 // a batch overshoots its target by up to one packet
+	for _, p := range s.producers {
+		if p.smb != nil && p.smb.Fd() < 0 { // heap-backed: live for the whole session
+			n += int64(p.smb.Size())
+		}
+	}
 	for i := range s.cfg.DataSources {
 		if pc := s.cfg.DataSources[i].ProtoVM; pc != nil {
 			n += protoVMSequences * int64(pc.MemoryLimitKB) * 1024

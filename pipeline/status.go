@@ -18,8 +18,7 @@ type Status struct {
 	// Losses sums every data_loss counter of the session's stats.
 	Losses  uint64
 	Buffers []BufferStatus
-	// Memory is what the session holds in fixed allocations, outside the
-	// Go heap.
+	// Memory is what the session holds in fixed allocations.
 	Memory MemoryStatus
 	// SinkFailures names each sink that failed, with its first error.
 	SinkFailures []string
@@ -41,7 +40,7 @@ type BufferStatus struct {
 // session's: see runtime/metrics.
 type MemoryStatus struct {
 	Buffers int64 // the trace buffers (rings), mapped outside the Go heap
-	SMBs    int64 // the shared memory buffers of the session's producers
+	SMBs    int64 // the shared memory buffers of the session's producers (in-process ones on the Go heap)
 	Clones  int64 // clone memory of the snapshots being taken or written
 }
 
