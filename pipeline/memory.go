@@ -19,6 +19,9 @@ const (
 	// protoVMSequences is how many sequences per ProtoVM data source the
 	// budget counts at their full memory limit.
 	protoVMSequences = 4
+	// networkSinkHeap is what a relay or NATS sink holds unacknowledged:
+	// its outbox (sinks/remote: 64 batches of 256 KiB by default), twice.
+	networkSinkHeap = 32 << 20
 )
 
 // HeapBudget returns the Go heap the session should fit in: a soft limit
@@ -30,6 +33,11 @@ func (s *Service) HeapBudget() int64 {
 	for _, p := range s.producers {
 		if p.smb != nil && p.smb.Fd() < 0 { // heap-backed: live for the whole session
 			n += int64(p.smb.Size())
+		}
+	}
+	for _, sc := range s.cfg.Sinks {
+		if sc.Type != "file" {
+			n += networkSinkHeap
 		}
 	}
 	for i := range s.cfg.DataSources {
