@@ -1,7 +1,7 @@
 # The test command named in README.md. CI (.ci/run) calls exactly `make test`.
 GO ?= go
 
-.PHONY: test vet fmt-check unit bench soak snapload docs interleave killloop build
+.PHONY: test vet fmt-check unit bench soak snapload docs interleave killloop build memcheck producerbench
 
 test: vet fmt-check unit
 
@@ -74,3 +74,16 @@ N ?= 1000
 HOGS ?= 2
 killloop:
 	N=$(N) HOGS=$(HOGS) ./tools/killloop/killloop.sh
+
+# Issue 27's figures, not part of `make test` (the machine's load shows in
+# them: compare runs made together). memcheck: peak RSS (VmHWM) of real
+# `tracepipe run`s, the issue's 2x100 MB/s workload and every example
+# config, against their buffers + SMBs (target: + 16 MiB). producerbench:
+# the Perfetto producer path as the C SDK drives it (a producer process,
+# 200 B / 1 KiB packets, 1 / 2 writers, flush every 100 ms / 1 s / 10 s):
+# service CPU-s per GB, delivered %, producer drop % and ns per packet.
+memcheck:
+	$(GO) test ./cmd/tracepipe -run '^$$' -bench 'PeakRSS' -benchtime 1x -count 3
+
+producerbench:
+	$(GO) test ./pipeline -run '^$$' -bench PerfettoProducerPath -benchtime 1x -count 3 -timeout 30m

@@ -54,6 +54,8 @@ type OverwriteObserver func(seq SequenceProperties, packet [][]byte)
 // use.
 type TraceBuffer struct {
 	mem      []byte
+	size     int       // len(mem) until Close
+	own      *ownedMem // nil when mem is the caller's (BeginClone)
 	policy   Policy
 	readOnly bool
 
@@ -97,6 +99,8 @@ type TraceBuffer struct {
 }
 
 // New creates a buffer of size bytes, rounded up to a multiple of 4096.
+// Its memory is mapped outside the Go heap (mem.go): the owner must Close
+// it.
 func New(size int, policy Policy) (*TraceBuffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("buffer: size %d must be positive", size)
@@ -109,18 +113,21 @@ func New(size int, policy Policy) (*TraceBuffer, error) {
 		return nil, fmt.Errorf("buffer: size %d exceeds the 4 GiB limit", size)
 	}
 	b := &TraceBuffer{
-		mem:        make([]byte, rounded),
+		size:       int(rounded),
 		policy:     policy,
 		seqs:       make(map[uint32]*seqState),
 		writerHist: make(map[uint32]*histogram),
 		pktSlices:  make([][]byte, 0, 4),
 	}
 	b.stats.BufferSize = rounded
+	if err := b.allocMem(int(rounded)); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
 // Size returns the buffer size in bytes.
-func (b *TraceBuffer) Size() int { return len(b.mem) }
+func (b *TraceBuffer) Size() int { return b.size }
 
 // UsedSize returns the high-water mark: bytes up to the end of the furthest
 // record ever written.

@@ -5,9 +5,11 @@ package buffer
 // cursors and sequence states. Its stats are b's with the read counters
 // (bytes/chunks read, readaheads) reset; it has no writer histograms and no
 // overwrite observer. Writes to the clone are counted as discarded chunks
-// and patches fail.
+// and patches fail. It is a one-shot copy on the Go heap, for tests and
+// tools; a session clones with BeginClone into memory it maps itself, so
+// that the copy is spread over time and given back to the OS when done.
 func (b *TraceBuffer) CloneReadOnly() *TraceBuffer {
-	c := b.cloneState(make([]byte, len(b.mem)))
+	c := b.cloneState(make([]byte, b.size))
 	copy(c.mem, b.mem[:b.usedSize])
 	return c
 }
@@ -17,6 +19,7 @@ func (b *TraceBuffer) CloneReadOnly() *TraceBuffer {
 func (b *TraceBuffer) cloneState(mem []byte) *TraceBuffer {
 	c := &TraceBuffer{
 		mem:        mem,
+		size:       b.size,
 		policy:     b.policy,
 		readOnly:   true,
 		wr:         b.wr,

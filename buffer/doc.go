@@ -5,7 +5,9 @@
 // optional observer, and counts every data loss in its statistics.
 //
 // A TraceBuffer does no I/O, starts no goroutines and is not safe for
-// concurrent use: its owner serialises every call. It must not import
+// concurrent use: its owner serialises every call. Its memory is mapped
+// outside the Go heap (mem.go) and its owner must Close it: the pages go
+// back to the OS at once, and the Go heap holds only the bookkeeping. It must not import
 // anything outside the standard library (ProtoVM plugs in through the
 // overwrite observer, not an import).
 package buffer

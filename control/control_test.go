@@ -30,7 +30,7 @@ type fakeSession struct {
 }
 
 func (f *fakeSession) Info() Info {
-	return Info{Name: "x", Start: time.Now().Add(-time.Second), Buffers: []BufferInfo{{Name: "ring", Size: 4096, Fill: 0.5}}, Losses: 3}
+	return Info{Name: "x", Start: time.Now().Add(-time.Second), Buffers: []BufferInfo{{Name: "ring", Size: 4096, Fill: 0.5}}, Losses: 3, MemoryBytes: 1 << 20}
 }
 
 func (f *fakeSession) Trigger(names []string) ([]string, int) {
@@ -103,7 +103,7 @@ func TestServeCommandsAndSocketMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.GetName() != "x" || in.GetPid() != int64(os.Getpid()) || len(in.GetBuffers()) != 1 || in.GetLosses() != 3 || in.GetUptimeMs() < 1000 {
+	if in.GetName() != "x" || in.GetPid() != int64(os.Getpid()) || len(in.GetBuffers()) != 1 || in.GetLosses() != 3 || in.GetUptimeMs() < 1000 || in.GetMemoryBytes() != 1<<20 {
 		t.Fatalf("info %v", in)
 	}
 	tr, err := c.Trigger(ctx(t), []string{"a", "b"})

@@ -32,6 +32,8 @@ type Info struct {
 	// RingOverwrites counts the chunks a ring buffer read once overwrote
 	// (pipeline.Status.RingOverwrites): not a loss, shown apart.
 	RingOverwrites uint64
+	// MemoryBytes: the session's buffers, SMBs and snapshot clones.
+	MemoryBytes uint64
 	// Snapshot counters.
 	SnapshotsTaken, SnapshotsFailed, SnapshotsRefused uint64
 }
@@ -245,7 +247,7 @@ func (s *service) Info(context.Context, *ctlpb.InfoRequest) (*ctlpb.InfoResponse
 		ProtocolVersion: ProtocolVersion, Name: in.Name, Pid: int64(os.Getpid()),
 		UptimeMs: time.Since(in.Start).Milliseconds(), Losses: in.Losses, BytesIn: in.BytesIn, RingOverwrites: in.RingOverwrites,
 		SnapshotsTaken: in.SnapshotsTaken, SnapshotsFailed: in.SnapshotsFailed, SnapshotsRefused: in.SnapshotsRefused,
-		ConfigPath: in.ConfigPath,
+		ConfigPath: in.ConfigPath, MemoryBytes: in.MemoryBytes,
 	}
 	for _, b := range in.Buffers {
 		r.Buffers = append(r.Buffers, &ctlpb.BufferInfo{Name: b.Name, Size: b.Size, Fill: b.Fill})

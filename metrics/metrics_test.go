@@ -33,6 +33,7 @@ func TestSessionExposition(t *testing.T) {
 	st := pipeline.Status{
 		Packets: 12,
 		Buffers: []pipeline.BufferStatus{{Name: "main", Size: 4096, Unread: 100}},
+		Memory:  pipeline.MemoryStatus{Buffers: 4096, SMBs: 262144, Clones: 8192},
 		Stats: tracefile.TraceStats{
 			BufferStats: []tracefile.BufferStats{{ChunksOverwritten: 7}},
 			Tracepipe:   &tracefile.TracepipeStats{SinkPacketsDropped: 3},
@@ -53,6 +54,9 @@ func TestSessionExposition(t *testing.T) {
 		`tracepipe_sink_packets_dropped_queue_total{destination="relay tcp://h:1",sink="net"} 9`,
 		`tracepipe_sink_lane_queue_batches{destination="relay tcp://h:1",sink="net"} 2`,
 		`tracepipe_sink_queue_batches{destination="relay tcp://h:1",sink="net"} 4`,
+		`tracepipe_session_memory_bytes{component="buffers"} 4096`,
+		`tracepipe_session_memory_bytes{component="smbs"} 262144`,
+		`tracepipe_session_memory_bytes{component="clones"} 8192`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("exposition lacks %q", want)

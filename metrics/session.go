@@ -29,6 +29,12 @@ func Session(src StatusSource) Func {
 		counter("session_bytes_out_total", "Packet bytes handed to the sinks.", st.BytesOut)
 		counter("session_packets_out_total", "Packets handed to the sinks.", st.Packets)
 		counter("session_losses_total", "Sum of every data-loss counter of TraceStats.", st.Losses)
+		for _, m := range []struct {
+			component string
+			v         int64
+		}{{"buffers", st.Memory.Buffers}, {"smbs", st.Memory.SMBs}, {"clones", st.Memory.Clones}} {
+			gauge("session_memory_bytes", "Memory the session holds in fixed allocations outside the Go heap, by component (mapped bytes).", float64(m.v), "component", m.component)
+		}
 		Struct(emit, "trace_stats_", "TraceStats counter", st.Stats)
 		if st.Stats.Tracepipe != nil {
 			Struct(emit, "trace_stats_", "TraceStats tracepipe counter", st.Stats.Tracepipe)

@@ -219,6 +219,7 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		}
 		b, err := buffer.New(int(bc.SizeKB)*1024, policy)
 		if err != nil {
+			s.closeBuffers()
 			return nil, fmt.Errorf("buffers[%d]: %w", i, err)
 		}
 		s.buffers = append(s.buffers, &bufferState{index: i, name: bc.Name, buf: b, seqSeen: map[uint32]bool{}})
@@ -241,6 +242,7 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		for _, p := range s.producers {
 			_ = p.smb.Close() // memfd SMBs hold a descriptor each
 		}
+		s.closeBuffers()
 		return nil, err
 	}
 	return s, nil
@@ -467,8 +469,17 @@ func (s *Service) finish() (*Result, error) {
 		p.side.close()
 		_ = p.smb.Close()
 	}
+	s.closeBuffers() // everything was read; the sinks hold copies
 	s.timers.close()
 	out := s.outputTotals()
 	s.publishStatus()
 	return &Result{Stats: final, Packets: out.Packets, Bytes: out.Bytes, Files: s.Files(), Sinks: s.sinkResults()}, errors.Join(errs...)
+}
+
+// closeBuffers gives the buffers' memory back to the OS (they are mapped
+// outside the Go heap); their sizes and stats still answer afterwards.
+func (s *Service) closeBuffers() {
+	for _, bs := range s.buffers {
+		bs.buf.Close()
+	}
 }

@@ -130,6 +130,7 @@ type snapState struct {
 	inFlight   int            // requested and not yet written
 	n          int            // snapshots started
 	maxPauseNs atomic.Int64
+	cloneBytes atomic.Int64 // clone memory mapped for snapshots now
 
 	taken, failed, refused atomic.Uint64
 }
@@ -194,7 +195,8 @@ func (s *Service) snapRequested(sn *snapshot) {
 				break
 			}
 			sn.mems = append(sn.mems, m)
-			sn.release = append(sn.release, rel)
+			s.snap.cloneBytes.Add(int64(n))
+			sn.release = append(sn.release, func() { rel(); s.snap.cloneBytes.Add(-int64(n)) })
 		}
 		s.snap.mem <- sn
 	}()
@@ -224,7 +226,12 @@ func (s *Service) snapAdvance() {
 			if s.flush == nil && s.snapCopying() == nil && !s.transferPending() {
 				for i, bs := range s.buffers {
 					if s.cfg.Buffers[i].ClearBeforeClone {
-						s.replaceBuffer(bs) // dropped: the snapshot holds what the flush writes
+						// Dropped: the snapshot holds what the flush writes.
+						if old, err := s.replaceBuffer(bs); err != nil {
+							s.logf("snapshot %d: buffer %d not cleared before the clone: %v", sn.n, i, err)
+						} else {
+							old.Close()
+						}
 					}
 				}
 				s.startFlushFlags(false, plugins.NewFlushFlags(plugins.FlushReasonTraceClone,
@@ -285,7 +292,12 @@ func (s *Service) snapCapture(sn *snapshot) {
 	sn.moved = make([]*buffer.TraceBuffer, len(s.buffers))
 	for i, bs := range s.buffers {
 		if s.cfg.Buffers[i].TransferOnClone {
-			sn.moved[i] = s.replaceBuffer(bs)
+			moved, err := s.replaceBuffer(bs)
+			if err != nil { // no memory for the empty buffer: keep this one
+				s.snapCaptureFailed(sn, err)
+				return
+			}
+			sn.moved[i] = moved
 			bs.restore.beginTransfer() // snapshot_transfer.go
 			sn.pending = append(sn.pending, nil)
 			if bs.vms != nil && bs.vms.Len() > 0 {
@@ -296,15 +308,7 @@ func (s *Service) snapCapture(sn *snapshot) {
 		}
 		pc, err := bs.buf.BeginClone(sn.mems[i])
 		if err != nil { // only one clone per buffer at a time: refuse this one
-			for _, q := range sn.pending {
-				if q != nil {
-					q.Abandon()
-				}
-			}
-			sn.pending = nil
-			sn.err = err
-			s.snapRemove(sn)
-			s.snapFinished(sn, SnapshotResult{})
+			s.snapCaptureFailed(sn, err)
 			return
 		}
 		sn.pending = append(sn.pending, pc)
@@ -322,6 +326,19 @@ func (s *Service) snapCapture(sn *snapshot) {
 	}
 	sn.nextSeq = s.nextSeqID
 	s.snapPaused(sn, time.Since(t0))
+}
+
+// snapCaptureFailed ends a snapshot whose capture failed half-way.
+func (s *Service) snapCaptureFailed(sn *snapshot, err error) {
+	for _, q := range sn.pending {
+		if q != nil {
+			q.Abandon()
+		}
+	}
+	sn.pending = nil
+	sn.err = err
+	s.snapRemove(sn)
+	s.snapFinished(sn, SnapshotResult{})
 }
 
 // snapStep copies the next slices of every copying clone and hands the
@@ -382,6 +399,11 @@ func (s *Service) snapFinished(sn *snapshot, res SnapshotResult) {
 	}
 	sn.release = nil
 	s.endTransfers(sn)
+	for _, m := range sn.moved { // read (or never to be): give the memory back
+		if m != nil {
+			m.Close()
+		}
+	}
 	s.snap.inFlight--
 	res.N, res.Trigger, res.Pause = sn.n, sn.req.Trigger, sn.pause
 	if sn.err != nil && res.Err == nil {
@@ -723,20 +745,23 @@ func (s *Service) SnapshotStats() SnapshotStats {
 }
 
 // replaceBuffer gives bs an empty buffer of the same size and policy and
-// returns the old one (transfer_on_clone, clear_before_clone). The
+// returns the old one, which the caller must Close once done with it
+// (transfer_on_clone, clear_before_clone). Mapping the new buffer's
+// memory can fail when the OS is out of memory; bs then keeps its
+// buffer. The
 // buffer's sequence-restore fold goes on: the moved packets are not in
 // it, so a sequence's state in the live trace comes back at its next
 // incremental-state clear.
-func (s *Service) replaceBuffer(bs *bufferState) *buffer.TraceBuffer {
+func (s *Service) replaceBuffer(bs *bufferState) (*buffer.TraceBuffer, error) {
 	old := bs.buf
 	nb, err := buffer.New(old.Size(), old.Policy())
-	if err != nil { // the same size and policy worked at New
-		panic(fmt.Sprintf("pipeline: replacing buffer %d: %v", bs.index, err))
+	if err != nil {
+		return nil, fmt.Errorf("replacing buffer %d: %w", bs.index, err)
 	}
 	old.SetOverwriteObserver(nil)
 	bs.buf, bs.unread = nb, 0
 	bs.observeOverwrites()
-	return old
+	return old, nil
 }
 
 // maxTriggerHistory bounds the acted triggers a snapshot repeats; the

@@ -23,6 +23,8 @@ type Status struct {
 	// as asked (tracefile.LossContext). Displays show it apart.
 	RingOverwrites uint64
 	Buffers        []BufferStatus
+	// Memory is what the session holds in fixed allocations.
+	Memory MemoryStatus
 	// SinkFailures names each sink that failed, with its first error.
 	SinkFailures []string
 	// SinkOutages names each network sink whose destination is
@@ -40,6 +42,18 @@ type BufferStatus struct {
 	Size   int
 	Unread int // bytes written since the last complete read of the buffer
 }
+
+// MemoryStatus is the session's memory by component, in bytes mapped
+// (pages are resident once written). The Go heap is the process's, not a
+// session's: see runtime/metrics.
+type MemoryStatus struct {
+	Buffers int64 // the trace buffers (rings), mapped outside the Go heap
+	SMBs    int64 // the shared memory buffers of the session's producers (in-process ones on the Go heap)
+	Clones  int64 // clone memory of the snapshots being taken or written
+}
+
+// Total is the sum of the components.
+func (m MemoryStatus) Total() int64 { return m.Buffers + m.SMBs + m.Clones }
 
 // Fill is the unread fraction of the buffer, capped at 1.
 func (b BufferStatus) Fill() float64 {
@@ -71,6 +85,7 @@ func (s *Service) publishStatus() {
 	for _, bs := range s.buffers {
 		st.Buffers = append(st.Buffers, BufferStatus{Name: bs.name, Size: bs.buf.Size(), Unread: bs.unread})
 	}
+	st.Memory = s.memoryStatus()
 	st.SinkFailures = s.sinkFailures()
 	for _, l := range s.lanes {
 		if err := l.Outage(); err != nil {
@@ -97,4 +112,22 @@ func (c *Config) lossTotals(rows []tracefile.LossRow) (losses, ringOverwrites ui
 		}
 	}
 	return losses, ringOverwrites
+}
+
+// memoryStatus adds up the session's fixed allocations (service
+// goroutine). A closed buffer or SMB counts no more.
+func (s *Service) memoryStatus() MemoryStatus {
+	var m MemoryStatus
+	for _, bs := range s.buffers {
+		if !bs.buf.Closed() {
+			m.Buffers += int64(bs.buf.Size())
+		}
+	}
+	for _, p := range s.producers {
+		if p.smb != nil {
+			m.SMBs += int64(p.smb.Size())
+		}
+	}
+	m.Clones = s.snap.cloneBytes.Load()
+	return m
 }

@@ -40,7 +40,8 @@ func (c *sessionControl) Info() control.Info {
 	st := c.svc.Status()
 	sn := c.svc.SnapshotStats()
 	in := control.Info{Name: c.name, Start: c.start, Losses: st.Losses - st.RingOverwrites, RingOverwrites: st.RingOverwrites, BytesIn: st.BytesIn,
-		SnapshotsTaken: sn.Taken, SnapshotsFailed: sn.Failed, SnapshotsRefused: sn.Refused}
+		SnapshotsTaken: sn.Taken, SnapshotsFailed: sn.Failed, SnapshotsRefused: sn.Refused,
+		MemoryBytes: uint64(st.Memory.Total())}
 	for _, b := range st.Buffers {
 		in.Buffers = append(in.Buffers, control.BufferInfo{Name: b.Name, Size: uint64(b.Size), Fill: b.Fill()})
 	}
@@ -104,9 +105,9 @@ func dialSession(sel string) (*control.Client, control.Endpoint, error) {
 func newSessionsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "sessions",
-		Short: "List running sessions: name, pid, uptime, buffer fill, losses, ring overwrites, snapshots",
+		Short: "List running sessions: name, pid, uptime, losses, ring overwrites, snapshots, memory, buffer fill",
 		Long: `List running sessions: name, pid, uptime, losses, ring overwrites,
-snapshots taken and each buffer's fill.
+snapshots taken, memory and each buffer's fill.
 
 LOSSES sums the data_loss counters of the session's stats (tracepipe stats
 explains each). OVERWRITTEN counts the chunks a ring buffer overwrote in a
@@ -124,7 +125,7 @@ streaming session (write_into_file) overwrites are losses and count there.`,
 				return err
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "%-20s %8s %10s %12s %12s %8s %s\n", "NAME", "PID", "UPTIME", "LOSSES", "OVERWRITTEN", "SNAPS", "BUFFERS")
+			fmt.Fprintf(w, "%-20s %8s %10s %12s %12s %8s %9s %s\n", "NAME", "PID", "UPTIME", "LOSSES", "OVERWRITTEN", "SNAPS", "MEMORY", "BUFFERS")
 			for _, ep := range eps {
 				c, err := control.Dial(ep)
 				if err != nil {
@@ -150,9 +151,9 @@ streaming session (write_into_file) overwrites are losses and count there.`,
 				if name == "" {
 					name = "-"
 				}
-				fmt.Fprintf(w, "%-20s %8d %10v %12d %12d %8d %s\n", name, in.GetPid(),
+				fmt.Fprintf(w, "%-20s %8d %10v %12d %12d %8d %9s %s\n", name, in.GetPid(),
 					(time.Duration(in.GetUptimeMs()) * time.Millisecond).Truncate(time.Second), in.GetLosses(), in.GetRingOverwrites(),
-					in.GetSnapshotsTaken(), strings.Join(bufs, ", "))
+					in.GetSnapshotsTaken(), byteSize(in.GetMemoryBytes()), strings.Join(bufs, ", "))
 			}
 			return nil
 		},

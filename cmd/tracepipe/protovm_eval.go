@@ -141,6 +141,7 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 	if err != nil {
 		return nil, err
 	}
+	defer b.Close() // the survivors are copies (readAll)
 	ring := &evalRing{buf: b, variants: variants}
 	b.SetOverwriteObserver(ring.observe)
 

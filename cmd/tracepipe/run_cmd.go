@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -205,6 +206,7 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	if err != nil {
 		return err
 	}
+	limitHeap(svc, os.Getenv("GOMEMLIMIT"))
 	ctl, err := openControl(svc, cfg, cancel, stderr) // control_cmd.go
 	if err != nil {
 		return err
@@ -486,4 +488,16 @@ func writesStdout(cfg *pipeline.Config) bool {
 		}
 	}
 	return false
+}
+
+// limitHeap gives the Go runtime a soft memory limit from the session's
+// configuration (pipeline.Service.HeapBudget), unless the user set
+// GOMEMLIMIT: the buffers live outside the heap, so without a limit the
+// collector's default goal would let garbage grow to the size of the
+// live batches again.
+func limitHeap(svc *pipeline.Service, userLimit string) {
+	if userLimit != "" {
+		return
+	}
+	debug.SetMemoryLimit(svc.HeapBudget())
 }

@@ -140,8 +140,11 @@ type InfoResponse struct {
 	SnapshotsFailed  uint64 `protobuf:"varint,9,opt,name=snapshots_failed,json=snapshotsFailed,proto3" json:"snapshots_failed,omitempty"`
 	SnapshotsRefused uint64 `protobuf:"varint,10,opt,name=snapshots_refused,json=snapshotsRefused,proto3" json:"snapshots_refused,omitempty"`
 	ConfigPath       string `protobuf:"bytes,11,opt,name=config_path,json=configPath,proto3" json:"config_path,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Bytes the session holds in fixed allocations now: its buffers, the
+	// SMBs of its producers and any snapshot clones being written.
+	MemoryBytes   uint64 `protobuf:"varint,13,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -256,6 +259,13 @@ func (x *InfoResponse) GetConfigPath() string {
 		return x.ConfigPath
 	}
 	return ""
+}
+
+func (x *InfoResponse) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
 }
 
 type TriggerRequest struct {
@@ -646,7 +656,7 @@ const file_control_proto_rawDesc = "" +
 	"BufferInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x12\n" +
-	"\x04fill\x18\x03 \x01(\x01R\x04fill\"\xb6\x03\n" +
+	"\x04fill\x18\x03 \x01(\x01R\x04fill\"\xd9\x03\n" +
 	"\fInfoResponse\x12)\n" +
 	"\x10protocol_version\x18\x01 \x01(\rR\x0fprotocolVersion\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -661,7 +671,8 @@ const file_control_proto_rawDesc = "" +
 	"\x11snapshots_refused\x18\n" +
 	" \x01(\x04R\x10snapshotsRefused\x12\x1f\n" +
 	"\vconfig_path\x18\v \x01(\tR\n" +
-	"configPath\"&\n" +
+	"configPath\x12!\n" +
+	"\fmemory_bytes\x18\r \x01(\x04R\vmemoryBytes\"&\n" +
 	"\x0eTriggerRequest\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\"A\n" +
 	"\x0fTriggerResponse\x12\x14\n" +

@@ -1,0 +1,72 @@
+package pipeline
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/buffer"
+)
+
+// Every owner of buffer memory gives it back: the session its buffers at
+// the end, a snapshot its clone memory once written, transfer_on_clone
+// the moved buffer once the snapshot read it, clear_before_clone the
+// dropped one at once. Status.Memory reports the components meanwhile.
+// (Not parallel: buffer.MappedBytes is process-wide; mapped() adds back
+// what the collector released of buffers other tests dropped meanwhile.)
+func TestSessionGivesMemoryBack(t *testing.T) {
+	for _, tc := range []struct{ transfer, clear bool }{{false, false}, {true, false}, {true, true}} {
+		t.Run(fmt.Sprintf("transfer=%v,clear=%v", tc.transfer, tc.clear), func(t *testing.T) {
+			before := mapped()
+			s, _, stop := snapshotSession(t, "buffers[0].size_kb=8192",
+				fmt.Sprint("buffers[0].transfer_on_clone=", tc.transfer), fmt.Sprint("buffers[0].clear_before_clone=", tc.clear))
+			waitFor(t, "the memory status", 20*time.Second, func() bool { return s.Status().Memory.Buffers == 8<<20 })
+			if m := s.Status().Memory; m.SMBs <= 0 || m.Total() != m.Buffers+m.SMBs+m.Clones {
+				t.Fatalf("memory status %+v: want the producers' SMBs counted", m)
+			}
+			for i := range 2 {
+				if r := <-s.Snapshot(SnapshotRequest{Trigger: fmt.Sprint("mem", i)}); r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			waitFor(t, "the clone memory given back", 20*time.Second, func() bool { return s.Status().Memory.Clones == 0 })
+			if got := mapped() - before; got != 8<<20 {
+				t.Fatalf("after the snapshots %d bytes of buffers mapped, want the live ring's %d", got, 8<<20)
+			}
+			stop()
+			for i, bs := range s.buffers {
+				if !bs.buf.Closed() {
+					t.Fatalf("buffer %d still open after the session", i)
+				}
+			}
+			if got := mapped() - before; got > 0 {
+				t.Fatalf("%d bytes of buffers still mapped after the session", got)
+			}
+			if m := s.Status().Memory; m.Buffers != 0 || m.Clones != 0 {
+				t.Fatalf("memory status after the session: %+v", m)
+			}
+		})
+	}
+}
+
+// The heap budget grows with what the configuration puts on the heap.
+func TestHeapBudgetFollowsConfig(t *testing.T) {
+	s, _, stop := snapshotSession(t)
+	base := s.HeapBudget()
+	stop()
+	if base < heapBase+int64(outputBatches)*readBatchTarget {
+		t.Fatalf("budget %d below the base and the output batches", base)
+	}
+	s2, _, stop2 := snapshotSession(t, "data_sources[0].protovm.memory_limit_kb=4096", "sinks[0].queue_capacity=64",
+		"producers.smb_size_kb=8192")
+	defer stop2()
+	// The in-process synthetic source's SMB is on the heap: it counts.
+	if got, min := s2.HeapBudget(), base+48*readBatchTarget+protoVMSequences*(4096-1024)<<10+(8192-256)<<10; got < min {
+		t.Fatalf("budget %d with a bigger queue, ProtoVM limit and SMB, want at least %d", got, min)
+	}
+}
+
+func mapped() int64 {
+	_, leaked := buffer.UnclosedBuffers()
+	return buffer.MappedBytes() + leaked
+}
