@@ -1,9 +1,14 @@
 # The test command named in README.md. CI (.ci/run) calls exactly `make test`.
 GO ?= go
 
-.PHONY: test vet fmt-check unit bench soak snapload docs interleave killloop build memcheck producerbench
+.PHONY: test vet fmt-check sched unit bench soak snapload docs interleave killloop build memcheck producerbench
 
-test: vet fmt-check unit
+test: vet fmt-check sched unit
+
+# The scrape/commit/read interleaving tests of smb (build tag smbsched:
+# yield points between the SMB's ordered atomic accesses).
+sched:
+	$(GO) test -tags smbsched -timeout 10m -run 'TestInterleaveScrapeCommitRead|TestScrapeTornHeaderOfReusedChunk' ./smb
 
 # ./tracepipe, its --version stamped with the git revision, commit time and
 # work-tree state (also where the go command records none: a git worktree,
@@ -25,7 +30,6 @@ fmt-check:
 # missing; each skip is logged (internal/testsupport, TESTSUPPORT_SKIP_LOG)
 # and the run ends with one line saying which and why.
 unit:
-	$(GO) test -tags smbsched -timeout 10m -run 'TestInterleaveScrapeCommitRead|TestScrapeTornHeaderOfReusedChunk' ./smb
 	@echo "$(GO) test -race -timeout 20m ./..."; \
 	skips=$$(mktemp); \
 	TESTSUPPORT_SKIP_LOG=$$skips $(GO) test -race -timeout 20m ./...; rc=$$?; \
