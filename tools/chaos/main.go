@@ -3,7 +3,8 @@
 // tracepipe.synthetic source, the same source as a plugin (restart on),
 // and a Perfetto producer double speaking the wire protocol over the
 // producer socket — streaming into four sinks: a rotating file sink (the
-// reference), a second file sink on a small tmpfs, a relay sink into a
+// reference), a second file sink on a small tmpfs (the Perfetto double's
+// packets only, so that only the disk-full fault fills it), a relay sink into a
 // `tracepipe serve` process and a NATS sink into a nats-server. Every
 // source uses the stall policy.
 //
@@ -73,7 +74,7 @@ func main() {
 	flag.IntVar(&o.rate, "rate", 1000, "packets/s per in-process synthetic writer (4 writers)")
 	flag.IntVar(&o.plugRate, "plugin-rate", 500, "packets/s per plugin writer (2 writers)")
 	flag.IntVar(&o.perfRate, "perfetto-rate", 500, "packets/s of the Perfetto double")
-	flag.IntVar(&o.smallMB, "small-mb", 48, "size of the tmpfs of the sink whose disk is filled")
+	flag.IntVar(&o.smallMB, "small-mb", 64, "size of the tmpfs of the sink whose disk is filled")
 	flag.Float64Var(&o.rssTol, "rss-tolerance", 0.15, "RSS flatness bound (runs of 10 minutes or more): last third vs minutes 5-10 equivalent")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (it is kept anyway when the run fails)")
 	flag.StringVar(&o.natsPath, "nats-server", "", "nats-server binary (default: PATH, else /usr/sbin/nats-server)")
@@ -246,6 +247,7 @@ func (s *soak) config() string {
     name: small
     when_full: drop
     on_error: drop
+    filter: 'packet.kind == "for_testing"'
     path: %s
     max_file_size: 6MiB`, filepath.Join(s.smallDir, "small.pftrace"))
 	}

@@ -58,6 +58,9 @@ type output struct {
 	hasStats bool
 	packets  int
 	readErrs []string
+	// only, when set, is the one source kind a copy's filter keeps:
+	// the reference's other sequences are not expected in it.
+	only string
 }
 
 // readOutput reads files in order.
@@ -191,6 +194,9 @@ func reconcileCopy(ref, cp *output) ([]seqFigures, uint64) {
 	var rows []seqFigures
 	var missing uint64
 	for _, k := range sortedKeys(ref.seqs) {
+		if cp.only != "" && k.kind != cp.only {
+			continue
+		}
 		rs, cs := ref.seqs[k], cp.seqs[k]
 		r := seqFigures{output: cp.name, key: k}
 		for i, c := range rs.count {

@@ -39,7 +39,9 @@ func (s *soak) reconcile(pd *producer, samples []sample, sessionErr error, natsF
 	// The copies.
 	var copies []*output
 	if s.smallDir != "" {
-		copies = append(copies, readOutput("small", traceFiles(filepath.Join(s.smallDir, "small.pftrace"))))
+		small := readOutput("small", traceFiles(filepath.Join(s.smallDir, "small.pftrace")))
+		small.only = "perfetto" // its filter keeps the double's packets
+		copies = append(copies, small)
 	}
 	copies = append(copies, readOutput("relay", servedFiles(filepath.Join(s.dir, "relay"))))
 	copies = append(copies, readOutput("nats", natsFiles))
