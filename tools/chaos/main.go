@@ -154,14 +154,17 @@ func run(o options) (bool, error) {
 	if err := s.startServers(); err != nil {
 		return false, err
 	}
-	ok, err := s.soak()
-	if !ok || err != nil {
-		o.keep = true
-	}
+	ok, last, err := s.soak()
 	s.cleanup()
-	if !o.keep {
-		fmt.Fprintf(os.Stderr, "chaos: removing %s (-keep keeps it; a failed run keeps it)\n", s.dir)
-		_ = os.RemoveAll(s.dir)
+	if ok && err == nil && !o.keep {
+		// The traces are large; the figures and logs stay.
+		for _, d := range []string{"out", "small", "relay", "natsout", "nats", "bin"} {
+			_ = os.RemoveAll(filepath.Join(s.dir, d))
+		}
+		fmt.Printf("chaos: removed the traces (-keep keeps them; a failed run keeps them); figures in %s/chaos.csv and %s/rss.csv, logs in %s/logs\n", s.dir, s.dir, s.dir)
+	}
+	if last != "" {
+		fmt.Println(last)
 	}
 	return ok, err
 }
@@ -295,30 +298,30 @@ sinks:
 }
 
 // soak runs the session with its faults and reconciles.
-func (s *soak) soak() (bool, error) {
+func (s *soak) soak() (bool, string, error) {
 	s.sock = filepath.Join(s.dir, "run", "producer.sock")
 	cfgPath := filepath.Join(s.dir, "chaos.yaml")
 	if err := os.WriteFile(cfgPath, []byte(s.config()), 0o644); err != nil {
-		return false, err
+		return false, "", err
 	}
 	runtimeDir := filepath.Join(s.dir, "run")
 	var err error
 	s.session, err = newProc("session", filepath.Join(s.dir, "logs", "session.log"), s.tp,
 		[]string{"XDG_RUNTIME_DIR=" + runtimeDir}, "run", "-c", cfgPath)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	fmt.Printf("chaos: %v session, faults every %v (%s), output %s\n", s.o.duration, s.o.every, s.o.faultList, s.dir)
 	start := time.Now()
 	if err := s.session.start(); err != nil {
-		return false, err
+		return false, "", err
 	}
 	// The Perfetto double: connects once the socket is there, before
 	// the session's wait_for_producers runs out.
 	alive := func() bool { return syscall.Kill(s.session.pid(), 0) == nil }
 	pd, err := dialProducer(s.sock, s.o.perfRate, time.Now().Add(60*time.Second), alive)
 	if err != nil {
-		return false, fmt.Errorf("%w (see %s)", err, s.session.log.Name())
+		return false, "", fmt.Errorf("%w (see %s)", err, s.session.log.Name())
 	}
 	served := make(chan struct{})
 	go func() { defer close(served); pd.serve() }()
@@ -365,7 +368,7 @@ func (s *soak) soak() (bool, error) {
 	}
 	s.note("session ended after %v: %v", time.Since(start).Round(time.Second), exitWord(sessionErr))
 	if err := writeSamples(filepath.Join(s.dir, "rss.csv"), samples); err != nil {
-		return false, err
+		return false, "", err
 	}
 
 	// Let serve store what the relay sink sent last, then stop it.
@@ -398,7 +401,7 @@ func (s *soak) drainNATS() ([]string, error) {
 		return nil, err
 	}
 	defer p.stop(syscall.SIGTERM, 30*time.Second)
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(max(3*time.Minute, s.o.duration/3))
 	var last int64 = -1
 	stable := 0
 	for time.Now().Before(deadline) {
@@ -419,7 +422,7 @@ func (s *soak) drainNATS() ([]string, error) {
 		}
 		last = size
 	}
-	return servedFiles(out), fmt.Errorf("still growing after 3m")
+	return servedFiles(out), fmt.Errorf("still growing after %v", max(3*time.Minute, s.o.duration/3))
 }
 
 // sample is one row of rss.csv.

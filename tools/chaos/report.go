@@ -13,7 +13,7 @@ import (
 // reconcile reads every output, writes chaos.csv and prints the summary;
 // it returns false when a packet is unexplained or the run cannot be
 // judged.
-func (s *soak) reconcile(pd *producer, samples []sample, sessionErr error, natsFiles []string) (bool, error) {
+func (s *soak) reconcile(pd *producer, samples []sample, sessionErr error, natsFiles []string) (bool, string, error) {
 	ok := true
 	fail := func(format string, args ...any) {
 		ok = false
@@ -64,7 +64,7 @@ func (s *soak) reconcile(pd *producer, samples []sample, sessionErr error, natsF
 		fmt.Println("chaos: copy", l)
 	}
 	if err := writeRows(filepath.Join(s.dir, "chaos.csv"), rows); err != nil {
-		return false, err
+		return false, "", err
 	}
 
 	// Faults.
@@ -115,15 +115,16 @@ func (s *soak) reconcile(pd *producer, samples []sample, sessionErr error, natsF
 		fail("%d packets of the copies unexplained", copyUnexplained)
 	}
 	if ref.hasStats && lossCauses(ref) != "none" {
-		fmt.Printf("chaos: note: loss counters of the reference under the stall policy: %s\n", lossCauses(ref))
+		fmt.Printf("chaos: note: the reference's counters record loss under the stall policy (%s) while %d of its packets are missing (counted %d, unexplained %d)\n",
+			s.short(lossCauses(ref)), counted+unexplained, counted, unexplained)
 	}
 	causes := []string{"reference: " + s.short(lossCauses(ref))}
 	for _, c := range copies {
 		causes = append(causes, c.name+": "+s.short(lossCauses(c)))
 	}
-	fmt.Printf("chaos: emitted %d, delivered %d, lost (counted) %d (copies: %d) by cause [%s], unexplained %d (reference %d, copies %d)\n",
+	last := fmt.Sprintf("chaos: emitted %d, delivered %d, lost (counted) %d (copies: %d) by cause [%s], unexplained %d (reference %d, copies %d)",
 		emitted, delivered, counted, copyCounted, strings.Join(causes, "; "), unexplained+copyUnexplained, unexplained, copyUnexplained)
-	return ok, nil
+	return ok, last, nil
 }
 
 // short drops the build directory from plugin paths in counter names.
