@@ -34,6 +34,8 @@ type producer struct {
 
 	uc      *net.UnixConn
 	d       ipc.Deserializer
+	rbuf    []byte // read buffer of recv (one reader: serve's goroutine)
+	oob     []byte
 	sendMu  sync.Mutex // guards rid and writes to uc (commits come from the writing goroutine)
 	rid     uint64
 	methods map[string]uint32
@@ -105,8 +107,10 @@ func (p *producer) invokeRaw(method string, args []byte, drop bool) uint64 {
 // deadline: the service may be stopped (SIGSTOP) for a while; the session's
 // end closes the connection.
 func (p *producer) recv() (*ipc.Frame, []int, error) {
-	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	if p.rbuf == nil {
+		p.rbuf, p.oob = make([]byte, 64<<10), make([]byte, unix.CmsgSpace(4*4))
+	}
+	buf, oob := p.rbuf, p.oob
 	var fds []int
 	for {
 		if f, err := p.d.Next(); f != nil || err != nil {
