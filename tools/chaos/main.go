@@ -63,6 +63,7 @@ type options struct {
 	keep      bool
 	natsPath  string
 	faultList string
+	strict    bool
 }
 
 func main() {
@@ -79,6 +80,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (it is kept anyway when the run fails)")
 	flag.StringVar(&o.natsPath, "nats-server", "", "nats-server binary (default: PATH, else /usr/sbin/nats-server)")
 	flag.StringVar(&o.faultList, "faults", "kill-plugin,restart-nats,rotate,kill-serve,disk-full,sigstop,snapshot,cpu-hog", "faults, in round-robin order")
+	flag.BoolVar(&o.strict, "fail-on-counters", false, "also fail when the reference's data-loss counters other than plugin deaths are non-zero (zero loss under the stall policy), even with no packet missing")
 	flag.Parse()
 	ok, err := run(o)
 	if err != nil {

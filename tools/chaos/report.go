@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tracepipe/tracepipe/tracefile"
 )
 
 // reconcile reads every output, writes chaos.csv and prints the summary;
@@ -117,6 +119,13 @@ func (s *soak) reconcile(pd *producer, samples []sample, sessionErr error, natsF
 	if ref.hasStats && lossCauses(ref) != "none" {
 		fmt.Printf("chaos: note: the reference's counters record loss under the stall policy (%s) while %d of its packets are missing (counted %d, unexplained %d)\n",
 			s.short(lossCauses(ref)), counted+unexplained, counted, unexplained)
+	}
+	if s.o.strict && ref.hasStats {
+		for _, r := range tracefile.LossReport(ref.stats) {
+			if r.Lost() && !strings.HasSuffix(r.Name, ".died") {
+				fail("-fail-on-counters: %s = %d (buffer %d; -1: service-wide) in the reference under the stall policy", s.short(r.Name), r.Value, r.Index)
+			}
+		}
 	}
 	causes := []string{"reference: " + s.short(lossCauses(ref))}
 	for _, c := range copies {
