@@ -231,8 +231,13 @@ sinks: [{type: file, path: %q}]
 	if suppressed == 0 {
 		t.Fatalf("no final report of suppressed lines (reports %q)", h.report)
 	}
-	if h.lines+suppressed != total {
-		t.Errorf("logged %d + suppressed %d = %d lines, the plugin wrote %d", h.lines, suppressed, h.lines+suppressed, total)
+	// After sdk.Serve the plugin's os.Stderr reaches tracepipe through
+	// go-plugin's stdio stream (a pipe inside the plugin, relayed over
+	// gRPC): what is still in that pipe when the plugin's process exits
+	// dies with it, unseen by tracepipe. That is at most one pipe's worth
+	// (64 KiB: linesOnce lines); everything that arrived is counted.
+	if got := h.lines + suppressed; got > total || got < total-linesOnce {
+		t.Errorf("logged %d + suppressed %d = %d lines, the plugin wrote %d (at most %d may die in the plugin's own stderr pipe)", h.lines, suppressed, got, total, linesOnce)
 	}
 	var counted uint64
 	if res.Stats.Tracepipe != nil {
