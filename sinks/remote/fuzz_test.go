@@ -4,6 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/tracepipe/tracepipe/tracefile"
 )
 
 // FuzzCheckRecords: any batch either checks or fails; a checked one's
@@ -52,6 +56,28 @@ func FuzzStoreState(f *testing.F) {
 		}
 		if tr.off < 0 {
 			t.Fatalf("negative offset %d", tr.off)
+		}
+	})
+}
+
+// FuzzIsTraceStats holds the per-session files' cheap TraceStats scan to
+// the full decode: a packet that decodes, with trace_stats as its
+// payload, is found; one that does not decode never is.
+func FuzzIsTraceStats(f *testing.F) {
+	ts := tracefile.AppendTraceStatsMessage(nil, &tracefile.TraceStats{})
+	good := protowire.AppendBytes(protowire.AppendTag(seqPacket(2), tracefile.FieldTraceStats, protowire.BytesType), ts)
+	f.Add(good)
+	f.Add(good[:len(good)-1])
+	f.Add(seqPacket(3))
+	f.Add([]byte{0xff})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		got := isTraceStats(p)
+		info, err := tracefile.DecodePacket(p)
+		if err != nil && got {
+			t.Fatalf("isTraceStats found trace_stats in a packet that does not decode (%v)", err)
+		}
+		if err == nil && info.PayloadField == tracefile.FieldTraceStats && !got {
+			t.Fatal("isTraceStats missed a TraceStats packet")
 		}
 	})
 }

@@ -129,21 +129,25 @@ func (t *traceOut) prepare(s *Store, ss *streamState, data []byte) ([]byte, erro
 		t.scratch = t.scratch[:0]
 	}
 	err := WalkRecords(data, func(p []byte) error {
+		if !t.merge {
+			// A per-session file stores the sender's packets as they
+			// came (checked for framing only): only its TraceStats is
+			// looked for, by a scan that builds no error for a packet
+			// that does not parse (a hostile or truncated batch must not
+			// cost more than a good one).
+			if len(p) <= maxLastStats && isTraceStats(p) {
+				ss.pending = append(ss.pending[:0], p...)
+			}
+			return nil
+		}
+		// A merged file rewrites each packet, so it refuses what does
+		// not parse.
 		info, err := tracefile.DecodePacket(p)
 		if err != nil {
-			if !t.merge {
-				// A per-session file stores the sender's packets as they
-				// came (checked for framing only); a merged one must
-				// rewrite each, so it refuses what does not parse.
-				return nil
-			}
 			return fmt.Errorf("%w: %w", ErrBadBatch, err)
 		}
 		if info.PayloadField == tracefile.FieldTraceStats && len(p) <= maxLastStats {
 			ss.pending = append(ss.pending[:0], p...)
-		}
-		if !t.merge {
-			return nil
 		}
 		id, err := ss.remap(t, info.SequenceID, s.opts.MaxSequences)
 		if err != nil {
@@ -482,3 +486,26 @@ func (d *decoder) bytes(n int) []byte {
 func (d *decoder) u64() uint64 { return binary.LittleEndian.Uint64(d.bytes(8)) }
 func (d *decoder) u32() uint32 { return binary.LittleEndian.Uint32(d.bytes(4)) }
 func (d *decoder) u8() uint8   { return d.bytes(1)[0] }
+
+// isTraceStats reports whether packet p is a well-formed TracePacket whose
+// top-level fields include trace_stats, without decoding more than the
+// field headers.
+func isTraceStats(p []byte) bool {
+	found := false
+	for len(p) > 0 {
+		num, typ, n := protowire.ConsumeTag(p)
+		if n < 0 {
+			return false
+		}
+		p = p[n:]
+		m := protowire.ConsumeFieldValue(num, typ, p)
+		if m < 0 {
+			return false
+		}
+		p = p[m:]
+		if num == tracefile.FieldTraceStats && typ == protowire.BytesType {
+			found = true
+		}
+	}
+	return found
+}
