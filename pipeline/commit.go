@@ -93,9 +93,29 @@ func (s *Service) patchChunk(p *producer, c *smb.ChunkToPatch) {
 
 // scrape copies the chunks still sitting in every producer's SMB
 // (completed but not yet committed, or being written), without waiting
-// for the producers (reference/service.md §4 CompleteFlush).
+// for the producers (reference/service.md §4 CompleteFlush). A dead
+// producer's SMB is not scraped: scrapeDead salvaged it once, when the
+// death was noticed, and nothing writes into it any more. Scraping it
+// again would hand its half-written chunks to the buffer at every flush;
+// once the first copy was read and erased (the ring wrapped over it) the
+// buffer would count each further copy as chunks_discarded, a loss that
+// is none.
 func (s *Service) scrape() {
 	for _, p := range s.producers {
+		if p.state == stateDead {
+			continue
+		}
 		p.reader.Scrape(p.onChunk)
 	}
+}
+
+// scrapeDead salvages what a producer that just died left in its SMB, as
+// traced does when a producer disconnects (reference/service.md §2 step
+// 6): the chunks it completed but did not commit, and the finished
+// fragments of the chunks it was writing. It is the last look at that
+// SMB: scrape skips dead producers. (Commits it sent before it died and
+// still queued are handled later as usual; the SMB reader does not hand
+// out again a chunk the scrape took whole.)
+func (s *Service) scrapeDead(p *producer) {
+	p.reader.Scrape(p.onChunk)
 }
