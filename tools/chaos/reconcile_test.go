@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -111,5 +114,26 @@ func TestPerfettoCounter(t *testing.T) {
 	}
 	if _, ok := perfettoCounter([]byte{0xff}); ok {
 		t.Fatal("a malformed packet was accepted")
+	}
+}
+
+// The reference's rotated files are found under the names the file sink
+// gives them (the index before the extension), in rotation order, and a
+// snapshot beside them is not one of them.
+func TestTraceFilesRotationOrder(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"ref.pftrace", "ref.1.pftrace", "ref.2.pftrace", "ref.snap-1-manual.pftrace"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := traceFiles(filepath.Join(dir, "ref.pftrace"))
+	var names []string
+	for _, p := range got {
+		names = append(names, filepath.Base(p))
+	}
+	want := "ref.pftrace ref.1.pftrace ref.2.pftrace"
+	if strings.Join(names, " ") != want {
+		t.Errorf("traceFiles = %v, want %s", names, want)
 	}
 }
