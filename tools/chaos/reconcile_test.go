@@ -137,3 +137,23 @@ func TestTraceFilesRotationOrder(t *testing.T) {
 		t.Errorf("traceFiles = %v, want %s", names, want)
 	}
 }
+
+// -fail-on-counters fails on the reference's own data-loss counters, not on
+// plugin deaths (an injected fault) or another sink's recorded loss.
+func TestStrictLoss(t *testing.T) {
+	for _, tc := range []struct {
+		row  tracefile.LossRow
+		want bool
+	}{
+		{tracefile.LossRow{Name: "chunks_discarded", Index: 1, Severity: tracefile.SeverityDataLoss, Value: 1}, true},
+		{tracefile.LossRow{Name: "sink_packets_dropped", Index: -1, Severity: tracefile.SeverityDataLoss, Value: 3}, true},
+		{tracefile.LossRow{Name: "chunks_discarded", Index: 1, Severity: tracefile.SeverityDataLoss, Value: 0}, false},
+		{tracefile.LossRow{Name: "data_sources[1] (p).died", Index: -1, Severity: tracefile.SeverityDataLoss, Value: 1}, false},
+		{tracefile.LossRow{Name: "sinks[1] (/t/small.pftrace).packets_dropped", Index: -1, Severity: tracefile.SeverityDataLoss, Value: 59259}, false},
+		{tracefile.LossRow{Name: "sinks[1] (/t/small.pftrace).failed", Index: -1, Severity: tracefile.SeverityDataLoss, Value: 1}, false},
+	} {
+		if got := strictLoss(tc.row); got != tc.want {
+			t.Errorf("strictLoss(%+v) = %v, want %v", tc.row, got, tc.want)
+		}
+	}
+}
