@@ -64,6 +64,15 @@ func (s *Service) copyChunk(p *producer, v *smb.ChunkView) {
 		p.scrapeBuf = append(p.scrapeBuf[:0], payload...)
 		p.scrapeBuf = append(p.scrapeBuf, make([]byte, max(v.PayloadCapacity-len(payload), 0))...)
 		payload = p.scrapeBuf
+		// The buffer leaves out the last fragment of an incomplete chunk
+		// (it may be half-written), as Perfetto's does with the raw SMB
+		// count. The SMB reader left that fragment out already: count it
+		// back, so that the last finished fragment is not dropped too.
+		// For a chunk that is never committed (its writer died) that
+		// fragment was a finished packet, lost without a count; or a
+		// packet's end, whose beginning then stalled its sequence until
+		// the ring overwrote it (chunks_overwritten).
+		n++
 	}
 	b := s.buffers[bi]
 	b.buf.CopyChunkUntrusted(p.id, p.trustedClient(), v.WriterID, v.ChunkID, n, v.Flags, v.Complete, payload)
