@@ -64,6 +64,15 @@ func (s *Service) copyChunk(p *producer, v *smb.ChunkView) {
 		p.scrapeBuf = append(p.scrapeBuf[:0], payload...)
 		p.scrapeBuf = append(p.scrapeBuf, make([]byte, max(v.PayloadCapacity-len(payload), 0))...)
 		payload = p.scrapeBuf
+		// The buffer leaves out the last fragment of an incomplete chunk
+		// (it may be half-written), as Perfetto's does with the raw SMB
+		// count. The SMB reader left that fragment out already: count it
+		// back, so that the last finished fragment is not dropped too.
+		// For a chunk that is never committed (its writer died) that
+		// fragment was a finished packet, lost without a count; or a
+		// packet's end, whose beginning then stalled its sequence until
+		// the ring overwrote it (chunks_overwritten).
+		n++
 	}
 	b := s.buffers[bi]
 	b.buf.CopyChunkUntrusted(p.id, p.trustedClient(), v.WriterID, v.ChunkID, n, v.Flags, v.Complete, payload)
@@ -93,9 +102,29 @@ func (s *Service) patchChunk(p *producer, c *smb.ChunkToPatch) {
 
 // scrape copies the chunks still sitting in every producer's SMB
 // (completed but not yet committed, or being written), without waiting
-// for the producers (reference/service.md §4 CompleteFlush).
+// for the producers (reference/service.md §4 CompleteFlush). A dead
+// producer's SMB is not scraped: scrapeDead salvaged it once, when the
+// death was noticed, and nothing writes into it any more. Scraping it
+// again would hand its half-written chunks to the buffer at every flush;
+// once the first copy was read and erased (the ring wrapped over it) the
+// buffer would count each further copy as chunks_discarded, a loss that
+// is none.
 func (s *Service) scrape() {
 	for _, p := range s.producers {
+		if p.state == stateDead {
+			continue
+		}
 		p.scrapeSMB()
 	}
+}
+
+// scrapeDead salvages what a producer that just died left in its SMB, as
+// traced does when a producer disconnects (reference/service.md §2 step
+// 6): the chunks it completed but did not commit, and the finished
+// fragments of the chunks it was writing. It is the last look at that
+// SMB: scrape skips dead producers. (Commits it sent before it died and
+// still queued are handled later as usual; the SMB reader does not hand
+// out again a chunk the scrape took whole.)
+func (s *Service) scrapeDead(p *producer) {
+	p.scrapeSMB()
 }

@@ -197,8 +197,9 @@ func (s *Service) handleNote(n note) {
 			s.logDetail(detail, "%s: %v; the session goes on without it (what it committed is kept)", p.label(), n.err)
 		}
 		s.flushGone(p)
-		// Keep what it completed; its control goroutine ends on its own.
-		p.scrapeSMB()
+		// Keep what it completed (the only scrape of its SMB from now
+		// on); its control goroutine ends on its own.
+		s.scrapeDead(p)
 		p.requestStop()
 	case noteStopped:
 		// A producer that died was reported then; its Stop could only

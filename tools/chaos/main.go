@@ -80,7 +80,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (it is kept anyway when the run fails)")
 	flag.StringVar(&o.natsPath, "nats-server", "", "nats-server binary (default: PATH, else /usr/sbin/nats-server)")
 	flag.StringVar(&o.faultList, "faults", "kill-plugin,restart-nats,rotate,kill-serve,disk-full,sigstop,snapshot,cpu-hog", "faults, in round-robin order")
-	flag.BoolVar(&o.strict, "fail-on-counters", false, "also fail when the reference's data-loss counters other than plugin deaths are non-zero (zero loss under the stall policy), even with no packet missing")
+	flag.BoolVar(&o.strict, "fail-on-counters", false, "also fail when the reference's own data-loss counters other than plugin deaths are non-zero (zero loss under the stall policy), even with no packet missing; other sinks' recorded loss is checked in their copies")
 	flag.Parse()
 	ok, err := run(o)
 	if err != nil {

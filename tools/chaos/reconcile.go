@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/tracepipe/tracepipe/plugins/builtin"
+	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -301,15 +302,16 @@ func lossCauses(o *output) string {
 	return strings.Join(parts, " ")
 }
 
-// traceFiles lists a file sink's files in rotation order: path, path.1,
-// path.2, ... (snapshots, named <stem>.snap-N-..., are not part of it).
+// traceFiles lists a file sink's files in rotation order, named as the
+// sink names them (sinks.FileName: ref.pftrace, ref.1.pftrace, ...;
+// snapshots, named <stem>.snap-N-..., are not part of it).
 func traceFiles(path string) []string {
 	var out []string
 	if _, err := os.Stat(path); err == nil {
 		out = append(out, path)
 	}
 	for i := 1; ; i++ {
-		p := path + "." + strconv.Itoa(i)
+		p := sinks.FileName(path, i)
 		if _, err := os.Stat(p); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return out

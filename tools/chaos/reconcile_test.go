@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -111,5 +114,46 @@ func TestPerfettoCounter(t *testing.T) {
 	}
 	if _, ok := perfettoCounter([]byte{0xff}); ok {
 		t.Fatal("a malformed packet was accepted")
+	}
+}
+
+// The reference's rotated files are found under the names the file sink
+// gives them (the index before the extension), in rotation order, and a
+// snapshot beside them is not one of them.
+func TestTraceFilesRotationOrder(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"ref.pftrace", "ref.1.pftrace", "ref.2.pftrace", "ref.snap-1-manual.pftrace"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := traceFiles(filepath.Join(dir, "ref.pftrace"))
+	var names []string
+	for _, p := range got {
+		names = append(names, filepath.Base(p))
+	}
+	want := "ref.pftrace ref.1.pftrace ref.2.pftrace"
+	if strings.Join(names, " ") != want {
+		t.Errorf("traceFiles = %v, want %s", names, want)
+	}
+}
+
+// -fail-on-counters fails on the reference's own data-loss counters, not on
+// plugin deaths (an injected fault) or another sink's recorded loss.
+func TestStrictLoss(t *testing.T) {
+	for _, tc := range []struct {
+		row  tracefile.LossRow
+		want bool
+	}{
+		{tracefile.LossRow{Name: "chunks_discarded", Index: 1, Severity: tracefile.SeverityDataLoss, Value: 1}, true},
+		{tracefile.LossRow{Name: "sink_packets_dropped", Index: -1, Severity: tracefile.SeverityDataLoss, Value: 3}, true},
+		{tracefile.LossRow{Name: "chunks_discarded", Index: 1, Severity: tracefile.SeverityDataLoss, Value: 0}, false},
+		{tracefile.LossRow{Name: "data_sources[1] (p).died", Index: -1, Severity: tracefile.SeverityDataLoss, Value: 1}, false},
+		{tracefile.LossRow{Name: "sinks[1] (/t/small.pftrace).packets_dropped", Index: -1, Severity: tracefile.SeverityDataLoss, Value: 59259}, false},
+		{tracefile.LossRow{Name: "sinks[1] (/t/small.pftrace).failed", Index: -1, Severity: tracefile.SeverityDataLoss, Value: 1}, false},
+	} {
+		if got := strictLoss(tc.row); got != tc.want {
+			t.Errorf("strictLoss(%+v) = %v, want %v", tc.row, got, tc.want)
+		}
 	}
 }

@@ -4,6 +4,11 @@
 //
 //	ok          write packets, then be done (plugins.Finite)
 //	kill        write and flush packets, then SIGKILL itself
+//	kill_unflushed write and flush packets; at the first Flush, before
+//	            acknowledging it, write "packets" more (indices packets..
+//	            2*packets-1) without flushing and SIGKILL itself: the SMB
+//	            is left with complete chunks whose commits were still
+//	            batched and a half-written chunk
 //	panic       write and flush packets, then panic (exit status 2)
 //	hang_flush  write packets; Flush never returns
 //	hang_start  Start never returns
@@ -194,7 +199,7 @@ func (f *fault) run() {
 	case "garbage_smb":
 		garbage()
 	}
-	if f.mode == "hang_flush" || f.mode == "garbage_smb" || f.mode == "flush_marks" || f.mode == "spawn" {
+	if f.mode == "hang_flush" || f.mode == "garbage_smb" || f.mode == "flush_marks" || f.mode == "spawn" || f.mode == "kill_unflushed" {
 		<-f.stop
 	}
 }
@@ -300,6 +305,15 @@ func (f *fault) FlushWithFlags(flags plugins.FlushFlags) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.mode == "kill_unflushed" {
+		for i := f.packets; i < 2*f.packets; i++ {
+			if err := f.w.WritePacket(packet(i, false)); err != nil {
+				log.Printf("fault: packet %d: %v", i, err)
+			}
+		}
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal ends the process
+	}
 	select {
 	case <-f.done:
 		return nil
