@@ -3,7 +3,6 @@ package pipeline
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -151,20 +150,7 @@ func (s *Service) appendEvents(b *batch) {
 // appendSystemInfo appends a system_info (45) field: utsname, service
 // version, page size and CPU count (tracefile owns the encoding).
 func appendSystemInfo(dst []byte) []byte {
-	si := tracefile.SystemInfo{
-		ServiceVersion: "tracepipe",
-		PageSize:       uint64(unix.Getpagesize()),
-		NumCPUs:        uint64(runtime.NumCPU()),
-	}
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		si.HasUname = true
-		si.Sysname = unix.ByteSliceToString(u.Sysname[:])
-		si.Version = unix.ByteSliceToString(u.Version[:])
-		si.Release = unix.ByteSliceToString(u.Release[:])
-		si.Machine = unix.ByteSliceToString(u.Machine[:])
-	}
-	return tracefile.AppendSystemInfo(dst, &si)
+	return tracefile.AppendSystemInfo(dst, tracefile.LocalSystemInfo())
 }
 
 // traceStats assembles the TraceStats packet content: every buffer's

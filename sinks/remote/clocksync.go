@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -329,7 +328,7 @@ func (t *traceOut) writeHostPreamble(s *Store) error {
 	p = tracefile.AppendTimestamp(p, clocks[0].Timestamp)
 	p = tracefile.AppendClockSnapshot(p, clocks, tracefile.ClockBoottime)
 	b := tracefile.AppendRecord(nil, p)
-	p = tracefile.AppendSystemInfo(tracefile.AppendServiceHeader(p[:0], uid), hostSystemInfo())
+	p = tracefile.AppendSystemInfo(tracefile.AppendServiceHeader(p[:0], uid), tracefile.LocalSystemInfo())
 	b = tracefile.AppendRecord(b, p)
 	return t.appendPackets(s, b)
 }
@@ -348,22 +347,4 @@ func (t *traceOut) appendPackets(s *Store, b []byte) error {
 		return err
 	}
 	return nil
-}
-
-// hostSystemInfo describes the receiving machine.
-func hostSystemInfo() *tracefile.SystemInfo {
-	si := &tracefile.SystemInfo{
-		ServiceVersion: "tracepipe",
-		PageSize:       uint64(unix.Getpagesize()),
-		NumCPUs:        uint64(runtime.NumCPU()),
-	}
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		si.HasUname = true
-		si.Sysname = unix.ByteSliceToString(u.Sysname[:])
-		si.Version = unix.ByteSliceToString(u.Version[:])
-		si.Release = unix.ByteSliceToString(u.Release[:])
-		si.Machine = unix.ByteSliceToString(u.Machine[:])
-	}
-	return si
 }
