@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -205,12 +206,7 @@ func (s *StatsScan) Last() *StatsAt {
 
 // Sequences returns the ids of the sequences with dropped packets, sorted.
 func (s *StatsScan) Sequences() []uint32 {
-	ids := make([]uint32, 0, len(s.Dropped))
-	for id := range s.Dropped {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(s.Dropped))
 }
 
 // Reasons returns the loss masks seen on sequence id, ordered by their

@@ -102,11 +102,8 @@ func MergeSummary(acc, s *Summary) *Summary {
 	acc.Bytes += s.Bytes
 	acc.StreamBytes += s.StreamBytes
 	if s.HasTimestamps {
-		if !acc.HasTimestamps || s.MinTimestamp < acc.MinTimestamp {
-			acc.MinTimestamp = s.MinTimestamp
-		}
-		acc.MaxTimestamp = max(acc.MaxTimestamp, s.MaxTimestamp)
-		acc.HasTimestamps = true
+		widen(&acc.MinTimestamp, &acc.MaxTimestamp, &acc.HasTimestamps, s.MinTimestamp)
+		widen(&acc.MinTimestamp, &acc.MaxTimestamp, &acc.HasTimestamps, s.MaxTimestamp)
 	}
 	acc.PreviousPacketDropped += s.PreviousPacketDropped
 	for _, q := range s.Sequences {
@@ -117,11 +114,8 @@ func MergeSummary(acc, s *Summary) *Summary {
 		}
 		a := &acc.Sequences[i]
 		if q.HasTimestamps {
-			if !a.HasTimestamps || q.MinTimestamp < a.MinTimestamp {
-				a.MinTimestamp = q.MinTimestamp
-			}
-			a.MaxTimestamp = max(a.MaxTimestamp, q.MaxTimestamp)
-			a.HasTimestamps = true
+			widen(&a.MinTimestamp, &a.MaxTimestamp, &a.HasTimestamps, q.MinTimestamp)
+			widen(&a.MinTimestamp, &a.MaxTimestamp, &a.HasTimestamps, q.MaxTimestamp)
 		}
 		a.Packets += q.Packets
 		a.Bytes += q.Bytes

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	. "github.com/tracepipe/tracepipe/internal/tracebuild"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/tpimport"
@@ -15,17 +16,6 @@ import (
 )
 
 const ms = 1_000_000
-
-// writeFile writes data to a new file named name in a test's temporary
-// directory.
-func writeFile(t *testing.T, name string, data []byte) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // program compiles the program description at path.
 func program(t testing.TB, path string) Program {
@@ -257,7 +247,7 @@ func TestProtoVMEvalMatchesBruteForce(t *testing.T) {
 	if len(trace) < 16*ring {
 		t.Fatalf("trace %d bytes, want ≥ 16× the ring", len(trace))
 	}
-	path := writeFile(t, "full.pftrace", trace)
+	path := testsupport.WriteTempFile(t, "full.pftrace", trace)
 	pr := program(t, "../../configs/protovm/interned_names.yaml")
 	got, err := Run(path, Options{BufferSize: ring, MemoryLimitKB: 64, Programs: []Program{pr}, ProtoVMs: true})
 	if err != nil {
@@ -301,7 +291,7 @@ func TestProtoVMEvalFragmentedPackets(t *testing.T) {
 		Packet(Seq(2), Ts(1002*ms), Flags(Needs), Event(Instant, 20, 0, String(23, "small"))),
 		Packet(Seq(3), Ts(1002*ms), Event(Instant, 20, 0, String(23, big[:5000]))),
 	)
-	path := writeFile(t, "frag.pftrace", trace)
+	path := testsupport.WriteTempFile(t, "frag.pftrace", trace)
 	res, err := Run(path, Options{BufferSize: 1 << 20, MemoryLimitKB: 64})
 	if err != nil {
 		t.Fatal(err)
