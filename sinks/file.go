@@ -7,9 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -194,65 +191,10 @@ func newFileSink(opts FileOptions, hooks fileHooks) (*FileSink, error) {
 	return s, nil
 }
 
-// FileName returns the name of the file with rotation index i: the
-// configured path for 0; after that the index goes before the name's
-// extension, which stays whole so that the file still opens by its name
-// (t.pftrace.zst → t.1.pftrace.zst; t → t.1). See SplitFileName.
-func FileName(path string, i int) string {
-	if i == 0 {
-		return path
-	}
-	stem, ext := splitExt(path)
-	return stem + "." + strconv.Itoa(i) + ext
-}
-
-// splitExt splits a path into stem and extension: the compression
-// extension (.gz, .zst) with the one before it (.pftrace.zst), or the last
-// extension alone. Dots inside the stem ({timestamp}'s milliseconds) stay
-// in it.
-// An all-digit extension is a rotation index, never part of the extension.
-func splitExt(path string) (stem, ext string) {
-	dir, base := filepath.Split(path)
-	ext = filepath.Ext(base)
-	if isDigits(ext) {
-		ext = ""
-	}
-	if ext == ".gz" || ext == ".zst" {
-		if inner := filepath.Ext(strings.TrimSuffix(base, ext)); !isDigits(inner) {
-			ext = inner + ext
-		}
-	}
-	if ext == base { // a dotfile: all name, no extension
-		ext = ""
-	}
-	return dir + strings.TrimSuffix(base, ext), ext
-}
-
-// isDigits reports whether ext is "." followed by decimal digits only.
-func isDigits(ext string) bool {
-	if len(ext) < 2 {
-		return false
-	}
-	for _, r := range ext[1:] {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// SplitFileName is FileName's inverse: the configured path and rotation
-// index of a file a sink wrote (t.2.pftrace.zst → t.pftrace.zst, 2; a
-// name without an index → itself, 0).
-func SplitFileName(name string) (path string, i int) {
-	stem, ext := splitExt(name)
-	if j := strings.LastIndexByte(stem, '.'); j >= 0 && !strings.ContainsRune(stem[j:], filepath.Separator) && j > strings.LastIndexByte(stem, filepath.Separator)+1 {
-		if n, err := strconv.Atoi(stem[j+1:]); err == nil && n > 0 && strconv.Itoa(n) == stem[j+1:] {
-			return stem[:j] + ext, n
-		}
-	}
-	return name, 0
-}
+// FileName returns the name of the file with rotation index i
+// (tracefile.RotatedFileName: the names of a rotated set are part of the
+// format its readers order it by).
+func FileName(path string, i int) string { return tracefile.RotatedFileName(path, i) }
 
 // open creates the file for s.index. REQUIRES: mu held or not yet shared.
 func (s *FileSink) open() error {

@@ -425,31 +425,3 @@ func TestFileSinkRefusesExistingFile(t *testing.T) {
 		t.Fatalf("the existing file was changed: %q", b)
 	}
 }
-
-// Rotated names keep the name's extension whole, so that a rotated file
-// still opens by its name (t.pftrace.zst.1 lost .zst), and SplitFileName
-// inverts FileName.
-func TestFileNameKeepsExtension(t *testing.T) {
-	for _, c := range []struct {
-		path string
-		i    int
-		want string
-	}{
-		{"out/t.pftrace.zst", 1, "out/t.1.pftrace.zst"},
-		{"out/t.pftrace.gz", 2, "out/t.2.pftrace.gz"},
-		{"out/t.pftrace", 10, "out/t.10.pftrace"},
-		{"out/trace-20261127-082501.123.pftrace", 1, "out/trace-20261127-082501.123.1.pftrace"},
-		{"out.d/t", 3, "out.d/t.3"},
-		{"out/t.gz", 1, "out/t.1.gz"},
-		{"out/.hidden", 1, "out/.hidden.1"},
-		{"out/t.pftrace", 0, "out/t.pftrace"},
-	} {
-		got := FileName(c.path, c.i)
-		if got != c.want {
-			t.Errorf("FileName(%q, %d) = %q, want %q", c.path, c.i, got, c.want)
-		}
-		if p, i := SplitFileName(got); p != c.path || i != c.i {
-			t.Errorf("SplitFileName(%q) = %q, %d, want %q, %d", got, p, i, c.path, c.i)
-		}
-	}
-}

@@ -13,14 +13,25 @@
 //     fields, service packet header, clock snapshots, provenance, uuid,
 //     lifecycle events, TraceStats) and small decoders (DecodePacket,
 //     DecodeTraceStats);
-//   - LossReport / WriteLossTable (`tracepipe stats`) and Summarize /
-//     Summary.WriteText (`tracepipe inspect`), whose per-sequence rows are
-//     bounded (SummaryOptions.MaxSequences; the rest are added up in one
-//     row, their number estimated).
+//   - ReadFile: a trace file by path, record by record, a truncation
+//     reported to the caller rather than printed;
+//   - LossReport / WriteLossTable and the stats scan behind `tracepipe
+//     stats` (ScanStats / StatsScan: the last TraceStats, each machine's,
+//     the flagged packets, and the --fail-on-loss verdict LossSummary);
+//     Summarize / Summary.WriteText (`tracepipe inspect`), whose
+//     per-sequence rows are bounded (SummaryOptions.MaxSequences; the rest
+//     are added up in one row, their number estimated);
+//   - rotated sets (traceset.go): the file names a rotating sink writes
+//     (RotatedFileName, shared with the file sink so that writer and
+//     readers agree), RotationOrder, and a set read as one trace
+//     (StatsScan.Add, MergeSummary).
 //
 // Trace files come from users and are untrusted: the reader reports a
 // malformed record with its byte offset and never allocates more than the
 // record it was given (checked against MaxRecordSize, and against the bytes
 // left when the input size is known, before any allocation). This package
-// does no network I/O and knows nothing of buffers or sessions.
+// does no network I/O, knows nothing of buffers, sessions or sinks (it
+// imports none of them), and writes text only to a writer it is given
+// (WriteLossTable, Summary.WriteText, ...): the CLI words warnings and
+// chooses exit codes.
 package tracefile

@@ -124,9 +124,11 @@ func HasDataLoss(rows []LossRow) bool {
 	return false
 }
 
-func (r LossRow) indexString() string {
+// Scope renders where a counter belongs, as WriteLossTable prints it:
+// "service", or "buffer N".
+func (r LossRow) Scope() string {
 	if r.Index < 0 {
-		return "-"
+		return "service"
 	}
-	return strconv.Itoa(r.Index)
+	return "buffer " + strconv.Itoa(r.Index)
 }

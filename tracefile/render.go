@@ -31,11 +31,7 @@ func WriteLossTableContext(w io.Writer, rows []LossRow, c LossContext) error {
 		case r.Lost():
 			mark = "~"
 		}
-		scope := "service"
-		if r.Index >= 0 {
-			scope = "buffer " + r.indexString()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", mark, scope, r.Name, r.Severity, r.Value)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", mark, r.Scope(), r.Name, r.Severity, r.Value)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

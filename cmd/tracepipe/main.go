@@ -5,6 +5,13 @@
 // The command tree is built by newRootCmd and executed in-process by run,
 // which maps errors to exit codes (exitOK, exitError, exitUsage,
 // exitDataLoss), so tests drive the CLI exactly as main does.
+//
+// This package is flags, output formatting (tables, JSON lines, charts,
+// warnings) and exit codes. Domain logic that a test or another tool could
+// want belongs in a library package: the stats scan and rotated sets in
+// tracefile, the eval replay in protovm/eval, import prediction in
+// tpimport, the session in pipeline. The wiring of sessions, sinks and
+// servers for `run` and `serve` stays here.
 package main
 
 import (

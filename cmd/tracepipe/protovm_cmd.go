@@ -303,3 +303,19 @@ func (s *packetSelector) accept(info *tracefile.PacketInfo) bool {
 	}
 	return false
 }
+
+// readRecords streams the records of the trace at path to fn; a truncated
+// trace is read up to its last whole packet, with a warning.
+// At most maxPacketBuffer bytes of a packet are held (0: whole packets; see
+// tracefile.ReaderOptions.MaxPacketBuffer).
+func readRecords(path string, maxPacketBuffer int, stderr io.Writer, fn func(tracefile.Record) error) error {
+	return tracefile.ReadFile(path, tracefile.ReaderOptions{MaxPacketBuffer: maxPacketBuffer}, truncatedWarning(path, stderr), fn)
+}
+
+// truncatedWarning returns the warning tracefile.ReadFile gives a
+// truncated trace at path.
+func truncatedWarning(path string, stderr io.Writer) func(int, error) {
+	return func(n int, err error) {
+		fmt.Fprintf(stderr, "tracepipe: warning: %s is truncated (%v); read the %d whole packet(s) before it\n", path, err, n)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/protovm/eval"
 )
 
 const evalLong = `Replay a complete trace (recorded without loss; plain, gzip or zstd) through
@@ -62,7 +63,7 @@ func newProtoVMEvalCmd() *cobra.Command {
 			if memKB == 0 {
 				return usageError{fmt.Errorf("--memory-limit-kb must be > 0")}
 			}
-			res, err := runEval(trace, evalOptions{bufferSize: int(size), memoryLimitKB: memKB, programs: programs, protoVMs: protoVMs}, cmd.ErrOrStderr())
+			res, err := runEval(trace, eval.Options{BufferSize: int(size), MemoryLimitKB: memKB, ProtoVMs: protoVMs}, programs, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -91,7 +92,21 @@ func newProtoVMEvalCmd() *cobra.Command {
 	return c
 }
 
-func writeEvalTable(w io.Writer, res []EvalResult) error {
+// runEval loads the programs (in order: the first bad one is the error)
+// and replays the trace at path, warning on stderr if it is truncated.
+func runEval(path string, opts eval.Options, programs []string, stderr io.Writer) ([]eval.Result, error) {
+	for _, p := range programs {
+		code, err := loadProgram(p, nil)
+		if err != nil {
+			return nil, err
+		}
+		opts.Programs = append(opts.Programs, eval.Program{Path: p, Code: code})
+	}
+	opts.OnTruncated = truncatedWarning(path, stderr)
+	return eval.Run(path, opts)
+}
+
+func writeEvalTable(w io.Writer, res []eval.Result) error {
 	if len(res) > 0 {
 		fmt.Fprintf(w, "full trace: %d producer packets\n", res[0].Packets)
 	}
@@ -112,7 +127,7 @@ func writeEvalTable(w io.Writer, res []EvalResult) error {
 // group as wide as its longest line; the y axis runs to 120 %
 // with ticks to 100 %, so that the legend has its own band above the bars;
 // the title names the trace by its base name on a line of its own.
-func plotEval(res []EvalResult, path, trace string, size int64) error {
+func plotEval(res []eval.Result, path, trace string, size int64) error {
 	p, width, height, err := evalPlot(res, trace, size)
 	if err != nil {
 		return err
@@ -121,7 +136,7 @@ func plotEval(res []EvalResult, path, trace string, size int64) error {
 }
 
 // evalPlot builds plotEval's chart and its size.
-func evalPlot(res []EvalResult, trace string, size int64) (p *plot.Plot, width, height vg.Length, err error) {
+func evalPlot(res []eval.Result, trace string, size int64) (p *plot.Plot, width, height vg.Length, err error) {
 	p = plot.New()
 	p.Title.Text = "protovm eval: importable packets after a " + strconv.FormatInt(size>>10, 10) + " KiB ring\n" + filepath.Base(trace)
 	p.Title.Padding = vg.Points(6)

@@ -6,6 +6,9 @@
 package tracebuild
 
 import (
+	"math/rand/v2"
+	"strings"
+
 	"github.com/tracepipe/tracepipe/internal/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -193,3 +196,41 @@ func ProtoVMs(program, state []byte, memoryKB uint32, producers ...uint32) Field
 
 // C is a Clock.
 func C(id uint32, ts uint64) Clock { return Clock{ID: id, Ts: ts} }
+
+// millis is a millisecond in nanoseconds.
+const millis = 1_000_000
+
+// InterningTrace is a lossless trace of n producer packets in the synthetic source's shape: three
+// sequences; each starts (and every 150 packets restarts) with a CLEARED
+// packet carrying its track descriptor; events are NEEDS packets that
+// intern their name on first use since the last CLEARED, padded to random
+// sizes so chunks fill unevenly. Packets stay below a chunk, so nothing
+// is fragmented.
+func InterningTrace(n int) []byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pkts := [][]byte{Packet(Seq(1), Snapshot(6, C(6, 1000*millis), C(3, 900*millis)))}
+	count := map[uint32]int{}
+	interned := map[uint32]map[uint64]bool{}
+	for i := 0; i < n; i++ {
+		seq := uint32(2 + rng.IntN(3))
+		j := count[seq]
+		count[seq]++
+		ts := Ts(uint64(1000*millis + i))
+		who := []Field{Seq(seq), UID(1000), Varint(tracefile.FieldTrustedPID, uint64(seq))}
+		if j%150 == 0 {
+			interned[seq] = map[uint64]bool{}
+			pkts = append(pkts, Packet(append(who, ts, Flags(Cleared), Descriptor(uint64(seq)*10, "t", false))...))
+			continue
+		}
+		iid := uint64(j%37 + 1)
+		f := append(who, ts, Flags(Needs))
+		if !interned[seq][iid] {
+			interned[seq][iid] = true
+			f = append(f, Interned(EventName(iid, "event_"+strings.Repeat("x", int(iid)))))
+		}
+		pad := strings.Repeat("p", 20+rng.IntN(400))
+		f = append(f, Event(Instant, uint64(seq)*10, iid, Sub(4, String(10, "pad"), String(6, pad))))
+		pkts = append(pkts, Packet(f...))
+	}
+	return Trace(pkts...)
+}

@@ -1,11 +1,22 @@
-package main
+// Package eval replays a complete trace through a ring buffer, with and
+// without ProtoVM programs, and predicts what trace_processor imports of
+// what survives: the engine of `tracepipe protovm eval`.
+//
+// It owns the replay geometry (producer packets cut into 4 KiB chunks per
+// sequence, as a TraceWriter fills SMB pages), the three ways a program's
+// state reaches trace_processor (none, restore, protovms) and the counts
+// of Result. The ring is tracepipe's real buffer.TraceBuffer; the import
+// prediction is tpimport's. It sits above buffer, protovm, tpimport and
+// tracefile and below cmd/tracepipe: none of those may import it. It
+// prints nothing (the CLI formats Results as a table, JSON or a chart),
+// loads no program files (callers pass compiled programs) and holds at
+// most the ring's survivors plus 16 MiB of service packets.
+package eval
 
 import (
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -26,33 +37,42 @@ import (
 // minus the 8-byte chunk header), each fragment behind a 4-byte redundant
 // varint length, as Perfetto's protozero writes it.
 const (
-	evalChunkPayload = 4096 - 8
-	evalFragHeader   = 4
-	evalProducer     = 1
-	evalTimingSample = 16 // one patch in 16 is timed
-	// evalMaxHead bounds the service packets eval keeps for the replayed
+	chunkPayload = 4096 - 8
+	fragHeader   = 4
+	producerID   = 1
+	timingSample = 16 // one patch in 16 is timed
+	// maxHead bounds the service packets eval keeps for the replayed
 	// trace's head (a real trace has a few KiB of them).
-	evalMaxHead = 16 << 20
+	maxHead = 16 << 20
 )
 
 // Eval paths: how a program's state reaches trace_processor.
 const (
-	evalBaseline = "none"     // no program
-	evalRestore  = "restore"  // per-sequence VM; CLEARED + state ahead of each sequence's first survivor
-	evalProtoVMs = "protovms" // Perfetto's path: one VM, state in a protovms packet (TP replacement semantics)
+	PathBaseline = "none"     // no program
+	PathRestore  = "restore"  // per-sequence VM; CLEARED + state ahead of each sequence's first survivor
+	PathProtoVMs = "protovms" // Perfetto's path: one VM, state in a protovms packet (TP replacement semantics)
 )
 
-// evalOptions configures one evaluation.
-type evalOptions struct {
-	bufferSize    int
-	memoryLimitKB uint32
-	programs      []string // paths, as given
-	protoVMs      bool     // also evaluate Perfetto's protovms path
-	checkOpts     tpimport.Options
+// Options configures one evaluation.
+type Options struct {
+	BufferSize    int       // the ring's size in bytes
+	MemoryLimitKB uint32    // each VM's state memory limit
+	Programs      []Program // evaluated in order, each after the baseline
+	ProtoVMs      bool      // also evaluate Perfetto's protovms path
+	Check         tpimport.Options
+	// OnTruncated, when not nil, is told that the trace is truncated:
+	// the replay used the records before the cut (see tracefile.ReadFile).
+	OnTruncated func(records int, err error)
 }
 
-// EvalResult is one variant's outcome.
-type EvalResult struct {
+// Program is one program to evaluate.
+type Program struct {
+	Path string // as given: names the variants (by its base name) and errors
+	Code []byte // compiled VmProgram bytes (protovm.Compile, ParseProgram)
+}
+
+// Result is one variant's outcome.
+type Result struct {
 	Variant string `json:"variant"`
 	Program string `json:"program,omitempty"`
 	Path    string `json:"path"`
@@ -77,12 +97,12 @@ type EvalResult struct {
 	Findings       []string `json:"findings"`
 }
 
-// evalVariant is one way of running a program (or none) over the ring's
+// variant is one way of running a program (or none) over the ring's
 // overwritten packets. Every variant sees the same ring: the chunks
 // written are the same, only what is done with overwritten packets and
 // how the readback is presented differ.
-type evalVariant struct {
-	res     EvalResult
+type variant struct {
+	res     Result
 	prog    []byte
 	memory  int
 	seqVMs  map[uint16]*protovm.VM // restore path
@@ -91,17 +111,17 @@ type evalVariant struct {
 	timed   int64                  // patches timed
 }
 
-// evalRing is the ring all variants share.
-type evalRing struct {
+// replayRing is the ring all variants share.
+type replayRing struct {
 	buf         *buffer.TraceBuffer
-	variants    []*evalVariant
+	variants    []*variant
 	overwritten int64
 	scratch     []byte
 	err         error
 }
 
-// evalSeq is the chunker of one producer sequence.
-type evalSeq struct {
+// sequence is the chunker of one producer sequence.
+type sequence struct {
 	writer  uint16
 	client  buffer.ClientIdentity
 	chunkID uint32
@@ -110,26 +130,24 @@ type evalSeq struct {
 	flags   uint8
 }
 
-// runEval replays the producer packets of the trace at path through a ring
-// of opts.bufferSize, once, feeding what the ring overwrites to every
+// Run replays the producer packets of the trace at path through a ring
+// of opts.BufferSize, once, feeding what the ring overwrites to every
 // variant's VMs, then predicts trace_processor's import of the readback
 // as each variant presents it.
-func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, error) {
-	variants := []*evalVariant{{res: EvalResult{Variant: "baseline", Path: evalBaseline}}}
-	mem := int(opts.memoryLimitKB) * 1024
-	for _, p := range opts.programs {
-		prog, err := loadProgram(p, nil)
-		if err != nil {
-			return nil, err
-		}
+func Run(path string, opts Options) ([]Result, error) {
+	variants := []*variant{{res: Result{Variant: "baseline", Path: PathBaseline}}}
+	mem := int(opts.MemoryLimitKB) * 1024
+	for _, pr := range opts.Programs {
+		p, prog := pr.Path, pr.Code
 		name := filepath.Base(p)
-		paths := []string{evalRestore}
-		if opts.protoVMs {
-			paths = append(paths, evalProtoVMs)
+		paths := []string{PathRestore}
+		var err error
+		if opts.ProtoVMs {
+			paths = append(paths, PathProtoVMs)
 		}
 		for _, path := range paths {
-			v := &evalVariant{res: EvalResult{Variant: name + "/" + path, Program: p, Path: path}, prog: prog, memory: mem}
-			if path == evalRestore {
+			v := &variant{res: Result{Variant: name + "/" + path, Program: p, Path: path}, prog: prog, memory: mem}
+			if path == PathRestore {
 				v.seqVMs = map[uint16]*protovm.VM{}
 			} else if v.vm, err = protovm.New(prog, mem); err != nil {
 				return nil, fmt.Errorf("%s: %w", p, err)
@@ -137,22 +155,22 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 			variants = append(variants, v)
 		}
 	}
-	b, err := buffer.New(opts.bufferSize, buffer.RingBuffer)
+	b, err := buffer.New(opts.BufferSize, buffer.RingBuffer)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Close() // the survivors are copies (readAll)
-	ring := &evalRing{buf: b, variants: variants}
+	ring := &replayRing{buf: b, variants: variants}
 	b.SetOverwriteObserver(ring.observe)
 
 	// One pass: service packets are kept for the output's head, producer
 	// packets are chunked into the ring.
 	var head [][]byte
 	headBytes := 0
-	seqs := map[uint32]*evalSeq{}
+	seqs := map[uint32]*sequence{}
 	var packets int64
 	var stripped []byte
-	err = readRecords(path, 0, stderr, func(rec tracefile.Record) error {
+	err = tracefile.ReadFile(path, tracefile.ReaderOptions{}, opts.OnTruncated, func(rec tracefile.Record) error {
 		var t tracefile.Trusted
 		stripped, t = stripTrusted(stripped[:0], rec.Packet)
 		if t.SequenceID <= 1 {
@@ -164,8 +182,8 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 			case tracefile.FieldTraceStats, tracefile.FieldTraceProvenance, tracefile.FieldProtoVMs:
 				// They describe the original session's buffers.
 			default:
-				if headBytes += len(rec.Packet); headBytes > evalMaxHead {
-					return fmt.Errorf("packet at offset %d: more than %d bytes of service packets (sequence id 0 or 1); is this a tracepipe or Perfetto trace?", rec.Offset, evalMaxHead)
+				if headBytes += len(rec.Packet); headBytes > maxHead {
+					return fmt.Errorf("packet at offset %d: more than %d bytes of service packets (sequence id 0 or 1); is this a tracepipe or Perfetto trace?", rec.Offset, maxHead)
 				}
 				head = append(head, append([]byte(nil), rec.Packet...))
 			}
@@ -179,7 +197,7 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 			if t.SequenceID > 0xFFFF {
 				return fmt.Errorf("packet at offset %d: sequence id %d does not fit a writer id", rec.Offset, t.SequenceID)
 			}
-			s = &evalSeq{writer: uint16(t.SequenceID), client: buffer.ClientIdentity{UID: t.UID, PID: t.PID}}
+			s = &sequence{writer: uint16(t.SequenceID), client: buffer.ClientIdentity{UID: t.UID, PID: t.PID}}
 			seqs[t.SequenceID] = s
 		}
 		packets++
@@ -190,7 +208,7 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 		return nil, err
 	}
 	if packets == 0 {
-		return nil, errNoProducerPackets
+		return nil, ErrNoProducerPackets
 	}
 	for _, id := range slices.Sorted(maps.Keys(seqs)) {
 		seqs[id].flush(b)
@@ -199,11 +217,11 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 		return nil, ring.err
 	}
 	survivors := ring.readAll()
-	results := make([]EvalResult, 0, len(variants))
+	results := make([]Result, 0, len(variants))
 	for i, v := range variants {
 		v.res.Packets = packets
 		v.res.Overwritten = ring.overwritten
-		o := opts.checkOpts
+		o := opts.Check
 		// The survivors' bytes are the same in every variant: decode them
 		// strictly once.
 		o.NoStrict = o.NoStrict || i > 0
@@ -211,38 +229,6 @@ func runEval(path string, opts evalOptions, stderr io.Writer) ([]EvalResult, err
 		results = append(results, v.res)
 	}
 	return results, nil
-}
-
-// readRecords streams the records of the trace at path to fn; a truncated
-// trace is read up to its last whole packet, with a warning.
-// At most maxPacketBuffer bytes of a packet are held (0: whole packets; see
-// tracefile.ReaderOptions.MaxPacketBuffer).
-func readRecords(path string, maxPacketBuffer int, stderr io.Writer, fn func(tracefile.Record) error) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	rd, err := tracefile.NewReaderOptions(f, tracefile.ReaderOptions{MaxPacketBuffer: maxPacketBuffer})
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	defer rd.Close()
-	for n := 0; ; n++ {
-		rec, err := rd.Next()
-		switch {
-		case err == io.EOF:
-			return nil
-		case errors.Is(err, tracefile.ErrTruncated):
-			fmt.Fprintf(stderr, "tracepipe: warning: %s is truncated (%v); read the %d whole packet(s) before it\n", path, err, n)
-			return nil
-		case err != nil:
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if err := fn(rec); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-	}
 }
 
 // stripTrusted copies a packet without the fields the service appends
@@ -275,13 +261,13 @@ func stripTrusted(dst, pkt []byte) ([]byte, tracefile.Trusted) {
 // add appends one packet to the sequence's open chunk. A packet that fits
 // in a chunk but not in what is left of the open one starts a new chunk; a
 // bigger one is fragmented across chunks.
-func (s *evalSeq) add(pkt []byte, b *buffer.TraceBuffer) {
-	whole := evalChunkPayload - evalFragHeader
+func (s *sequence) add(pkt []byte, b *buffer.TraceBuffer) {
+	whole := chunkPayload - fragHeader
 	if room := whole - len(s.payload); room <= 0 || len(pkt) > room && len(pkt) <= whole {
 		s.flush(b)
 	}
 	for {
-		n := min(len(pkt), evalChunkPayload-len(s.payload)-evalFragHeader)
+		n := min(len(pkt), chunkPayload-len(s.payload)-fragHeader)
 		s.payload = appendRedundantVarint(s.payload, n)
 		s.payload = append(s.payload, pkt[:n]...)
 		s.frags++
@@ -296,11 +282,11 @@ func (s *evalSeq) add(pkt []byte, b *buffer.TraceBuffer) {
 }
 
 // flush commits the open chunk to the ring.
-func (s *evalSeq) flush(b *buffer.TraceBuffer) {
+func (s *sequence) flush(b *buffer.TraceBuffer) {
 	if s.frags == 0 {
 		return
 	}
-	b.CopyChunkUntrusted(evalProducer, s.client, s.writer, s.chunkID, s.frags, s.flags, true, s.payload)
+	b.CopyChunkUntrusted(producerID, s.client, s.writer, s.chunkID, s.frags, s.flags, true, s.payload)
 	s.chunkID++
 	s.payload, s.frags, s.flags = s.payload[:0], 0, 0
 }
@@ -312,7 +298,7 @@ func appendRedundantVarint(b []byte, n int) []byte {
 }
 
 // observe feeds an overwritten packet to every variant's VMs.
-func (r *evalRing) observe(seq buffer.SequenceProperties, packet [][]byte) {
+func (r *replayRing) observe(seq buffer.SequenceProperties, packet [][]byte) {
 	r.overwritten++
 	if len(r.variants) == 1 || r.err != nil {
 		return // baseline only
@@ -322,10 +308,10 @@ func (r *evalRing) observe(seq buffer.SequenceProperties, packet [][]byte) {
 		r.scratch = append(r.scratch, s...)
 	}
 	cleared := isCleared(r.scratch)
-	timed := r.overwritten%evalTimingSample == 0
+	timed := r.overwritten%timingSample == 0
 	for _, v := range r.variants[1:] {
 		vm := v.vm
-		if v.res.Path == evalRestore {
+		if v.res.Path == PathRestore {
 			// A CLEARED packet starts the sequence's state afresh.
 			vm = v.seqVMs[seq.WriterID]
 			if vm == nil || cleared {
@@ -339,7 +325,7 @@ func (r *evalRing) observe(seq buffer.SequenceProperties, packet [][]byte) {
 				v.seqVMs[seq.WriterID] = vm
 			}
 		}
-		// Time one patch in evalTimingSample: reading the clock costs
+		// Time one patch in timingSample: reading the clock costs
 		// about as much as a small patch.
 		if !timed {
 			vm.ApplyPatch(r.scratch)
@@ -353,7 +339,7 @@ func (r *evalRing) observe(seq buffer.SequenceProperties, packet [][]byte) {
 }
 
 // countVM adds a retired VM's outcomes to the result.
-func (v *evalVariant) countVM(vm *protovm.VM) {
+func (v *variant) countVM(vm *protovm.VM) {
 	if vm == nil {
 		return
 	}
@@ -387,7 +373,7 @@ type survivor struct {
 }
 
 // readAll reads the ring once. The survivors hold at most the ring's size.
-func (r *evalRing) readAll() []survivor {
+func (r *replayRing) readAll() []survivor {
 	var out []survivor
 	var ends []int
 	arena := make([]byte, 0, r.buf.UsedSize()) // every survivor's bytes, back to back (they fit in the ring)
@@ -408,7 +394,7 @@ func (r *evalRing) readAll() []survivor {
 
 // present builds the trace the service would write for this variant from
 // the ring's survivors and predicts its import.
-func (v *evalVariant) present(head [][]byte, survivors []survivor, seqIDs []uint32, opts tpimport.Options) {
+func (v *variant) present(head [][]byte, survivors []survivor, seqIDs []uint32, opts tpimport.Options) {
 	c := tpimport.NewChecker(opts)
 	var off int64
 	feed := func(p []byte) {
@@ -421,17 +407,17 @@ func (v *evalVariant) present(head [][]byte, survivors []survivor, seqIDs []uint
 	trusted := func(s buffer.SequenceProperties, loss uint32) tracefile.Trusted {
 		return tracefile.Trusted{UID: s.Client.UID, SequenceID: uint32(s.WriterID), PID: s.Client.PID, HasPID: true, PreviousPacketDropped: loss}
 	}
-	if v.res.Path == evalProtoVMs {
+	if v.res.Path == PathProtoVMs {
 		var seqsOfBuffer []byte
 		for _, id := range seqIDs {
-			seqsOfBuffer = wire.AppendBytes(seqsOfBuffer, 1, appendVarintPair(nil, uint64(id), evalProducer))
+			seqsOfBuffer = wire.AppendBytes(seqsOfBuffer, 1, appendVarintPair(nil, uint64(id), producerID))
 		}
 		feed(tracefile.AppendTrusted(wire.AppendBytes(nil, tracefile.FieldTraceProvenance, wire.AppendBytes(nil, 2, seqsOfBuffer)), tracefile.Trusted{SequenceID: 1}))
 		var inst []byte
 		inst = wire.AppendBytes(inst, 1, v.prog)
 		inst = wire.AppendBytes(inst, 2, v.vm.SerializeIncrementalState(nil))
 		inst = wire.AppendVarint(inst, 3, uint64(v.memory/1024))
-		inst = wire.AppendVarint(inst, 4, evalProducer)
+		inst = wire.AppendVarint(inst, 4, producerID)
 		feed(tracefile.AppendTrusted(wire.AppendBytes(nil, tracefile.FieldProtoVMs, wire.AppendBytes(nil, 1, inst)), tracefile.Trusted{SequenceID: 1}))
 		v.countVM(v.vm)
 		v.res.StateBytes = len(v.vm.SerializeIncrementalState(nil))
@@ -491,4 +477,4 @@ func appendVarintPair(b []byte, a, c uint64) []byte {
 	return wire.AppendVarint(wire.AppendVarint(b, 1, a), 2, c)
 }
 
-var errNoProducerPackets = errors.New("the trace holds no producer packets (trusted_packet_sequence_id > 1)")
+var ErrNoProducerPackets = errors.New("the trace holds no producer packets (trusted_packet_sequence_id > 1)")
