@@ -26,6 +26,7 @@ type counters struct {
 // SMB, applies its patches and records a flush acknowledgement.
 func (s *Service) handleCommit(m commitMsg) {
 	p := m.p
+	defer s.commitHandled(p)
 	if err := p.cd.Unmarshal(m.data); err != nil {
 		s.counters.commitsMalformed++
 		p.faults.commitsMalformed++
@@ -39,6 +40,26 @@ func (s *Service) handleCommit(m commitMsg) {
 		s.flushAcked(p, id)
 	}
 	p.recycle(m.data)
+}
+
+// commitHandled counts one of p's queued commits as handled and, for a
+// dead producer waiting for its last commits, gives its SMB back.
+func (s *Service) commitHandled(p *producer) {
+	if p.queued.Add(-1) == 0 && p.releaseOnDrain {
+		s.releaseSMB(p)
+	}
+}
+
+// releaseSMB unmaps a dead producer's SMB and closes its descriptor once
+// nothing can read it any more: its death-time scrape is done (scrape
+// skips dead producers) and every commit it delivered was handled. Until
+// the session ended, every restart of a crashing plugin kept its old SMB
+// mapped (a 4 MiB SMB and a descriptor per kill in the chaos soak).
+func (s *Service) releaseSMB(p *producer) {
+	p.releaseOnDrain = false
+	if err := p.smb.Close(); err != nil {
+		s.logf("%s: releasing its shared memory buffer: %v", p.label(), err)
+	}
 }
 
 // copyChunk moves one validated chunk into the producer's buffer.
@@ -127,4 +148,12 @@ func (s *Service) scrape() {
 // out again a chunk the scrape took whole.)
 func (s *Service) scrapeDead(p *producer) {
 	p.scrapeSMB()
+	if p.quietWhenExited {
+		// No commit is delivered after the death was noticed: release the
+		// SMB now, or once the ones still queued are handled.
+		p.releaseOnDrain = true
+		if p.queued.Load() == 0 {
+			s.releaseSMB(p)
+		}
+	}
 }

@@ -285,3 +285,84 @@ sinks: [{type: file, path: %q}]
 		t.Errorf("%d deaths attributed, want 3", died)
 	}
 }
+
+// A plugin that keeps dying and being restarted holds one SMB, not one per
+// run: each dead run's SMB is unmapped (and its memfd closed) once its
+// death-time scrape and its queued commits are done, while the session
+// goes on. Until then a crash-looping plugin grew the service by an SMB
+// and a descriptor per kill (+4 MiB and +1 fd per kill in the chaos soak).
+func TestPluginRestartReleasesDeadSMBs(t *testing.T) {
+	plugin := faultPlugin(t)
+	out := filepath.Join(t.TempDir(), "restart.pftrace")
+	cfg := loadYAML(t, fmt.Sprintf(`
+duration: 60s
+flush_timeout: 1s
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 4096}]
+data_sources:
+  - name: fault.source
+    plugin: %q
+    restart: {max: 2, backoff: 50ms}
+    config: {mode: kill, packets: 40}
+  - name: tracepipe.synthetic # keeps the session recording after the plugin's last death
+    config: {writers: 1, rate: 20}
+sinks: [{type: file, path: %q}]
+`, plugin, out))
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type runResult struct {
+		res *Result
+		err error
+	}
+	done := make(chan runResult, 1)
+	go func() {
+		res, err := s.Run(ctx)
+		done <- runResult{res, err}
+	}()
+	// Every run died (3 producers, each with its error) and no SMB is
+	// held, while the session is still recording.
+	deadline := time.Now().Add(30 * time.Second)
+	var last Status
+	for {
+		last = s.Status()
+		dead := 0
+		for _, p := range last.Producers {
+			if p.DataSourceErrors > 0 {
+				dead++
+			}
+		}
+		if dead == 3 && last.Memory.SMBs == int64(cfg.Producers.SMBSizeKB)<<10 { // the synthetic source's
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("session ended (err %v) before its 3 dead runs gave their SMBs back; last status: %d producers, SMBs %d bytes", r.err, len(last.Producers), last.Memory.SMBs)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("3 dead runs still hold %d bytes of SMB after 30 s (producers: %+v)", last.Memory.SMBs, last.Producers)
+		}
+	}
+	cancel()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	// What each run committed is still in the trace.
+	got := map[uint32]int{}
+	for _, p := range readTrace(t, out) {
+		if i, ok := faultIndex(p.raw); ok {
+			got[i]++
+		}
+	}
+	for i := uint32(0); i < 40; i++ {
+		if got[i] != 3 {
+			t.Fatalf("packet %d arrived %d times, want 3 (the first run and 2 restarts)", i, got[i])
+		}
+	}
+}

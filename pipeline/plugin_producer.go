@@ -53,6 +53,8 @@ func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIde
 		return nil, err
 	}
 	p := newProducer(spec, s, client, commits, notes, finished)
+	// After the plugin's Done no OnCommit runs (host.Plugin.Done).
+	p.quietWhenExited = true
 	lineRate, byteRate := ps.limits.stderrRates()
 	stderr := &lineLogger{prefix: p.label() + " plugin: ", logf: ps.logf, bucket: newStderrBucket(lineRate, byteRate, time.Now)}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -32,6 +32,9 @@ type producer struct {
 	// free recycles CommitData encodings.
 	free           chan []byte
 	commitsLate    atomic.Uint64 // commits produced after the service finished
+	// queued counts the commits handed to the service and not yet handled
+	// (incremented by deliver, decremented on the service goroutine).
+	queued atomic.Int64
 	ctrl           chan ctrlMsg  // flush and clear requests
 	stopC          chan struct{} // closed to ask the control goroutine to stop the data source
 	stopOnce       sync.Once
@@ -42,6 +45,12 @@ type producer struct {
 	faults     producerFaults
 	state      producerState
 	finiteDone bool   // the data source said it wrote everything it will
+	// quietWhenExited: once side.exited() is closed no further commit is
+	// delivered (a plugin: its commit stream ended). A dead producer of
+	// this kind gives its SMB back as soon as its queued commits are
+	// handled, so that a plugin restarted many times holds one SMB.
+	quietWhenExited bool
+	releaseOnDrain  bool // dead, quiet, scraped: close the SMB once queued is 0
 	restarts   int    // how many times data_sources[index] was restarted before this producer
 	flushOut   uint64 // a flush request the control goroutine has not finished (0: none)
 	reader     *smb.Reader
@@ -210,9 +219,11 @@ func (p *producer) trustedClient() buffer.ClientIdentity {
 // would. It blocks while the service's commit queue is full (backpressure,
 // like a full socket) but never after the service finished.
 func (p *producer) deliver(data []byte) {
+	p.queued.Add(1)
 	select {
 	case p.commits <- commitMsg{p: p, data: data}:
 	case <-p.finished:
+		p.queued.Add(-1)
 		p.commitsLate.Add(1)
 	}
 }
