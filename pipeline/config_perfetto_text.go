@@ -101,7 +101,12 @@ func ParseTraceConfigText(name string, data []byte) ([]byte, error) {
 }
 
 // prototextPos matches the position prototext puts in its errors.
-var prototextPos = regexp.MustCompile(`^proto: (syntax error )?\(line (\d+):(\d+)\): (.*)$`)
+// (protobuf-go varies the space after "proto:" on purpose, a regular
+// or a non-breaking one, so that nobody compares its messages verbatim).
+var prototextPos = regexp.MustCompile(`^proto:[\s\x{00a0}]+(syntax error[\s\x{00a0}]+)?\(line (\d+):(\d+)\):[\s\x{00a0}]+(.*)$`)
+
+// prototextPrefix matches the "proto: " of its other errors.
+var prototextPrefix = regexp.MustCompile(`^proto:[\s\x{00a0}]+`)
 
 // textError turns prototext's "proto: (line 3:5): unknown field: x" into
 // "name:3:5: unknown field: x", and explains the one error the schema
@@ -110,7 +115,7 @@ var prototextPos = regexp.MustCompile(`^proto: (syntax error )?\(line (\d+):(\d+
 func textError(name string, data []byte, err error) error {
 	m := prototextPos.FindStringSubmatch(err.Error())
 	if m == nil {
-		msg := strings.TrimPrefix(err.Error(), "proto: ")
+		msg := prototextPrefix.ReplaceAllString(err.Error(), "")
 		if msg == "unexpected EOF" {
 			msg = "unexpected end of the file (a { without its })"
 		}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
@@ -203,5 +204,26 @@ func TestIsTraceConfigText(t *testing.T) {
 	sort.Strings(got)
 	if strings.Join(got, " ") != "a.pbtxt b.TEXTPROTO c.cfg" {
 		t.Fatalf("text configs: %v", got)
+	}
+}
+
+// protobuf-go writes the space after "proto:" as a regular or a
+// non-breaking one (chosen per binary); either way the position becomes
+// file:line:column.
+func TestTraceConfigTextErrorSpaces(t *testing.T) {
+	data := []byte("a: 1\nb: 2\n")
+	for _, sp := range []string{" ", "\u00a0"} {
+		got := textError("x.pbtxt", data, errors.New("proto:"+sp+"(line 2:1):"+sp+"unknown field: b")).Error()
+		if got != "x.pbtxt:2:1: unknown field: b" {
+			t.Errorf("%q: got %q", sp, got)
+		}
+		got = textError("x.pbtxt", data, errors.New("proto:"+sp+"syntax error (line 1:3): unexpected token")).Error()
+		if got != "x.pbtxt:1:3: syntax error: unexpected token" {
+			t.Errorf("%q: got %q", sp, got)
+		}
+		got = textError("x.pbtxt", data, errors.New("proto:"+sp+"unexpected EOF")).Error()
+		if !strings.HasPrefix(got, "x.pbtxt: unexpected end of the file") {
+			t.Errorf("%q: got %q", sp, got)
+		}
 	}
 }

@@ -30,3 +30,27 @@ func TestRunTextConfigRefusesByName(t *testing.T) {
 		t.Fatalf("--set with a text config: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// `tracepipe validate` checks a text config as run loads it.
+func TestValidateTextConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.textproto")
+	if err := os.WriteFile(good, []byte("buffers { size_kb: 1024 }\ndata_sources { config { name: \"linux.sys_stats\" sys_stats_config { meminfo_period_ms: 100 } } }\nduration_ms: 500\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runCLI(t, "validate", good)
+	if code != exitOK || !strings.Contains(stdout, "config OK: 1 buffers, 1 data sources, 1 sinks") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	bad := filepath.Join(dir, "bad.cfg")
+	if err := os.WriteFile(bad, []byte("buffers { size_kb: 1024 }\ndata_sources { config { name: \"linux.sys_stats\" sys_stats_config { meminfo_perid_ms: 100 } } }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = runCLI(t, "validate", bad)
+	if code == exitOK || !strings.Contains(stderr, "bad.cfg:2:") || !strings.Contains(stderr, "meminfo_perid_ms") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if _, _, code = runCLI(t, "validate", good, "--print"); code != exitUsage {
+		t.Fatalf("--print with a text config: exit %d", code)
+	}
+}
