@@ -60,6 +60,8 @@ type Config struct {
 	// envs are the TRACEPIPE_ overrides Load applied, so that problems
 	// found later (a plugin's check of its config) name their variable.
 	envs []override
+	// fromText: a Perfetto text config's (FromPerfettoText).
+	fromText bool
 }
 
 // BufferConfig is one trace buffer (Perfetto's TraceConfig.BufferConfig).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -43,6 +44,10 @@ type TraceConfigTextOptions struct {
 	Output string
 	// Duration, when set, replaces duration_ms.
 	Duration time.Duration
+	// Sets are --set overrides of the perfetto: section (tracepipe's
+	// settings as traced: wait_for_producers, producer_socket, ...); the
+	// session itself is the text config's, and other keys are refused.
+	Sets []string
 }
 
 // DefaultTextConfigOutput is where a text config's trace goes without -o:
@@ -73,10 +78,14 @@ func traceConfigFromText(name string, data []byte, opts TraceConfigTextOptions) 
 	if opts.Duration > 0 {
 		cfg.Duration = opts.Duration
 	}
+	if err := cfg.applyPerfettoSets(opts.Sets); err != nil {
+		return nil, err
+	}
 	out := opts.Output
 	if out == "" {
 		out = DefaultTextConfigOutput
 	}
+	cfg.fromText = true
 	// ConfigFromTraceConfig's sink is the consumer's placeholder; here the
 	// trace goes to a file.
 	cfg.Sinks = []sinks.Config{{Type: sinks.SinkTypeFile, Path: out}}
@@ -206,4 +215,40 @@ func traceConfigFieldName(num protowire.Number) string {
 		return fmt.Sprintf("field %d", num)
 	}
 	return string(fd.Name())
+}
+
+// FromPerfettoText reports whether the config is a Perfetto text config's
+// (LoadTraceConfigText): its data sources are meant for Perfetto
+// producers, built-in names included.
+func (c *Config) FromPerfettoText() bool { return c.fromText }
+
+// applyPerfettoSets applies --set overrides of the perfetto: section to a
+// text config's session, with the loader's parsing and decoding.
+func (c *Config) applyPerfettoSets(sets []string) error {
+	if len(sets) == 0 {
+		return nil
+	}
+	raw := map[string]any{}
+	for _, s := range sets {
+		o, err := parseSet(s)
+		if err != nil {
+			return err
+		}
+		if o.path[0].key != "perfetto" || len(o.path) < 2 {
+			return fmt.Errorf("--set %s: a Perfetto text config is run as written; only the perfetto.* settings (tracepipe's, as traced) may be overridden (edit the text config, or write the session in YAML with data_sources[i].perfetto_config)", s)
+		}
+		if raw, err = applyOverride(raw, o); err != nil {
+			return err
+		}
+	}
+	var d decoder
+	section := struct {
+		Perfetto PerfettoConfig `koanf:"perfetto"`
+	}{c.Perfetto}
+	d.decodeStruct("", raw, reflect.ValueOf(&section).Elem())
+	if len(d.problems) > 0 {
+		return &ValidationError{Problems: d.problems}
+	}
+	c.Perfetto = section.Perfetto
+	return nil
 }

@@ -1,6 +1,9 @@
 package pipeline
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/wire"
@@ -69,4 +72,22 @@ func sourceConfigFields(dsc []byte) []byte {
 		return nil
 	}
 	return out
+}
+
+// sourceConfigNames names the fields of sourceConfigFields' output by the
+// schema (field numbers where it does not know them).
+func sourceConfigNames(fields []byte) string {
+	var names []string
+	it := wire.Fields(fields)
+	for it.Next() {
+		num := it.Field().Num
+		name := fmt.Sprintf("field %d", num)
+		if fd := dataSourceConfigDesc().Fields().ByNumber(num); fd != nil {
+			name = string(fd.Name())
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
 }

@@ -132,13 +132,16 @@ func loadRunConfig(path, output string, sets []string, stderr io.Writer) (*pipel
 
 // loadTextRunConfig loads a Perfetto text TraceConfig (.pbtxt,
 // .textproto, .cfg): mapped as the consumer port maps EnableTracing, with
-// Perfetto producers enabled; --duration and -o apply, --set does not
-// (its keys are tracepipe's, not TraceConfig's).
+// Perfetto producers enabled; --duration and -o apply, and --set of the
+// perfetto.* settings (the rest of tracepipe's keys describe a session,
+// which the text config does).
 func loadTextRunConfig(path, output string, sets []string, durationSet bool, duration time.Duration, stderr io.Writer) (*pipeline.Config, error) {
-	if len(sets) > 0 {
-		return nil, usageError{fmt.Errorf("--set %s: a Perfetto text config (%s) is run as written; --set overrides tracepipe's YAML keys (edit the text config, or write the session in YAML with data_sources[i].perfetto_config)", sets[0], path)}
+	for _, s := range sets {
+		if !strings.HasPrefix(s, "perfetto.") {
+			return nil, usageError{fmt.Errorf("--set %s: a Perfetto text config (%s) is run as written; only tracepipe's perfetto.* settings may be set (edit the text config, or write the session in YAML with data_sources[i].perfetto_config)", s, path)}
+		}
 	}
-	opts := pipeline.TraceConfigTextOptions{Output: output}
+	opts := pipeline.TraceConfigTextOptions{Output: output, Sets: sets}
 	if durationSet {
 		if duration <= 0 {
 			return nil, usageError{fmt.Errorf("--duration %v: a Perfetto text config's duration_ms cannot be replaced by \"until stopped\" (give a positive duration)", duration)}
