@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
@@ -225,5 +226,32 @@ func TestTraceConfigTextErrorSpaces(t *testing.T) {
 		if !strings.HasPrefix(got, "x.pbtxt: unexpected end of the file") {
 			t.Errorf("%q: got %q", sp, got)
 		}
+	}
+}
+
+// A consumer's DataSourceConfig whose modelled data-source config does not
+// parse is refused where the session is created, naming the data source,
+// not sent on to a producer.
+func TestConfigFromTraceConfigRefusesMalformedSourceConfig(t *testing.T) {
+	dsc := protowire.AppendTag(nil, 1, protowire.BytesType)
+	dsc = protowire.AppendString(dsc, "linux.sys_stats")
+	dsc = protowire.AppendTag(dsc, 104, protowire.BytesType)
+	dsc = protowire.AppendBytes(dsc, []byte{0x08}) // meminfo_period_ms with no value
+	ds := protowire.AppendTag(nil, 1, protowire.BytesType)
+	ds = protowire.AppendBytes(ds, dsc)
+	tc := protowire.AppendTag(nil, 1, protowire.BytesType)
+	tc = protowire.AppendBytes(tc, []byte{0x08, 0x80, 0x08}) // buffers { size_kb: 1024 }
+	tc = protowire.AppendTag(tc, 2, protowire.BytesType)
+	tc = protowire.AppendBytes(tc, ds)
+	_, err := ConfigFromTraceConfig(tc)
+	if err == nil || !strings.Contains(err.Error(), "data_sources[0].config: the DataSourceConfig does not parse") {
+		t.Fatalf("got %v", err)
+	}
+	// The same config well formed is accepted.
+	dsc[len(dsc)-2], dsc = 2, append(dsc, 0x05)
+	ds = protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), dsc)
+	tc = protowire.AppendBytes(protowire.AppendTag([]byte{0x0a, 0x03, 0x08, 0x80, 0x08}, 2, protowire.BytesType), ds)
+	if _, err := ConfigFromTraceConfig(tc); err != nil {
+		t.Fatalf("well formed: %v", err)
 	}
 }
