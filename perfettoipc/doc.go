@@ -11,6 +11,12 @@
 // frames in, ReadBuffers replies out) is read and written in place,
 // without allocating per frame.
 //
+// It also holds tracepipe's schema of Perfetto's trace configuration
+// (perfetto_config.proto: TraceConfig, DataSourceConfig and the data-source
+// configs tracepipe models; the others as bytes), against which pipeline
+// parses text configs and YAML perfetto_config sections; what the fields
+// mean is the pipeline's business, not this package's.
+//
 // Everything a peer sends is untrusted: frames are bounded, malformed
 // frames are dropped or end the connection, arguments that fail to decode
 // are answered with a failed reply, and identity never comes from a

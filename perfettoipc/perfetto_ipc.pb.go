@@ -92,62 +92,6 @@ func (InitializeConnectionRequest_SmbScrapingMode) EnumDescriptor() ([]byte, []i
 	return file_perfetto_ipc_proto_rawDescGZIP(), []int{1, 0}
 }
 
-type DataSourceConfig_SessionInitiator int32
-
-const (
-	DataSourceConfig_SESSION_INITIATOR_UNSPECIFIED    DataSourceConfig_SessionInitiator = 0
-	DataSourceConfig_SESSION_INITIATOR_TRUSTED_SYSTEM DataSourceConfig_SessionInitiator = 1
-)
-
-// Enum value maps for DataSourceConfig_SessionInitiator.
-var (
-	DataSourceConfig_SessionInitiator_name = map[int32]string{
-		0: "SESSION_INITIATOR_UNSPECIFIED",
-		1: "SESSION_INITIATOR_TRUSTED_SYSTEM",
-	}
-	DataSourceConfig_SessionInitiator_value = map[string]int32{
-		"SESSION_INITIATOR_UNSPECIFIED":    0,
-		"SESSION_INITIATOR_TRUSTED_SYSTEM": 1,
-	}
-)
-
-func (x DataSourceConfig_SessionInitiator) Enum() *DataSourceConfig_SessionInitiator {
-	p := new(DataSourceConfig_SessionInitiator)
-	*p = x
-	return p
-}
-
-func (x DataSourceConfig_SessionInitiator) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (DataSourceConfig_SessionInitiator) Descriptor() protoreflect.EnumDescriptor {
-	return file_perfetto_ipc_proto_enumTypes[1].Descriptor()
-}
-
-func (DataSourceConfig_SessionInitiator) Type() protoreflect.EnumType {
-	return &file_perfetto_ipc_proto_enumTypes[1]
-}
-
-func (x DataSourceConfig_SessionInitiator) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Do not use.
-func (x *DataSourceConfig_SessionInitiator) UnmarshalJSON(b []byte) error {
-	num, err := protoimpl.X.UnmarshalJSONEnum(x.Descriptor(), b)
-	if err != nil {
-		return err
-	}
-	*x = DataSourceConfig_SessionInitiator(num)
-	return nil
-}
-
-// Deprecated: Use DataSourceConfig_SessionInitiator.Descriptor instead.
-func (DataSourceConfig_SessionInitiator) EnumDescriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24, 0}
-}
-
 type ObservableEvents_Type int32
 
 const (
@@ -184,11 +128,11 @@ func (x ObservableEvents_Type) String() string {
 }
 
 func (ObservableEvents_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_perfetto_ipc_proto_enumTypes[2].Descriptor()
+	return file_perfetto_ipc_proto_enumTypes[1].Descriptor()
 }
 
 func (ObservableEvents_Type) Type() protoreflect.EnumType {
-	return &file_perfetto_ipc_proto_enumTypes[2]
+	return &file_perfetto_ipc_proto_enumTypes[1]
 }
 
 func (x ObservableEvents_Type) Number() protoreflect.EnumNumber {
@@ -207,7 +151,7 @@ func (x *ObservableEvents_Type) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use ObservableEvents_Type.Descriptor instead.
 func (ObservableEvents_Type) EnumDescriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52, 0}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{51, 0}
 }
 
 type ObservableEvents_DataSourceInstanceState int32
@@ -240,11 +184,11 @@ func (x ObservableEvents_DataSourceInstanceState) String() string {
 }
 
 func (ObservableEvents_DataSourceInstanceState) Descriptor() protoreflect.EnumDescriptor {
-	return file_perfetto_ipc_proto_enumTypes[3].Descriptor()
+	return file_perfetto_ipc_proto_enumTypes[2].Descriptor()
 }
 
 func (ObservableEvents_DataSourceInstanceState) Type() protoreflect.EnumType {
-	return &file_perfetto_ipc_proto_enumTypes[3]
+	return &file_perfetto_ipc_proto_enumTypes[2]
 }
 
 func (x ObservableEvents_DataSourceInstanceState) Number() protoreflect.EnumNumber {
@@ -263,7 +207,7 @@ func (x *ObservableEvents_DataSourceInstanceState) UnmarshalJSON(b []byte) error
 
 // Deprecated: Use ObservableEvents_DataSourceInstanceState.Descriptor instead.
 func (ObservableEvents_DataSourceInstanceState) EnumDescriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52, 1}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{51, 1}
 }
 
 // Frame is one IPC message: [u32 LE length][Frame].
@@ -1501,101 +1445,6 @@ func (*GetAsyncCommandRequest) Descriptor() ([]byte, []int) {
 	return file_perfetto_ipc_proto_rawDescGZIP(), []int{23}
 }
 
-// DataSourceConfig as sent to a producer: the fields tracepipe sets; the
-// data-source specific configs (field 100 and up) pass through as unknown
-// fields.
-type DataSourceConfig struct {
-	state                 protoimpl.MessageState             `protogen:"open.v1"`
-	Name                  *string                            `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
-	TargetBuffer          *uint32                            `protobuf:"varint,2,opt,name=target_buffer,json=targetBuffer" json:"target_buffer,omitempty"`
-	TraceDurationMs       *uint32                            `protobuf:"varint,3,opt,name=trace_duration_ms,json=traceDurationMs" json:"trace_duration_ms,omitempty"`
-	TracingSessionId      *uint64                            `protobuf:"varint,4,opt,name=tracing_session_id,json=tracingSessionId" json:"tracing_session_id,omitempty"`
-	EnableExtraGuardrails *bool                              `protobuf:"varint,6,opt,name=enable_extra_guardrails,json=enableExtraGuardrails" json:"enable_extra_guardrails,omitempty"`
-	StopTimeoutMs         *uint32                            `protobuf:"varint,7,opt,name=stop_timeout_ms,json=stopTimeoutMs" json:"stop_timeout_ms,omitempty"`
-	SessionInitiator      *DataSourceConfig_SessionInitiator `protobuf:"varint,8,opt,name=session_initiator,json=sessionInitiator,enum=tracepipe.perfettoipc.DataSourceConfig_SessionInitiator" json:"session_initiator,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
-}
-
-func (x *DataSourceConfig) Reset() {
-	*x = DataSourceConfig{}
-	mi := &file_perfetto_ipc_proto_msgTypes[24]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *DataSourceConfig) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*DataSourceConfig) ProtoMessage() {}
-
-func (x *DataSourceConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[24]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use DataSourceConfig.ProtoReflect.Descriptor instead.
-func (*DataSourceConfig) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24}
-}
-
-func (x *DataSourceConfig) GetName() string {
-	if x != nil && x.Name != nil {
-		return *x.Name
-	}
-	return ""
-}
-
-func (x *DataSourceConfig) GetTargetBuffer() uint32 {
-	if x != nil && x.TargetBuffer != nil {
-		return *x.TargetBuffer
-	}
-	return 0
-}
-
-func (x *DataSourceConfig) GetTraceDurationMs() uint32 {
-	if x != nil && x.TraceDurationMs != nil {
-		return *x.TraceDurationMs
-	}
-	return 0
-}
-
-func (x *DataSourceConfig) GetTracingSessionId() uint64 {
-	if x != nil && x.TracingSessionId != nil {
-		return *x.TracingSessionId
-	}
-	return 0
-}
-
-func (x *DataSourceConfig) GetEnableExtraGuardrails() bool {
-	if x != nil && x.EnableExtraGuardrails != nil {
-		return *x.EnableExtraGuardrails
-	}
-	return false
-}
-
-func (x *DataSourceConfig) GetStopTimeoutMs() uint32 {
-	if x != nil && x.StopTimeoutMs != nil {
-		return *x.StopTimeoutMs
-	}
-	return 0
-}
-
-func (x *DataSourceConfig) GetSessionInitiator() DataSourceConfig_SessionInitiator {
-	if x != nil && x.SessionInitiator != nil {
-		return *x.SessionInitiator
-	}
-	return DataSourceConfig_SESSION_INITIATOR_UNSPECIFIED
-}
-
 type GetAsyncCommandResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Cmd:
@@ -1613,7 +1462,7 @@ type GetAsyncCommandResponse struct {
 
 func (x *GetAsyncCommandResponse) Reset() {
 	*x = GetAsyncCommandResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[25]
+	mi := &file_perfetto_ipc_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1474,7 @@ func (x *GetAsyncCommandResponse) String() string {
 func (*GetAsyncCommandResponse) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[25]
+	mi := &file_perfetto_ipc_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1487,7 @@ func (x *GetAsyncCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAsyncCommandResponse.ProtoReflect.Descriptor instead.
 func (*GetAsyncCommandResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{25}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetAsyncCommandResponse) GetCmd() isGetAsyncCommandResponse_Cmd {
@@ -1754,7 +1603,7 @@ type EnableTracingRequest struct {
 
 func (x *EnableTracingRequest) Reset() {
 	*x = EnableTracingRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[26]
+	mi := &file_perfetto_ipc_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1615,7 @@ func (x *EnableTracingRequest) String() string {
 func (*EnableTracingRequest) ProtoMessage() {}
 
 func (x *EnableTracingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[26]
+	mi := &file_perfetto_ipc_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1628,7 @@ func (x *EnableTracingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnableTracingRequest.ProtoReflect.Descriptor instead.
 func (*EnableTracingRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{26}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *EnableTracingRequest) GetTraceConfig() []byte {
@@ -1809,7 +1658,7 @@ type EnableTracingResponse struct {
 
 func (x *EnableTracingResponse) Reset() {
 	*x = EnableTracingResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[27]
+	mi := &file_perfetto_ipc_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1670,7 @@ func (x *EnableTracingResponse) String() string {
 func (*EnableTracingResponse) ProtoMessage() {}
 
 func (x *EnableTracingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[27]
+	mi := &file_perfetto_ipc_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1683,7 @@ func (x *EnableTracingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnableTracingResponse.ProtoReflect.Descriptor instead.
 func (*EnableTracingResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{27}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnableTracingResponse) GetState() isEnableTracingResponse_State {
@@ -1878,7 +1727,7 @@ type StartTracingRequest struct {
 
 func (x *StartTracingRequest) Reset() {
 	*x = StartTracingRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[28]
+	mi := &file_perfetto_ipc_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1739,7 @@ func (x *StartTracingRequest) String() string {
 func (*StartTracingRequest) ProtoMessage() {}
 
 func (x *StartTracingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[28]
+	mi := &file_perfetto_ipc_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +1752,7 @@ func (x *StartTracingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTracingRequest.ProtoReflect.Descriptor instead.
 func (*StartTracingRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{28}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{27}
 }
 
 type StartTracingResponse struct {
@@ -1914,7 +1763,7 @@ type StartTracingResponse struct {
 
 func (x *StartTracingResponse) Reset() {
 	*x = StartTracingResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[29]
+	mi := &file_perfetto_ipc_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +1775,7 @@ func (x *StartTracingResponse) String() string {
 func (*StartTracingResponse) ProtoMessage() {}
 
 func (x *StartTracingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[29]
+	mi := &file_perfetto_ipc_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +1788,7 @@ func (x *StartTracingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartTracingResponse.ProtoReflect.Descriptor instead.
 func (*StartTracingResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{29}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{28}
 }
 
 type DisableTracingRequest struct {
@@ -1950,7 +1799,7 @@ type DisableTracingRequest struct {
 
 func (x *DisableTracingRequest) Reset() {
 	*x = DisableTracingRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[30]
+	mi := &file_perfetto_ipc_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +1811,7 @@ func (x *DisableTracingRequest) String() string {
 func (*DisableTracingRequest) ProtoMessage() {}
 
 func (x *DisableTracingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[30]
+	mi := &file_perfetto_ipc_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +1824,7 @@ func (x *DisableTracingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableTracingRequest.ProtoReflect.Descriptor instead.
 func (*DisableTracingRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{30}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{29}
 }
 
 type DisableTracingResponse struct {
@@ -1986,7 +1835,7 @@ type DisableTracingResponse struct {
 
 func (x *DisableTracingResponse) Reset() {
 	*x = DisableTracingResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[31]
+	mi := &file_perfetto_ipc_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +1847,7 @@ func (x *DisableTracingResponse) String() string {
 func (*DisableTracingResponse) ProtoMessage() {}
 
 func (x *DisableTracingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[31]
+	mi := &file_perfetto_ipc_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +1860,7 @@ func (x *DisableTracingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableTracingResponse.ProtoReflect.Descriptor instead.
 func (*DisableTracingResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{31}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{30}
 }
 
 type ReadBuffersRequest struct {
@@ -2022,7 +1871,7 @@ type ReadBuffersRequest struct {
 
 func (x *ReadBuffersRequest) Reset() {
 	*x = ReadBuffersRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[32]
+	mi := &file_perfetto_ipc_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +1883,7 @@ func (x *ReadBuffersRequest) String() string {
 func (*ReadBuffersRequest) ProtoMessage() {}
 
 func (x *ReadBuffersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[32]
+	mi := &file_perfetto_ipc_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +1896,7 @@ func (x *ReadBuffersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBuffersRequest.ProtoReflect.Descriptor instead.
 func (*ReadBuffersRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{32}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{31}
 }
 
 type ReadBuffersResponse struct {
@@ -2059,7 +1908,7 @@ type ReadBuffersResponse struct {
 
 func (x *ReadBuffersResponse) Reset() {
 	*x = ReadBuffersResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[33]
+	mi := &file_perfetto_ipc_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +1920,7 @@ func (x *ReadBuffersResponse) String() string {
 func (*ReadBuffersResponse) ProtoMessage() {}
 
 func (x *ReadBuffersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[33]
+	mi := &file_perfetto_ipc_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +1933,7 @@ func (x *ReadBuffersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBuffersResponse.ProtoReflect.Descriptor instead.
 func (*ReadBuffersResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{33}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadBuffersResponse) GetSlices() []*ReadBuffersResponse_Slice {
@@ -2103,7 +1952,7 @@ type FreeBuffersRequest struct {
 
 func (x *FreeBuffersRequest) Reset() {
 	*x = FreeBuffersRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[34]
+	mi := &file_perfetto_ipc_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +1964,7 @@ func (x *FreeBuffersRequest) String() string {
 func (*FreeBuffersRequest) ProtoMessage() {}
 
 func (x *FreeBuffersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[34]
+	mi := &file_perfetto_ipc_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +1977,7 @@ func (x *FreeBuffersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeBuffersRequest.ProtoReflect.Descriptor instead.
 func (*FreeBuffersRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{34}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FreeBuffersRequest) GetBufferIds() []uint32 {
@@ -2146,7 +1995,7 @@ type FreeBuffersResponse struct {
 
 func (x *FreeBuffersResponse) Reset() {
 	*x = FreeBuffersResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[35]
+	mi := &file_perfetto_ipc_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2007,7 @@ func (x *FreeBuffersResponse) String() string {
 func (*FreeBuffersResponse) ProtoMessage() {}
 
 func (x *FreeBuffersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[35]
+	mi := &file_perfetto_ipc_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2020,7 @@ func (x *FreeBuffersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeBuffersResponse.ProtoReflect.Descriptor instead.
 func (*FreeBuffersResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{35}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{34}
 }
 
 type FlushRequest struct {
@@ -2184,7 +2033,7 @@ type FlushRequest struct {
 
 func (x *FlushRequest) Reset() {
 	*x = FlushRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[36]
+	mi := &file_perfetto_ipc_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2045,7 @@ func (x *FlushRequest) String() string {
 func (*FlushRequest) ProtoMessage() {}
 
 func (x *FlushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[36]
+	mi := &file_perfetto_ipc_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2058,7 @@ func (x *FlushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushRequest.ProtoReflect.Descriptor instead.
 func (*FlushRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{36}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FlushRequest) GetTimeoutMs() uint32 {
@@ -2234,7 +2083,7 @@ type FlushResponse struct {
 
 func (x *FlushResponse) Reset() {
 	*x = FlushResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[37]
+	mi := &file_perfetto_ipc_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2095,7 @@ func (x *FlushResponse) String() string {
 func (*FlushResponse) ProtoMessage() {}
 
 func (x *FlushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[37]
+	mi := &file_perfetto_ipc_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2108,7 @@ func (x *FlushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlushResponse.ProtoReflect.Descriptor instead.
 func (*FlushResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{37}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{36}
 }
 
 type DetachRequest struct {
@@ -2271,7 +2120,7 @@ type DetachRequest struct {
 
 func (x *DetachRequest) Reset() {
 	*x = DetachRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[38]
+	mi := &file_perfetto_ipc_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2132,7 @@ func (x *DetachRequest) String() string {
 func (*DetachRequest) ProtoMessage() {}
 
 func (x *DetachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[38]
+	mi := &file_perfetto_ipc_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2145,7 @@ func (x *DetachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetachRequest.ProtoReflect.Descriptor instead.
 func (*DetachRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{38}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DetachRequest) GetKey() string {
@@ -2314,7 +2163,7 @@ type DetachResponse struct {
 
 func (x *DetachResponse) Reset() {
 	*x = DetachResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[39]
+	mi := &file_perfetto_ipc_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2175,7 @@ func (x *DetachResponse) String() string {
 func (*DetachResponse) ProtoMessage() {}
 
 func (x *DetachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[39]
+	mi := &file_perfetto_ipc_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2188,7 @@ func (x *DetachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetachResponse.ProtoReflect.Descriptor instead.
 func (*DetachResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{39}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{38}
 }
 
 type AttachRequest struct {
@@ -2351,7 +2200,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[40]
+	mi := &file_perfetto_ipc_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2363,7 +2212,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[40]
+	mi := &file_perfetto_ipc_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2376,7 +2225,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{40}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AttachRequest) GetKey() string {
@@ -2395,7 +2244,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[41]
+	mi := &file_perfetto_ipc_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2256,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[41]
+	mi := &file_perfetto_ipc_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2269,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{41}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AttachResponse) GetTraceConfig() []byte {
@@ -2438,7 +2287,7 @@ type GetTraceStatsRequest struct {
 
 func (x *GetTraceStatsRequest) Reset() {
 	*x = GetTraceStatsRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[42]
+	mi := &file_perfetto_ipc_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2299,7 @@ func (x *GetTraceStatsRequest) String() string {
 func (*GetTraceStatsRequest) ProtoMessage() {}
 
 func (x *GetTraceStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[42]
+	mi := &file_perfetto_ipc_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2312,7 @@ func (x *GetTraceStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTraceStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetTraceStatsRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{42}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{41}
 }
 
 type GetTraceStatsResponse struct {
@@ -2476,7 +2325,7 @@ type GetTraceStatsResponse struct {
 
 func (x *GetTraceStatsResponse) Reset() {
 	*x = GetTraceStatsResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[43]
+	mi := &file_perfetto_ipc_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2337,7 @@ func (x *GetTraceStatsResponse) String() string {
 func (*GetTraceStatsResponse) ProtoMessage() {}
 
 func (x *GetTraceStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[43]
+	mi := &file_perfetto_ipc_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2350,7 @@ func (x *GetTraceStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTraceStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetTraceStatsResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{43}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetTraceStatsResponse) GetTraceStats() []byte {
@@ -2520,7 +2369,7 @@ type QueryServiceStateRequest struct {
 
 func (x *QueryServiceStateRequest) Reset() {
 	*x = QueryServiceStateRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[44]
+	mi := &file_perfetto_ipc_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2381,7 @@ func (x *QueryServiceStateRequest) String() string {
 func (*QueryServiceStateRequest) ProtoMessage() {}
 
 func (x *QueryServiceStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[44]
+	mi := &file_perfetto_ipc_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2394,7 @@ func (x *QueryServiceStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryServiceStateRequest.ProtoReflect.Descriptor instead.
 func (*QueryServiceStateRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{44}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *QueryServiceStateRequest) GetSessionsOnly() bool {
@@ -2570,7 +2419,7 @@ type TracingServiceState struct {
 
 func (x *TracingServiceState) Reset() {
 	*x = TracingServiceState{}
-	mi := &file_perfetto_ipc_proto_msgTypes[45]
+	mi := &file_perfetto_ipc_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2431,7 @@ func (x *TracingServiceState) String() string {
 func (*TracingServiceState) ProtoMessage() {}
 
 func (x *TracingServiceState) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[45]
+	mi := &file_perfetto_ipc_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2444,7 @@ func (x *TracingServiceState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TracingServiceState.ProtoReflect.Descriptor instead.
 func (*TracingServiceState) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TracingServiceState) GetProducers() []*TracingServiceState_Producer {
@@ -2656,7 +2505,7 @@ type QueryServiceStateResponse struct {
 
 func (x *QueryServiceStateResponse) Reset() {
 	*x = QueryServiceStateResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[46]
+	mi := &file_perfetto_ipc_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2517,7 @@ func (x *QueryServiceStateResponse) String() string {
 func (*QueryServiceStateResponse) ProtoMessage() {}
 
 func (x *QueryServiceStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[46]
+	mi := &file_perfetto_ipc_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2530,7 @@ func (x *QueryServiceStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryServiceStateResponse.ProtoReflect.Descriptor instead.
 func (*QueryServiceStateResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{46}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *QueryServiceStateResponse) GetServiceState() *TracingServiceState {
@@ -2700,7 +2549,7 @@ type ChangeTraceConfigRequest struct {
 
 func (x *ChangeTraceConfigRequest) Reset() {
 	*x = ChangeTraceConfigRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[47]
+	mi := &file_perfetto_ipc_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2561,7 @@ func (x *ChangeTraceConfigRequest) String() string {
 func (*ChangeTraceConfigRequest) ProtoMessage() {}
 
 func (x *ChangeTraceConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[47]
+	mi := &file_perfetto_ipc_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2574,7 @@ func (x *ChangeTraceConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeTraceConfigRequest.ProtoReflect.Descriptor instead.
 func (*ChangeTraceConfigRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{47}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ChangeTraceConfigRequest) GetTraceConfig() []byte {
@@ -2743,7 +2592,7 @@ type ChangeTraceConfigResponse struct {
 
 func (x *ChangeTraceConfigResponse) Reset() {
 	*x = ChangeTraceConfigResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[48]
+	mi := &file_perfetto_ipc_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2604,7 @@ func (x *ChangeTraceConfigResponse) String() string {
 func (*ChangeTraceConfigResponse) ProtoMessage() {}
 
 func (x *ChangeTraceConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[48]
+	mi := &file_perfetto_ipc_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2617,7 @@ func (x *ChangeTraceConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeTraceConfigResponse.ProtoReflect.Descriptor instead.
 func (*ChangeTraceConfigResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{48}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{47}
 }
 
 type QueryCapabilitiesRequest struct {
@@ -2779,7 +2628,7 @@ type QueryCapabilitiesRequest struct {
 
 func (x *QueryCapabilitiesRequest) Reset() {
 	*x = QueryCapabilitiesRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[49]
+	mi := &file_perfetto_ipc_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2640,7 @@ func (x *QueryCapabilitiesRequest) String() string {
 func (*QueryCapabilitiesRequest) ProtoMessage() {}
 
 func (x *QueryCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[49]
+	mi := &file_perfetto_ipc_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2653,7 @@ func (x *QueryCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*QueryCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{49}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{48}
 }
 
 type TracingServiceCapabilities struct {
@@ -2819,7 +2668,7 @@ type TracingServiceCapabilities struct {
 
 func (x *TracingServiceCapabilities) Reset() {
 	*x = TracingServiceCapabilities{}
-	mi := &file_perfetto_ipc_proto_msgTypes[50]
+	mi := &file_perfetto_ipc_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +2680,7 @@ func (x *TracingServiceCapabilities) String() string {
 func (*TracingServiceCapabilities) ProtoMessage() {}
 
 func (x *TracingServiceCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[50]
+	mi := &file_perfetto_ipc_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +2693,7 @@ func (x *TracingServiceCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TracingServiceCapabilities.ProtoReflect.Descriptor instead.
 func (*TracingServiceCapabilities) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{50}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TracingServiceCapabilities) GetHasQueryCapabilities() bool {
@@ -2884,7 +2733,7 @@ type QueryCapabilitiesResponse struct {
 
 func (x *QueryCapabilitiesResponse) Reset() {
 	*x = QueryCapabilitiesResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[51]
+	mi := &file_perfetto_ipc_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +2745,7 @@ func (x *QueryCapabilitiesResponse) String() string {
 func (*QueryCapabilitiesResponse) ProtoMessage() {}
 
 func (x *QueryCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[51]
+	mi := &file_perfetto_ipc_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +2758,7 @@ func (x *QueryCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*QueryCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{51}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueryCapabilitiesResponse) GetCapabilities() *TracingServiceCapabilities {
@@ -2930,7 +2779,7 @@ type ObservableEvents struct {
 
 func (x *ObservableEvents) Reset() {
 	*x = ObservableEvents{}
-	mi := &file_perfetto_ipc_proto_msgTypes[52]
+	mi := &file_perfetto_ipc_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +2791,7 @@ func (x *ObservableEvents) String() string {
 func (*ObservableEvents) ProtoMessage() {}
 
 func (x *ObservableEvents) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[52]
+	mi := &file_perfetto_ipc_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +2804,7 @@ func (x *ObservableEvents) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservableEvents.ProtoReflect.Descriptor instead.
 func (*ObservableEvents) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ObservableEvents) GetInstanceStateChanges() []*ObservableEvents_DataSourceInstanceStateChange {
@@ -2990,7 +2839,7 @@ type ObserveEventsRequest struct {
 
 func (x *ObserveEventsRequest) Reset() {
 	*x = ObserveEventsRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[53]
+	mi := &file_perfetto_ipc_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +2851,7 @@ func (x *ObserveEventsRequest) String() string {
 func (*ObserveEventsRequest) ProtoMessage() {}
 
 func (x *ObserveEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[53]
+	mi := &file_perfetto_ipc_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +2864,7 @@ func (x *ObserveEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveEventsRequest.ProtoReflect.Descriptor instead.
 func (*ObserveEventsRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{53}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ObserveEventsRequest) GetEventsToObserve() []uint32 {
@@ -3034,7 +2883,7 @@ type ObserveEventsResponse struct {
 
 func (x *ObserveEventsResponse) Reset() {
 	*x = ObserveEventsResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[54]
+	mi := &file_perfetto_ipc_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +2895,7 @@ func (x *ObserveEventsResponse) String() string {
 func (*ObserveEventsResponse) ProtoMessage() {}
 
 func (x *ObserveEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[54]
+	mi := &file_perfetto_ipc_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +2908,7 @@ func (x *ObserveEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveEventsResponse.ProtoReflect.Descriptor instead.
 func (*ObserveEventsResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{54}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ObserveEventsResponse) GetEvents() *ObservableEvents {
@@ -3089,7 +2938,7 @@ type CloneSessionRequest struct {
 
 func (x *CloneSessionRequest) Reset() {
 	*x = CloneSessionRequest{}
-	mi := &file_perfetto_ipc_proto_msgTypes[55]
+	mi := &file_perfetto_ipc_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3101,7 +2950,7 @@ func (x *CloneSessionRequest) String() string {
 func (*CloneSessionRequest) ProtoMessage() {}
 
 func (x *CloneSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[55]
+	mi := &file_perfetto_ipc_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3114,7 +2963,7 @@ func (x *CloneSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloneSessionRequest) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{55}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CloneSessionRequest) GetSelector() isCloneSessionRequest_Selector {
@@ -3220,7 +3069,7 @@ type CloneSessionResponse struct {
 
 func (x *CloneSessionResponse) Reset() {
 	*x = CloneSessionResponse{}
-	mi := &file_perfetto_ipc_proto_msgTypes[56]
+	mi := &file_perfetto_ipc_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3081,7 @@ func (x *CloneSessionResponse) String() string {
 func (*CloneSessionResponse) ProtoMessage() {}
 
 func (x *CloneSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[56]
+	mi := &file_perfetto_ipc_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3094,7 @@ func (x *CloneSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloneSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloneSessionResponse) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{56}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CloneSessionResponse) GetSuccess() bool {
@@ -3292,7 +3141,7 @@ type Frame_BindService struct {
 
 func (x *Frame_BindService) Reset() {
 	*x = Frame_BindService{}
-	mi := &file_perfetto_ipc_proto_msgTypes[57]
+	mi := &file_perfetto_ipc_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3304,7 +3153,7 @@ func (x *Frame_BindService) String() string {
 func (*Frame_BindService) ProtoMessage() {}
 
 func (x *Frame_BindService) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[57]
+	mi := &file_perfetto_ipc_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3186,7 @@ type Frame_MethodInfo struct {
 
 func (x *Frame_MethodInfo) Reset() {
 	*x = Frame_MethodInfo{}
-	mi := &file_perfetto_ipc_proto_msgTypes[58]
+	mi := &file_perfetto_ipc_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3198,7 @@ func (x *Frame_MethodInfo) String() string {
 func (*Frame_MethodInfo) ProtoMessage() {}
 
 func (x *Frame_MethodInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[58]
+	mi := &file_perfetto_ipc_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3390,7 +3239,7 @@ type Frame_BindServiceReply struct {
 
 func (x *Frame_BindServiceReply) Reset() {
 	*x = Frame_BindServiceReply{}
-	mi := &file_perfetto_ipc_proto_msgTypes[59]
+	mi := &file_perfetto_ipc_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3251,7 @@ func (x *Frame_BindServiceReply) String() string {
 func (*Frame_BindServiceReply) ProtoMessage() {}
 
 func (x *Frame_BindServiceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[59]
+	mi := &file_perfetto_ipc_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3300,7 @@ type Frame_InvokeMethod struct {
 
 func (x *Frame_InvokeMethod) Reset() {
 	*x = Frame_InvokeMethod{}
-	mi := &file_perfetto_ipc_proto_msgTypes[60]
+	mi := &file_perfetto_ipc_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3312,7 @@ func (x *Frame_InvokeMethod) String() string {
 func (*Frame_InvokeMethod) ProtoMessage() {}
 
 func (x *Frame_InvokeMethod) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[60]
+	mi := &file_perfetto_ipc_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3367,7 @@ type Frame_InvokeMethodReply struct {
 
 func (x *Frame_InvokeMethodReply) Reset() {
 	*x = Frame_InvokeMethodReply{}
-	mi := &file_perfetto_ipc_proto_msgTypes[61]
+	mi := &file_perfetto_ipc_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +3379,7 @@ func (x *Frame_InvokeMethodReply) String() string {
 func (*Frame_InvokeMethodReply) ProtoMessage() {}
 
 func (x *Frame_InvokeMethodReply) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[61]
+	mi := &file_perfetto_ipc_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3425,7 @@ type Frame_RequestError struct {
 
 func (x *Frame_RequestError) Reset() {
 	*x = Frame_RequestError{}
-	mi := &file_perfetto_ipc_proto_msgTypes[62]
+	mi := &file_perfetto_ipc_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3588,7 +3437,7 @@ func (x *Frame_RequestError) String() string {
 func (*Frame_RequestError) ProtoMessage() {}
 
 func (x *Frame_RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[62]
+	mi := &file_perfetto_ipc_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +3472,7 @@ type Frame_SetPeerIdentity struct {
 
 func (x *Frame_SetPeerIdentity) Reset() {
 	*x = Frame_SetPeerIdentity{}
-	mi := &file_perfetto_ipc_proto_msgTypes[63]
+	mi := &file_perfetto_ipc_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3484,7 @@ func (x *Frame_SetPeerIdentity) String() string {
 func (*Frame_SetPeerIdentity) ProtoMessage() {}
 
 func (x *Frame_SetPeerIdentity) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[63]
+	mi := &file_perfetto_ipc_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3689,7 +3538,7 @@ type GetAsyncCommandResponse_SetupTracing struct {
 
 func (x *GetAsyncCommandResponse_SetupTracing) Reset() {
 	*x = GetAsyncCommandResponse_SetupTracing{}
-	mi := &file_perfetto_ipc_proto_msgTypes[64]
+	mi := &file_perfetto_ipc_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3701,7 +3550,7 @@ func (x *GetAsyncCommandResponse_SetupTracing) String() string {
 func (*GetAsyncCommandResponse_SetupTracing) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_SetupTracing) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[64]
+	mi := &file_perfetto_ipc_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3714,7 +3563,7 @@ func (x *GetAsyncCommandResponse_SetupTracing) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use GetAsyncCommandResponse_SetupTracing.ProtoReflect.Descriptor instead.
 func (*GetAsyncCommandResponse_SetupTracing) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{25, 0}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24, 0}
 }
 
 func (x *GetAsyncCommandResponse_SetupTracing) GetSharedBufferPageSizeKb() uint32 {
@@ -3741,7 +3590,7 @@ type GetAsyncCommandResponse_SetupDataSource struct {
 
 func (x *GetAsyncCommandResponse_SetupDataSource) Reset() {
 	*x = GetAsyncCommandResponse_SetupDataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[65]
+	mi := &file_perfetto_ipc_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3602,7 @@ func (x *GetAsyncCommandResponse_SetupDataSource) String() string {
 func (*GetAsyncCommandResponse_SetupDataSource) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_SetupDataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[65]
+	mi := &file_perfetto_ipc_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3615,7 @@ func (x *GetAsyncCommandResponse_SetupDataSource) ProtoReflect() protoreflect.Me
 
 // Deprecated: Use GetAsyncCommandResponse_SetupDataSource.ProtoReflect.Descriptor instead.
 func (*GetAsyncCommandResponse_SetupDataSource) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{25, 1}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24, 1}
 }
 
 func (x *GetAsyncCommandResponse_SetupDataSource) GetNewInstanceId() uint64 {
@@ -3793,7 +3642,7 @@ type GetAsyncCommandResponse_StartDataSource struct {
 
 func (x *GetAsyncCommandResponse_StartDataSource) Reset() {
 	*x = GetAsyncCommandResponse_StartDataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[66]
+	mi := &file_perfetto_ipc_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +3654,7 @@ func (x *GetAsyncCommandResponse_StartDataSource) String() string {
 func (*GetAsyncCommandResponse_StartDataSource) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_StartDataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[66]
+	mi := &file_perfetto_ipc_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +3667,7 @@ func (x *GetAsyncCommandResponse_StartDataSource) ProtoReflect() protoreflect.Me
 
 // Deprecated: Use GetAsyncCommandResponse_StartDataSource.ProtoReflect.Descriptor instead.
 func (*GetAsyncCommandResponse_StartDataSource) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{25, 2}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24, 2}
 }
 
 func (x *GetAsyncCommandResponse_StartDataSource) GetNewInstanceId() uint64 {
@@ -3844,7 +3693,7 @@ type GetAsyncCommandResponse_StopDataSource struct {
 
 func (x *GetAsyncCommandResponse_StopDataSource) Reset() {
 	*x = GetAsyncCommandResponse_StopDataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[67]
+	mi := &file_perfetto_ipc_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +3705,7 @@ func (x *GetAsyncCommandResponse_StopDataSource) String() string {
 func (*GetAsyncCommandResponse_StopDataSource) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_StopDataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[67]
+	mi := &file_perfetto_ipc_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +3718,7 @@ func (x *GetAsyncCommandResponse_StopDataSource) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use GetAsyncCommandResponse_StopDataSource.ProtoReflect.Descriptor instead.
 func (*GetAsyncCommandResponse_StopDataSource) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{25, 3}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24, 3}
 }
 
 func (x *GetAsyncCommandResponse_StopDataSource) GetInstanceId() uint64 {
@@ -3890,7 +3739,7 @@ type GetAsyncCommandResponse_Flush struct {
 
 func (x *GetAsyncCommandResponse_Flush) Reset() {
 	*x = GetAsyncCommandResponse_Flush{}
-	mi := &file_perfetto_ipc_proto_msgTypes[68]
+	mi := &file_perfetto_ipc_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3902,7 +3751,7 @@ func (x *GetAsyncCommandResponse_Flush) String() string {
 func (*GetAsyncCommandResponse_Flush) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_Flush) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[68]
+	mi := &file_perfetto_ipc_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3915,7 +3764,7 @@ func (x *GetAsyncCommandResponse_Flush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAsyncCommandResponse_Flush.ProtoReflect.Descriptor instead.
 func (*GetAsyncCommandResponse_Flush) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{25, 4}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24, 4}
 }
 
 func (x *GetAsyncCommandResponse_Flush) GetDataSourceIds() []uint64 {
@@ -3948,7 +3797,7 @@ type GetAsyncCommandResponse_ClearIncrementalState struct {
 
 func (x *GetAsyncCommandResponse_ClearIncrementalState) Reset() {
 	*x = GetAsyncCommandResponse_ClearIncrementalState{}
-	mi := &file_perfetto_ipc_proto_msgTypes[69]
+	mi := &file_perfetto_ipc_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3960,7 +3809,7 @@ func (x *GetAsyncCommandResponse_ClearIncrementalState) String() string {
 func (*GetAsyncCommandResponse_ClearIncrementalState) ProtoMessage() {}
 
 func (x *GetAsyncCommandResponse_ClearIncrementalState) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[69]
+	mi := &file_perfetto_ipc_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3973,7 +3822,7 @@ func (x *GetAsyncCommandResponse_ClearIncrementalState) ProtoReflect() protorefl
 
 // Deprecated: Use GetAsyncCommandResponse_ClearIncrementalState.ProtoReflect.Descriptor instead.
 func (*GetAsyncCommandResponse_ClearIncrementalState) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{25, 5}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{24, 5}
 }
 
 func (x *GetAsyncCommandResponse_ClearIncrementalState) GetDataSourceIds() []uint64 {
@@ -3993,7 +3842,7 @@ type ReadBuffersResponse_Slice struct {
 
 func (x *ReadBuffersResponse_Slice) Reset() {
 	*x = ReadBuffersResponse_Slice{}
-	mi := &file_perfetto_ipc_proto_msgTypes[70]
+	mi := &file_perfetto_ipc_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4005,7 +3854,7 @@ func (x *ReadBuffersResponse_Slice) String() string {
 func (*ReadBuffersResponse_Slice) ProtoMessage() {}
 
 func (x *ReadBuffersResponse_Slice) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[70]
+	mi := &file_perfetto_ipc_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4018,7 +3867,7 @@ func (x *ReadBuffersResponse_Slice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadBuffersResponse_Slice.ProtoReflect.Descriptor instead.
 func (*ReadBuffersResponse_Slice) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{33, 0}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{32, 0}
 }
 
 func (x *ReadBuffersResponse_Slice) GetData() []byte {
@@ -4049,7 +3898,7 @@ type TracingServiceState_Producer struct {
 
 func (x *TracingServiceState_Producer) Reset() {
 	*x = TracingServiceState_Producer{}
-	mi := &file_perfetto_ipc_proto_msgTypes[71]
+	mi := &file_perfetto_ipc_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +3910,7 @@ func (x *TracingServiceState_Producer) String() string {
 func (*TracingServiceState_Producer) ProtoMessage() {}
 
 func (x *TracingServiceState_Producer) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[71]
+	mi := &file_perfetto_ipc_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +3923,7 @@ func (x *TracingServiceState_Producer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TracingServiceState_Producer.ProtoReflect.Descriptor instead.
 func (*TracingServiceState_Producer) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45, 0}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{44, 0}
 }
 
 func (x *TracingServiceState_Producer) GetId() int32 {
@@ -4129,7 +3978,7 @@ type TracingServiceState_DataSource struct {
 
 func (x *TracingServiceState_DataSource) Reset() {
 	*x = TracingServiceState_DataSource{}
-	mi := &file_perfetto_ipc_proto_msgTypes[72]
+	mi := &file_perfetto_ipc_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4141,7 +3990,7 @@ func (x *TracingServiceState_DataSource) String() string {
 func (*TracingServiceState_DataSource) ProtoMessage() {}
 
 func (x *TracingServiceState_DataSource) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[72]
+	mi := &file_perfetto_ipc_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4154,7 +4003,7 @@ func (x *TracingServiceState_DataSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TracingServiceState_DataSource.ProtoReflect.Descriptor instead.
 func (*TracingServiceState_DataSource) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45, 1}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{44, 1}
 }
 
 func (x *TracingServiceState_DataSource) GetDsDescriptor() *DataSourceDescriptor {
@@ -4187,7 +4036,7 @@ type TracingServiceState_TracingSession struct {
 
 func (x *TracingServiceState_TracingSession) Reset() {
 	*x = TracingServiceState_TracingSession{}
-	mi := &file_perfetto_ipc_proto_msgTypes[73]
+	mi := &file_perfetto_ipc_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4199,7 +4048,7 @@ func (x *TracingServiceState_TracingSession) String() string {
 func (*TracingServiceState_TracingSession) ProtoMessage() {}
 
 func (x *TracingServiceState_TracingSession) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[73]
+	mi := &file_perfetto_ipc_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4212,7 +4061,7 @@ func (x *TracingServiceState_TracingSession) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use TracingServiceState_TracingSession.ProtoReflect.Descriptor instead.
 func (*TracingServiceState_TracingSession) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{45, 2}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{44, 2}
 }
 
 func (x *TracingServiceState_TracingSession) GetId() uint64 {
@@ -4282,7 +4131,7 @@ type ObservableEvents_DataSourceInstanceStateChange struct {
 
 func (x *ObservableEvents_DataSourceInstanceStateChange) Reset() {
 	*x = ObservableEvents_DataSourceInstanceStateChange{}
-	mi := &file_perfetto_ipc_proto_msgTypes[74]
+	mi := &file_perfetto_ipc_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4143,7 @@ func (x *ObservableEvents_DataSourceInstanceStateChange) String() string {
 func (*ObservableEvents_DataSourceInstanceStateChange) ProtoMessage() {}
 
 func (x *ObservableEvents_DataSourceInstanceStateChange) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[74]
+	mi := &file_perfetto_ipc_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4156,7 @@ func (x *ObservableEvents_DataSourceInstanceStateChange) ProtoReflect() protoref
 
 // Deprecated: Use ObservableEvents_DataSourceInstanceStateChange.ProtoReflect.Descriptor instead.
 func (*ObservableEvents_DataSourceInstanceStateChange) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52, 0}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{51, 0}
 }
 
 func (x *ObservableEvents_DataSourceInstanceStateChange) GetProducerName() string {
@@ -4341,7 +4190,7 @@ type ObservableEvents_CloneTriggerHit struct {
 
 func (x *ObservableEvents_CloneTriggerHit) Reset() {
 	*x = ObservableEvents_CloneTriggerHit{}
-	mi := &file_perfetto_ipc_proto_msgTypes[75]
+	mi := &file_perfetto_ipc_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4353,7 +4202,7 @@ func (x *ObservableEvents_CloneTriggerHit) String() string {
 func (*ObservableEvents_CloneTriggerHit) ProtoMessage() {}
 
 func (x *ObservableEvents_CloneTriggerHit) ProtoReflect() protoreflect.Message {
-	mi := &file_perfetto_ipc_proto_msgTypes[75]
+	mi := &file_perfetto_ipc_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4366,7 +4215,7 @@ func (x *ObservableEvents_CloneTriggerHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObservableEvents_CloneTriggerHit.ProtoReflect.Descriptor instead.
 func (*ObservableEvents_CloneTriggerHit) Descriptor() ([]byte, []int) {
-	return file_perfetto_ipc_proto_rawDescGZIP(), []int{52, 1}
+	return file_perfetto_ipc_proto_rawDescGZIP(), []int{51, 1}
 }
 
 func (x *ObservableEvents_CloneTriggerHit) GetTracingSessionId() int64 {
@@ -4387,7 +4236,7 @@ var File_perfetto_ipc_proto protoreflect.FileDescriptor
 
 const file_perfetto_ipc_proto_rawDesc = "" +
 	"\n" +
-	"\x12perfetto_ipc.proto\x12\x15tracepipe.perfettoipc\"\x9e\n" +
+	"\x12perfetto_ipc.proto\x12\x15tracepipe.perfettoipc\x1a\x15perfetto_config.proto\"\x9e\n" +
 	"\n" +
 	"\x05Frame\x12\x1d\n" +
 	"\n" +
@@ -4489,18 +4338,7 @@ const file_perfetto_ipc_proto_rawDesc = "" +
 	"\x18ActivateTriggersResponse\"\r\n" +
 	"\vSyncRequest\"\x0e\n" +
 	"\fSyncResponse\"\x18\n" +
-	"\x16GetAsyncCommandRequest\"\xc9\x03\n" +
-	"\x10DataSourceConfig\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
-	"\rtarget_buffer\x18\x02 \x01(\rR\ftargetBuffer\x12*\n" +
-	"\x11trace_duration_ms\x18\x03 \x01(\rR\x0ftraceDurationMs\x12,\n" +
-	"\x12tracing_session_id\x18\x04 \x01(\x04R\x10tracingSessionId\x126\n" +
-	"\x17enable_extra_guardrails\x18\x06 \x01(\bR\x15enableExtraGuardrails\x12&\n" +
-	"\x0fstop_timeout_ms\x18\a \x01(\rR\rstopTimeoutMs\x12e\n" +
-	"\x11session_initiator\x18\b \x01(\x0e28.tracepipe.perfettoipc.DataSourceConfig.SessionInitiatorR\x10sessionInitiator\"[\n" +
-	"\x10SessionInitiator\x12!\n" +
-	"\x1dSESSION_INITIATOR_UNSPECIFIED\x10\x00\x12$\n" +
-	" SESSION_INITIATOR_TRUSTED_SYSTEM\x10\x01\"\xdf\t\n" +
+	"\x16GetAsyncCommandRequest\"\xdf\t\n" +
 	"\x17GetAsyncCommandResponse\x12l\n" +
 	"\x11start_data_source\x18\x01 \x01(\v2>.tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSourceH\x00R\x0fstartDataSource\x12i\n" +
 	"\x10stop_data_source\x18\x02 \x01(\v2=.tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSourceH\x00R\x0estopDataSource\x12b\n" +
@@ -4667,127 +4505,125 @@ func file_perfetto_ipc_proto_rawDescGZIP() []byte {
 	return file_perfetto_ipc_proto_rawDescData
 }
 
-var file_perfetto_ipc_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_perfetto_ipc_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_perfetto_ipc_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_perfetto_ipc_proto_goTypes = []any{
 	(InitializeConnectionRequest_SmbScrapingMode)(0), // 0: tracepipe.perfettoipc.InitializeConnectionRequest.SmbScrapingMode
-	(DataSourceConfig_SessionInitiator)(0),           // 1: tracepipe.perfettoipc.DataSourceConfig.SessionInitiator
-	(ObservableEvents_Type)(0),                       // 2: tracepipe.perfettoipc.ObservableEvents.Type
-	(ObservableEvents_DataSourceInstanceState)(0),    // 3: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
-	(*Frame)(nil),                                          // 4: tracepipe.perfettoipc.Frame
-	(*InitializeConnectionRequest)(nil),                    // 5: tracepipe.perfettoipc.InitializeConnectionRequest
-	(*InitializeConnectionResponse)(nil),                   // 6: tracepipe.perfettoipc.InitializeConnectionResponse
-	(*DataSourceDescriptor)(nil),                           // 7: tracepipe.perfettoipc.DataSourceDescriptor
-	(*RegisterDataSourceRequest)(nil),                      // 8: tracepipe.perfettoipc.RegisterDataSourceRequest
-	(*RegisterDataSourceResponse)(nil),                     // 9: tracepipe.perfettoipc.RegisterDataSourceResponse
-	(*UnregisterDataSourceRequest)(nil),                    // 10: tracepipe.perfettoipc.UnregisterDataSourceRequest
-	(*UnregisterDataSourceResponse)(nil),                   // 11: tracepipe.perfettoipc.UnregisterDataSourceResponse
-	(*UpdateDataSourceRequest)(nil),                        // 12: tracepipe.perfettoipc.UpdateDataSourceRequest
-	(*UpdateDataSourceResponse)(nil),                       // 13: tracepipe.perfettoipc.UpdateDataSourceResponse
-	(*CommitDataResponse)(nil),                             // 14: tracepipe.perfettoipc.CommitDataResponse
-	(*RegisterTraceWriterRequest)(nil),                     // 15: tracepipe.perfettoipc.RegisterTraceWriterRequest
-	(*RegisterTraceWriterResponse)(nil),                    // 16: tracepipe.perfettoipc.RegisterTraceWriterResponse
-	(*UnregisterTraceWriterRequest)(nil),                   // 17: tracepipe.perfettoipc.UnregisterTraceWriterRequest
-	(*UnregisterTraceWriterResponse)(nil),                  // 18: tracepipe.perfettoipc.UnregisterTraceWriterResponse
-	(*NotifyDataSourceStartedRequest)(nil),                 // 19: tracepipe.perfettoipc.NotifyDataSourceStartedRequest
-	(*NotifyDataSourceStartedResponse)(nil),                // 20: tracepipe.perfettoipc.NotifyDataSourceStartedResponse
-	(*NotifyDataSourceStoppedRequest)(nil),                 // 21: tracepipe.perfettoipc.NotifyDataSourceStoppedRequest
-	(*NotifyDataSourceStoppedResponse)(nil),                // 22: tracepipe.perfettoipc.NotifyDataSourceStoppedResponse
-	(*ActivateTriggersRequest)(nil),                        // 23: tracepipe.perfettoipc.ActivateTriggersRequest
-	(*ActivateTriggersResponse)(nil),                       // 24: tracepipe.perfettoipc.ActivateTriggersResponse
-	(*SyncRequest)(nil),                                    // 25: tracepipe.perfettoipc.SyncRequest
-	(*SyncResponse)(nil),                                   // 26: tracepipe.perfettoipc.SyncResponse
-	(*GetAsyncCommandRequest)(nil),                         // 27: tracepipe.perfettoipc.GetAsyncCommandRequest
-	(*DataSourceConfig)(nil),                               // 28: tracepipe.perfettoipc.DataSourceConfig
-	(*GetAsyncCommandResponse)(nil),                        // 29: tracepipe.perfettoipc.GetAsyncCommandResponse
-	(*EnableTracingRequest)(nil),                           // 30: tracepipe.perfettoipc.EnableTracingRequest
-	(*EnableTracingResponse)(nil),                          // 31: tracepipe.perfettoipc.EnableTracingResponse
-	(*StartTracingRequest)(nil),                            // 32: tracepipe.perfettoipc.StartTracingRequest
-	(*StartTracingResponse)(nil),                           // 33: tracepipe.perfettoipc.StartTracingResponse
-	(*DisableTracingRequest)(nil),                          // 34: tracepipe.perfettoipc.DisableTracingRequest
-	(*DisableTracingResponse)(nil),                         // 35: tracepipe.perfettoipc.DisableTracingResponse
-	(*ReadBuffersRequest)(nil),                             // 36: tracepipe.perfettoipc.ReadBuffersRequest
-	(*ReadBuffersResponse)(nil),                            // 37: tracepipe.perfettoipc.ReadBuffersResponse
-	(*FreeBuffersRequest)(nil),                             // 38: tracepipe.perfettoipc.FreeBuffersRequest
-	(*FreeBuffersResponse)(nil),                            // 39: tracepipe.perfettoipc.FreeBuffersResponse
-	(*FlushRequest)(nil),                                   // 40: tracepipe.perfettoipc.FlushRequest
-	(*FlushResponse)(nil),                                  // 41: tracepipe.perfettoipc.FlushResponse
-	(*DetachRequest)(nil),                                  // 42: tracepipe.perfettoipc.DetachRequest
-	(*DetachResponse)(nil),                                 // 43: tracepipe.perfettoipc.DetachResponse
-	(*AttachRequest)(nil),                                  // 44: tracepipe.perfettoipc.AttachRequest
-	(*AttachResponse)(nil),                                 // 45: tracepipe.perfettoipc.AttachResponse
-	(*GetTraceStatsRequest)(nil),                           // 46: tracepipe.perfettoipc.GetTraceStatsRequest
-	(*GetTraceStatsResponse)(nil),                          // 47: tracepipe.perfettoipc.GetTraceStatsResponse
-	(*QueryServiceStateRequest)(nil),                       // 48: tracepipe.perfettoipc.QueryServiceStateRequest
-	(*TracingServiceState)(nil),                            // 49: tracepipe.perfettoipc.TracingServiceState
-	(*QueryServiceStateResponse)(nil),                      // 50: tracepipe.perfettoipc.QueryServiceStateResponse
-	(*ChangeTraceConfigRequest)(nil),                       // 51: tracepipe.perfettoipc.ChangeTraceConfigRequest
-	(*ChangeTraceConfigResponse)(nil),                      // 52: tracepipe.perfettoipc.ChangeTraceConfigResponse
-	(*QueryCapabilitiesRequest)(nil),                       // 53: tracepipe.perfettoipc.QueryCapabilitiesRequest
-	(*TracingServiceCapabilities)(nil),                     // 54: tracepipe.perfettoipc.TracingServiceCapabilities
-	(*QueryCapabilitiesResponse)(nil),                      // 55: tracepipe.perfettoipc.QueryCapabilitiesResponse
-	(*ObservableEvents)(nil),                               // 56: tracepipe.perfettoipc.ObservableEvents
-	(*ObserveEventsRequest)(nil),                           // 57: tracepipe.perfettoipc.ObserveEventsRequest
-	(*ObserveEventsResponse)(nil),                          // 58: tracepipe.perfettoipc.ObserveEventsResponse
-	(*CloneSessionRequest)(nil),                            // 59: tracepipe.perfettoipc.CloneSessionRequest
-	(*CloneSessionResponse)(nil),                           // 60: tracepipe.perfettoipc.CloneSessionResponse
-	(*Frame_BindService)(nil),                              // 61: tracepipe.perfettoipc.Frame.BindService
-	(*Frame_MethodInfo)(nil),                               // 62: tracepipe.perfettoipc.Frame.MethodInfo
-	(*Frame_BindServiceReply)(nil),                         // 63: tracepipe.perfettoipc.Frame.BindServiceReply
-	(*Frame_InvokeMethod)(nil),                             // 64: tracepipe.perfettoipc.Frame.InvokeMethod
-	(*Frame_InvokeMethodReply)(nil),                        // 65: tracepipe.perfettoipc.Frame.InvokeMethodReply
-	(*Frame_RequestError)(nil),                             // 66: tracepipe.perfettoipc.Frame.RequestError
-	(*Frame_SetPeerIdentity)(nil),                          // 67: tracepipe.perfettoipc.Frame.SetPeerIdentity
-	(*GetAsyncCommandResponse_SetupTracing)(nil),           // 68: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
-	(*GetAsyncCommandResponse_SetupDataSource)(nil),        // 69: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
-	(*GetAsyncCommandResponse_StartDataSource)(nil),        // 70: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
-	(*GetAsyncCommandResponse_StopDataSource)(nil),         // 71: tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
-	(*GetAsyncCommandResponse_Flush)(nil),                  // 72: tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
-	(*GetAsyncCommandResponse_ClearIncrementalState)(nil),  // 73: tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
-	(*ReadBuffersResponse_Slice)(nil),                      // 74: tracepipe.perfettoipc.ReadBuffersResponse.Slice
-	(*TracingServiceState_Producer)(nil),                   // 75: tracepipe.perfettoipc.TracingServiceState.Producer
-	(*TracingServiceState_DataSource)(nil),                 // 76: tracepipe.perfettoipc.TracingServiceState.DataSource
-	(*TracingServiceState_TracingSession)(nil),             // 77: tracepipe.perfettoipc.TracingServiceState.TracingSession
-	(*ObservableEvents_DataSourceInstanceStateChange)(nil), // 78: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
-	(*ObservableEvents_CloneTriggerHit)(nil),               // 79: tracepipe.perfettoipc.ObservableEvents.CloneTriggerHit
+	(ObservableEvents_Type)(0),                       // 1: tracepipe.perfettoipc.ObservableEvents.Type
+	(ObservableEvents_DataSourceInstanceState)(0),    // 2: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
+	(*Frame)(nil),                                          // 3: tracepipe.perfettoipc.Frame
+	(*InitializeConnectionRequest)(nil),                    // 4: tracepipe.perfettoipc.InitializeConnectionRequest
+	(*InitializeConnectionResponse)(nil),                   // 5: tracepipe.perfettoipc.InitializeConnectionResponse
+	(*DataSourceDescriptor)(nil),                           // 6: tracepipe.perfettoipc.DataSourceDescriptor
+	(*RegisterDataSourceRequest)(nil),                      // 7: tracepipe.perfettoipc.RegisterDataSourceRequest
+	(*RegisterDataSourceResponse)(nil),                     // 8: tracepipe.perfettoipc.RegisterDataSourceResponse
+	(*UnregisterDataSourceRequest)(nil),                    // 9: tracepipe.perfettoipc.UnregisterDataSourceRequest
+	(*UnregisterDataSourceResponse)(nil),                   // 10: tracepipe.perfettoipc.UnregisterDataSourceResponse
+	(*UpdateDataSourceRequest)(nil),                        // 11: tracepipe.perfettoipc.UpdateDataSourceRequest
+	(*UpdateDataSourceResponse)(nil),                       // 12: tracepipe.perfettoipc.UpdateDataSourceResponse
+	(*CommitDataResponse)(nil),                             // 13: tracepipe.perfettoipc.CommitDataResponse
+	(*RegisterTraceWriterRequest)(nil),                     // 14: tracepipe.perfettoipc.RegisterTraceWriterRequest
+	(*RegisterTraceWriterResponse)(nil),                    // 15: tracepipe.perfettoipc.RegisterTraceWriterResponse
+	(*UnregisterTraceWriterRequest)(nil),                   // 16: tracepipe.perfettoipc.UnregisterTraceWriterRequest
+	(*UnregisterTraceWriterResponse)(nil),                  // 17: tracepipe.perfettoipc.UnregisterTraceWriterResponse
+	(*NotifyDataSourceStartedRequest)(nil),                 // 18: tracepipe.perfettoipc.NotifyDataSourceStartedRequest
+	(*NotifyDataSourceStartedResponse)(nil),                // 19: tracepipe.perfettoipc.NotifyDataSourceStartedResponse
+	(*NotifyDataSourceStoppedRequest)(nil),                 // 20: tracepipe.perfettoipc.NotifyDataSourceStoppedRequest
+	(*NotifyDataSourceStoppedResponse)(nil),                // 21: tracepipe.perfettoipc.NotifyDataSourceStoppedResponse
+	(*ActivateTriggersRequest)(nil),                        // 22: tracepipe.perfettoipc.ActivateTriggersRequest
+	(*ActivateTriggersResponse)(nil),                       // 23: tracepipe.perfettoipc.ActivateTriggersResponse
+	(*SyncRequest)(nil),                                    // 24: tracepipe.perfettoipc.SyncRequest
+	(*SyncResponse)(nil),                                   // 25: tracepipe.perfettoipc.SyncResponse
+	(*GetAsyncCommandRequest)(nil),                         // 26: tracepipe.perfettoipc.GetAsyncCommandRequest
+	(*GetAsyncCommandResponse)(nil),                        // 27: tracepipe.perfettoipc.GetAsyncCommandResponse
+	(*EnableTracingRequest)(nil),                           // 28: tracepipe.perfettoipc.EnableTracingRequest
+	(*EnableTracingResponse)(nil),                          // 29: tracepipe.perfettoipc.EnableTracingResponse
+	(*StartTracingRequest)(nil),                            // 30: tracepipe.perfettoipc.StartTracingRequest
+	(*StartTracingResponse)(nil),                           // 31: tracepipe.perfettoipc.StartTracingResponse
+	(*DisableTracingRequest)(nil),                          // 32: tracepipe.perfettoipc.DisableTracingRequest
+	(*DisableTracingResponse)(nil),                         // 33: tracepipe.perfettoipc.DisableTracingResponse
+	(*ReadBuffersRequest)(nil),                             // 34: tracepipe.perfettoipc.ReadBuffersRequest
+	(*ReadBuffersResponse)(nil),                            // 35: tracepipe.perfettoipc.ReadBuffersResponse
+	(*FreeBuffersRequest)(nil),                             // 36: tracepipe.perfettoipc.FreeBuffersRequest
+	(*FreeBuffersResponse)(nil),                            // 37: tracepipe.perfettoipc.FreeBuffersResponse
+	(*FlushRequest)(nil),                                   // 38: tracepipe.perfettoipc.FlushRequest
+	(*FlushResponse)(nil),                                  // 39: tracepipe.perfettoipc.FlushResponse
+	(*DetachRequest)(nil),                                  // 40: tracepipe.perfettoipc.DetachRequest
+	(*DetachResponse)(nil),                                 // 41: tracepipe.perfettoipc.DetachResponse
+	(*AttachRequest)(nil),                                  // 42: tracepipe.perfettoipc.AttachRequest
+	(*AttachResponse)(nil),                                 // 43: tracepipe.perfettoipc.AttachResponse
+	(*GetTraceStatsRequest)(nil),                           // 44: tracepipe.perfettoipc.GetTraceStatsRequest
+	(*GetTraceStatsResponse)(nil),                          // 45: tracepipe.perfettoipc.GetTraceStatsResponse
+	(*QueryServiceStateRequest)(nil),                       // 46: tracepipe.perfettoipc.QueryServiceStateRequest
+	(*TracingServiceState)(nil),                            // 47: tracepipe.perfettoipc.TracingServiceState
+	(*QueryServiceStateResponse)(nil),                      // 48: tracepipe.perfettoipc.QueryServiceStateResponse
+	(*ChangeTraceConfigRequest)(nil),                       // 49: tracepipe.perfettoipc.ChangeTraceConfigRequest
+	(*ChangeTraceConfigResponse)(nil),                      // 50: tracepipe.perfettoipc.ChangeTraceConfigResponse
+	(*QueryCapabilitiesRequest)(nil),                       // 51: tracepipe.perfettoipc.QueryCapabilitiesRequest
+	(*TracingServiceCapabilities)(nil),                     // 52: tracepipe.perfettoipc.TracingServiceCapabilities
+	(*QueryCapabilitiesResponse)(nil),                      // 53: tracepipe.perfettoipc.QueryCapabilitiesResponse
+	(*ObservableEvents)(nil),                               // 54: tracepipe.perfettoipc.ObservableEvents
+	(*ObserveEventsRequest)(nil),                           // 55: tracepipe.perfettoipc.ObserveEventsRequest
+	(*ObserveEventsResponse)(nil),                          // 56: tracepipe.perfettoipc.ObserveEventsResponse
+	(*CloneSessionRequest)(nil),                            // 57: tracepipe.perfettoipc.CloneSessionRequest
+	(*CloneSessionResponse)(nil),                           // 58: tracepipe.perfettoipc.CloneSessionResponse
+	(*Frame_BindService)(nil),                              // 59: tracepipe.perfettoipc.Frame.BindService
+	(*Frame_MethodInfo)(nil),                               // 60: tracepipe.perfettoipc.Frame.MethodInfo
+	(*Frame_BindServiceReply)(nil),                         // 61: tracepipe.perfettoipc.Frame.BindServiceReply
+	(*Frame_InvokeMethod)(nil),                             // 62: tracepipe.perfettoipc.Frame.InvokeMethod
+	(*Frame_InvokeMethodReply)(nil),                        // 63: tracepipe.perfettoipc.Frame.InvokeMethodReply
+	(*Frame_RequestError)(nil),                             // 64: tracepipe.perfettoipc.Frame.RequestError
+	(*Frame_SetPeerIdentity)(nil),                          // 65: tracepipe.perfettoipc.Frame.SetPeerIdentity
+	(*GetAsyncCommandResponse_SetupTracing)(nil),           // 66: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
+	(*GetAsyncCommandResponse_SetupDataSource)(nil),        // 67: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
+	(*GetAsyncCommandResponse_StartDataSource)(nil),        // 68: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
+	(*GetAsyncCommandResponse_StopDataSource)(nil),         // 69: tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
+	(*GetAsyncCommandResponse_Flush)(nil),                  // 70: tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
+	(*GetAsyncCommandResponse_ClearIncrementalState)(nil),  // 71: tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
+	(*ReadBuffersResponse_Slice)(nil),                      // 72: tracepipe.perfettoipc.ReadBuffersResponse.Slice
+	(*TracingServiceState_Producer)(nil),                   // 73: tracepipe.perfettoipc.TracingServiceState.Producer
+	(*TracingServiceState_DataSource)(nil),                 // 74: tracepipe.perfettoipc.TracingServiceState.DataSource
+	(*TracingServiceState_TracingSession)(nil),             // 75: tracepipe.perfettoipc.TracingServiceState.TracingSession
+	(*ObservableEvents_DataSourceInstanceStateChange)(nil), // 76: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
+	(*ObservableEvents_CloneTriggerHit)(nil),               // 77: tracepipe.perfettoipc.ObservableEvents.CloneTriggerHit
+	(*DataSourceConfig)(nil),                               // 78: tracepipe.perfettoipc.DataSourceConfig
 }
 var file_perfetto_ipc_proto_depIdxs = []int32{
-	61, // 0: tracepipe.perfettoipc.Frame.msg_bind_service:type_name -> tracepipe.perfettoipc.Frame.BindService
-	63, // 1: tracepipe.perfettoipc.Frame.msg_bind_service_reply:type_name -> tracepipe.perfettoipc.Frame.BindServiceReply
-	64, // 2: tracepipe.perfettoipc.Frame.msg_invoke_method:type_name -> tracepipe.perfettoipc.Frame.InvokeMethod
-	65, // 3: tracepipe.perfettoipc.Frame.msg_invoke_method_reply:type_name -> tracepipe.perfettoipc.Frame.InvokeMethodReply
-	66, // 4: tracepipe.perfettoipc.Frame.msg_request_error:type_name -> tracepipe.perfettoipc.Frame.RequestError
-	67, // 5: tracepipe.perfettoipc.Frame.set_peer_identity:type_name -> tracepipe.perfettoipc.Frame.SetPeerIdentity
+	59, // 0: tracepipe.perfettoipc.Frame.msg_bind_service:type_name -> tracepipe.perfettoipc.Frame.BindService
+	61, // 1: tracepipe.perfettoipc.Frame.msg_bind_service_reply:type_name -> tracepipe.perfettoipc.Frame.BindServiceReply
+	62, // 2: tracepipe.perfettoipc.Frame.msg_invoke_method:type_name -> tracepipe.perfettoipc.Frame.InvokeMethod
+	63, // 3: tracepipe.perfettoipc.Frame.msg_invoke_method_reply:type_name -> tracepipe.perfettoipc.Frame.InvokeMethodReply
+	64, // 4: tracepipe.perfettoipc.Frame.msg_request_error:type_name -> tracepipe.perfettoipc.Frame.RequestError
+	65, // 5: tracepipe.perfettoipc.Frame.set_peer_identity:type_name -> tracepipe.perfettoipc.Frame.SetPeerIdentity
 	0,  // 6: tracepipe.perfettoipc.InitializeConnectionRequest.smb_scraping_mode:type_name -> tracepipe.perfettoipc.InitializeConnectionRequest.SmbScrapingMode
-	7,  // 7: tracepipe.perfettoipc.RegisterDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
-	7,  // 8: tracepipe.perfettoipc.UpdateDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
-	1,  // 9: tracepipe.perfettoipc.DataSourceConfig.session_initiator:type_name -> tracepipe.perfettoipc.DataSourceConfig.SessionInitiator
-	70, // 10: tracepipe.perfettoipc.GetAsyncCommandResponse.start_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
-	71, // 11: tracepipe.perfettoipc.GetAsyncCommandResponse.stop_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
-	68, // 12: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_tracing:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
-	72, // 13: tracepipe.perfettoipc.GetAsyncCommandResponse.flush:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
-	69, // 14: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
-	73, // 15: tracepipe.perfettoipc.GetAsyncCommandResponse.clear_incremental_state:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
-	74, // 16: tracepipe.perfettoipc.ReadBuffersResponse.slices:type_name -> tracepipe.perfettoipc.ReadBuffersResponse.Slice
-	75, // 17: tracepipe.perfettoipc.TracingServiceState.producers:type_name -> tracepipe.perfettoipc.TracingServiceState.Producer
-	76, // 18: tracepipe.perfettoipc.TracingServiceState.data_sources:type_name -> tracepipe.perfettoipc.TracingServiceState.DataSource
-	77, // 19: tracepipe.perfettoipc.TracingServiceState.tracing_sessions:type_name -> tracepipe.perfettoipc.TracingServiceState.TracingSession
-	49, // 20: tracepipe.perfettoipc.QueryServiceStateResponse.service_state:type_name -> tracepipe.perfettoipc.TracingServiceState
-	2,  // 21: tracepipe.perfettoipc.TracingServiceCapabilities.observable_events:type_name -> tracepipe.perfettoipc.ObservableEvents.Type
-	54, // 22: tracepipe.perfettoipc.QueryCapabilitiesResponse.capabilities:type_name -> tracepipe.perfettoipc.TracingServiceCapabilities
-	78, // 23: tracepipe.perfettoipc.ObservableEvents.instance_state_changes:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
-	79, // 24: tracepipe.perfettoipc.ObservableEvents.clone_trigger_hit:type_name -> tracepipe.perfettoipc.ObservableEvents.CloneTriggerHit
-	56, // 25: tracepipe.perfettoipc.ObserveEventsResponse.events:type_name -> tracepipe.perfettoipc.ObservableEvents
-	62, // 26: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
-	28, // 27: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	28, // 28: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
-	7,  // 29: tracepipe.perfettoipc.TracingServiceState.DataSource.ds_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
-	3,  // 30: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange.state:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	6,  // 7: tracepipe.perfettoipc.RegisterDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
+	6,  // 8: tracepipe.perfettoipc.UpdateDataSourceRequest.data_source_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
+	68, // 9: tracepipe.perfettoipc.GetAsyncCommandResponse.start_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource
+	69, // 10: tracepipe.perfettoipc.GetAsyncCommandResponse.stop_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.StopDataSource
+	66, // 11: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_tracing:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupTracing
+	70, // 12: tracepipe.perfettoipc.GetAsyncCommandResponse.flush:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.Flush
+	67, // 13: tracepipe.perfettoipc.GetAsyncCommandResponse.setup_data_source:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource
+	71, // 14: tracepipe.perfettoipc.GetAsyncCommandResponse.clear_incremental_state:type_name -> tracepipe.perfettoipc.GetAsyncCommandResponse.ClearIncrementalState
+	72, // 15: tracepipe.perfettoipc.ReadBuffersResponse.slices:type_name -> tracepipe.perfettoipc.ReadBuffersResponse.Slice
+	73, // 16: tracepipe.perfettoipc.TracingServiceState.producers:type_name -> tracepipe.perfettoipc.TracingServiceState.Producer
+	74, // 17: tracepipe.perfettoipc.TracingServiceState.data_sources:type_name -> tracepipe.perfettoipc.TracingServiceState.DataSource
+	75, // 18: tracepipe.perfettoipc.TracingServiceState.tracing_sessions:type_name -> tracepipe.perfettoipc.TracingServiceState.TracingSession
+	47, // 19: tracepipe.perfettoipc.QueryServiceStateResponse.service_state:type_name -> tracepipe.perfettoipc.TracingServiceState
+	1,  // 20: tracepipe.perfettoipc.TracingServiceCapabilities.observable_events:type_name -> tracepipe.perfettoipc.ObservableEvents.Type
+	52, // 21: tracepipe.perfettoipc.QueryCapabilitiesResponse.capabilities:type_name -> tracepipe.perfettoipc.TracingServiceCapabilities
+	76, // 22: tracepipe.perfettoipc.ObservableEvents.instance_state_changes:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange
+	77, // 23: tracepipe.perfettoipc.ObservableEvents.clone_trigger_hit:type_name -> tracepipe.perfettoipc.ObservableEvents.CloneTriggerHit
+	54, // 24: tracepipe.perfettoipc.ObserveEventsResponse.events:type_name -> tracepipe.perfettoipc.ObservableEvents
+	60, // 25: tracepipe.perfettoipc.Frame.BindServiceReply.methods:type_name -> tracepipe.perfettoipc.Frame.MethodInfo
+	78, // 26: tracepipe.perfettoipc.GetAsyncCommandResponse.SetupDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	78, // 27: tracepipe.perfettoipc.GetAsyncCommandResponse.StartDataSource.config:type_name -> tracepipe.perfettoipc.DataSourceConfig
+	6,  // 28: tracepipe.perfettoipc.TracingServiceState.DataSource.ds_descriptor:type_name -> tracepipe.perfettoipc.DataSourceDescriptor
+	2,  // 29: tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChange.state:type_name -> tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceState
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_perfetto_ipc_proto_init() }
@@ -4795,6 +4631,7 @@ func file_perfetto_ipc_proto_init() {
 	if File_perfetto_ipc_proto != nil {
 		return
 	}
+	file_perfetto_config_proto_init()
 	file_perfetto_ipc_proto_msgTypes[0].OneofWrappers = []any{
 		(*Frame_MsgBindService)(nil),
 		(*Frame_MsgBindServiceReply)(nil),
@@ -4803,7 +4640,7 @@ func file_perfetto_ipc_proto_init() {
 		(*Frame_MsgRequestError)(nil),
 		(*Frame_SetPeerIdentity_)(nil),
 	}
-	file_perfetto_ipc_proto_msgTypes[25].OneofWrappers = []any{
+	file_perfetto_ipc_proto_msgTypes[24].OneofWrappers = []any{
 		(*GetAsyncCommandResponse_StartDataSource_)(nil),
 		(*GetAsyncCommandResponse_StopDataSource_)(nil),
 		(*GetAsyncCommandResponse_SetupTracing_)(nil),
@@ -4811,10 +4648,10 @@ func file_perfetto_ipc_proto_init() {
 		(*GetAsyncCommandResponse_SetupDataSource_)(nil),
 		(*GetAsyncCommandResponse_ClearIncrementalState_)(nil),
 	}
-	file_perfetto_ipc_proto_msgTypes[27].OneofWrappers = []any{
+	file_perfetto_ipc_proto_msgTypes[26].OneofWrappers = []any{
 		(*EnableTracingResponse_Disabled)(nil),
 	}
-	file_perfetto_ipc_proto_msgTypes[55].OneofWrappers = []any{
+	file_perfetto_ipc_proto_msgTypes[54].OneofWrappers = []any{
 		(*CloneSessionRequest_SessionId)(nil),
 		(*CloneSessionRequest_UniqueSessionName)(nil),
 	}
@@ -4823,8 +4660,8 @@ func file_perfetto_ipc_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_perfetto_ipc_proto_rawDesc), len(file_perfetto_ipc_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   76,
+			NumEnums:      3,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

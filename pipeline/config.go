@@ -60,6 +60,8 @@ type Config struct {
 	// envs are the TRACEPIPE_ overrides Load applied, so that problems
 	// found later (a plugin's check of its config) name their variable.
 	envs []override
+	// fromText: a Perfetto text config's (FromPerfettoText).
+	fromText bool
 }
 
 // BufferConfig is one trace buffer (Perfetto's TraceConfig.BufferConfig).
@@ -82,16 +84,18 @@ type DataSourceConfig struct {
 	TargetBuffer          int            `koanf:"target_buffer"`           // index into buffers (default 0); Validate sets it from target_buffer_name
 	TargetBufferName      string         `koanf:"target_buffer_name"`      // or by buffers[].name (wins when set)
 	BufferExhaustedPolicy string         `koanf:"buffer_exhausted_policy"` // "drop" (default) | "stall"
-	Config                map[string]any `koanf:"config"`                  // per-source section, validated by the source's factory
+	Config                map[string]any `koanf:"config"`                  // per-source section, validated by the source's factory (built-in and plugin sources only)
+	PerfettoConfig        map[string]any `koanf:"perfetto_config"`         // Perfetto producers only: their DataSourceConfig's data-source configs (config_perfetto_yaml.go)
 	Plugin                string         `koanf:"plugin"`                  // path of an out-of-process plugin binary (optional); Validate resolves it against the config file's directory
 	ProtoVM               *ProtoVMConfig `koanf:"protovm"`
 	Restart               *RestartConfig `koanf:"restart"`        // plugins: relaunch after a crash (nil: never)
 	Limits                *PluginLimits  `koanf:"limits"`         // plugins: memory, CPU and stderr bounds of the plugin's processes (plugin_limits.go; nil: stderr defaults only)
 	OnStartError          string         `koanf:"on_start_error"` // "continue" (default, also "") | "abort": what a failed Start does to the session
 
-	// perfettoConfig is the DataSourceConfig a Perfetto consumer sent
-	// (perfetto_consumer.go), passed on to Perfetto producers with its
-	// data-source specific fields.
+	// perfettoConfig is the serialized DataSourceConfig passed on to
+	// Perfetto producers with its data-source specific fields: the one a
+	// Perfetto consumer sent (perfetto_consumer.go), or PerfettoConfig
+	// encoded by Validate.
 	perfettoConfig []byte
 	// perfettoProducers is its producer_name_filter and
 	// producer_name_regex_filter: the Perfetto producers that may serve

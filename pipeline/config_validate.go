@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/sinks"
@@ -272,6 +275,36 @@ func (c *Config) checkDataSource(k *checker, i int) {
 
 	if vm := ds.ProtoVM; vm != nil {
 		c.checkProtoVM(k, p+".protovm", vm)
+	}
+	c.checkPerfettoConfig(k, i, factory != nil)
+}
+
+// checkPerfettoConfig checks data_sources[i].perfetto_config and that
+// every config section has a reader: `config` is read by built-in and
+// plugin data sources, perfetto_config by Perfetto producers. A section
+// its data source cannot read is an error, never ignored. (Which one
+// serves a name both a built-in and a producer have is known only when
+// the session binds its producers: buildProducers checks that case.)
+func (c *Config) checkPerfettoConfig(k *checker, i int, builtin bool) {
+	ds := &c.DataSources[i]
+	p := fmt.Sprintf("data_sources[%d]", i)
+	perfettoOnly := ds.Plugin == "" && !builtin && c.PluginDir == "" && c.Perfetto.Enabled
+	if len(ds.Config) > 0 && perfettoOnly {
+		k.bad(p+".config", "nothing reads it: %q is served by Perfetto producers, which read no config section; their DataSourceConfig goes in %s.perfetto_config (e.g. perfetto_config: {sys_stats_config: {meminfo_period_ms: 500}})", ds.Name, p)
+	}
+	switch {
+	case ds.PerfettoConfig != nil && ds.Plugin != "":
+		k.bad(p+".perfetto_config", "nothing reads it: a plugin serves this data source, and plugins read %s.config", p)
+	case ds.PerfettoConfig != nil && !c.Perfetto.Enabled:
+		k.bad(p+".perfetto_config", "nothing reads it: only Perfetto producers do, and perfetto.enabled is false")
+	case ds.PerfettoConfig != nil:
+		ds.perfettoConfig = encodePerfettoConfig(k, p+".perfetto_config", ds.PerfettoConfig)
+	case len(ds.perfettoConfig) > 0:
+		// A Perfetto consumer's DataSourceConfig: the producers get it
+		// through the schema, so it must parse.
+		if err := proto.Unmarshal(ds.perfettoConfig, &perfettoipc.DataSourceConfig{}); err != nil {
+			k.bad(p+".config", "the DataSourceConfig does not parse: %v", err)
+		}
 	}
 }
 

@@ -691,7 +691,7 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 			if name, ok := traceConfigNames[num]; ok {
 				bad = append(bad, name)
 			} else {
-				bad = append(bad, fmt.Sprintf("field %d", num))
+				bad = append(bad, traceConfigFieldName(num)) // config_perfetto_text.go
 			}
 		}
 		return nil

@@ -95,6 +95,10 @@ func ResolvePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
 			continue
 		}
 		ds.Plugin = path
+		if ds.PerfettoConfig != nil {
+			problems = append(problems, Problem{Path: fmt.Sprintf("data_sources[%d].perfetto_config", i),
+				Message: fmt.Sprintf("nothing reads it: the plugin %s serves %q, and plugins read data_sources[%d].config", path, ds.Name, i)})
+		}
 	}
 	if len(problems) > 0 {
 		return &ValidationError{Problems: problems}

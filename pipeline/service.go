@@ -250,12 +250,28 @@ func New(cfg *Config, opts Options) (*Service, error) {
 
 func (s *Service) buildProducers() error {
 	for i := range s.cfg.DataSources {
-		if dc := &s.cfg.DataSources[i]; dc.Plugin == "" && s.opts.Perfetto.serves(dc.Name) {
+		dc := &s.cfg.DataSources[i]
+		if dc.Plugin == "" && s.opts.Perfetto.serves(dc.Name) {
+			// A config section must have a reader (checkPerfettoConfig);
+			// a Perfetto producer took this name from a built-in.
+			if len(dc.Config) > 0 {
+				return fmt.Errorf("data_sources[%d].config: nothing reads it: %q is served by a Perfetto producer, which reads no config section; its DataSourceConfig goes in data_sources[%d].perfetto_config", i, dc.Name, i)
+			}
 			// One producer per connected Perfetto producer (perfetto_producer.go).
 			if err := s.addPerfettoProducers(i); err != nil {
 				return err
 			}
 			continue
+		}
+		if dc.PerfettoConfig != nil {
+			return fmt.Errorf("data_sources[%d].perfetto_config: nothing reads it: no Perfetto producer registered %q, so the built-in data source of that name serves it, and it reads data_sources[%d].config", i, dc.Name, i)
+		}
+		if own := sourceConfigFields(dc.perfettoConfig); len(own) > 0 && dc.Plugin == "" {
+			// A Perfetto consumer's (or text config's) DataSourceConfig
+			// meant for a producer: traced would have recorded nothing
+			// without one, so the built-in stands in, and says what it
+			// does not read.
+			s.logf("data_sources[%d] %q: no Perfetto producer registered it; tracepipe's built-in serves it with its defaults and does not read the DataSourceConfig's %s (it reads data_sources[%d].config)", i, dc.Name, sourceConfigNames(own), i)
 		}
 		p, err := s.buildProducer(i, uint16(len(s.producers)+1))
 		if err != nil {

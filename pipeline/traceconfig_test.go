@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
+	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -121,5 +123,33 @@ sinks: [{type: file, path: %q}]
 	}
 	if len(incr) != 1 || msg(incr[0])[isClearPeriodMs] != uint64(500) {
 		t.Errorf("incremental_state_config = %v", incr)
+	}
+}
+
+// A Perfetto producer's data-source configs are echoed in the trace's
+// trace_config as sent, whichever way they came (YAML perfetto_config or
+// a consumer's DataSourceConfig); the service's own DataSourceConfig
+// fields are not taken from it.
+func TestTraceConfigEchoesPerfettoConfig(t *testing.T) {
+	sys := &ipc.DataSourceConfig{Name: proto.String("ignored"), TracingSessionId: proto.Uint64(9),
+		SysStatsConfig: &ipc.SysStatsConfig{MeminfoPeriodMs: proto.Uint32(500), MeminfoCounters: []ipc.MeminfoCounters{ipc.MeminfoCounters_MEMINFO_MEM_TOTAL}}}
+	raw, err := proto.Marshal(sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Config{Buffers: []BufferConfig{{SizeKB: 64}}, DataSources: []DataSourceConfig{{Name: "linux.sys_stats", perfettoConfig: raw}}}
+	pkt := appendTraceConfig(nil, c)
+	num, typ, n := protowire.ConsumeTag(pkt)
+	body, m := protowire.ConsumeBytes(pkt[max(n, 0):])
+	if num != tracefile.FieldTraceConfig || typ != protowire.BytesType || n < 0 || m < 0 {
+		t.Fatalf("not a trace_config field: %x", pkt)
+	}
+	var echo ipc.TraceConfig
+	if err := proto.Unmarshal(body, &echo); err != nil {
+		t.Fatal(err)
+	}
+	got := echo.GetDataSources()[0].GetConfig()
+	if got.GetName() != "linux.sys_stats" || got.TracingSessionId != nil || !proto.Equal(got.GetSysStatsConfig(), sys.GetSysStatsConfig()) {
+		t.Fatalf("echoed %v", got)
 	}
 }

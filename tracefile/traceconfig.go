@@ -39,6 +39,10 @@ type TraceConfigDataSource struct {
 	StallWhenFull   bool   // buffer_exhausted_policy STALL_THEN_DROP, else DROP
 	ProtoVMMemoryKB uint64 // protovm_config.memory_limit_kb, written with HasProtoVM
 	HasProtoVM      bool
+	// SourceConfig is the data source's own config (DataSourceConfig
+	// fields 100 and up, serialized: ftrace_config, sys_stats_config, ...),
+	// appended as it is.
+	SourceConfig []byte
 }
 
 // TraceConfig field numbers (reference/service.md §9).
@@ -116,7 +120,7 @@ func AppendTraceConfig(dst []byte, tc *TraceConfig) []byte {
 							return wire.AppendVarint(p, protoVMMemoryKB, dc.ProtoVMMemoryKB)
 						})
 					}
-					return c
+					return append(c, dc.SourceConfig...)
 				})
 			})
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/tracepipe/tracepipe/perfettoipc"
@@ -29,21 +30,41 @@ func startPerfetto(ctx context.Context, cfg *pipeline.Config, log *slog.Logger) 
 	if err := host.Listen(path); err != nil {
 		return nil, nil, err
 	}
-	var names []string
+	// Required: the names nothing else serves, and those whose entry
+	// carries a perfetto_config (only a producer reads it). Optional: in a
+	// Perfetto text config, the names a built-in also serves (as under
+	// traced, the producer is what the config means; the built-in stands
+	// in when none registers).
+	var names, optional []string
 	for _, ds := range cfg.DataSources {
-		if _, builtin := plugins.Lookup(ds.Name); !builtin && ds.Plugin == "" {
+		if ds.Plugin != "" {
+			continue
+		}
+		_, builtin := plugins.Lookup(ds.Name)
+		switch {
+		case !builtin || ds.PerfettoConfig != nil:
 			names = append(names, ds.Name)
+		case cfg.FromPerfettoText():
+			optional = append(optional, ds.Name)
 		}
 	}
 	sinks.LogDetail(log, slog.LevelInfo, []any{"producer_socket", path}, "perfetto: producers connect to %s (PERFETTO_PRODUCER_SOCK_NAME)", path)
-	if len(names) > 0 {
+	if len(names)+len(optional) > 0 {
 		wctx, cancel := context.WithTimeout(ctx, cfg.Perfetto.Wait())
-		missing := reg.WaitFor(wctx, names)
+		missing := reg.WaitFor(wctx, append(names, optional...))
 		cancel()
-		if len(missing) > 0 {
+		var required []string
+		for _, m := range missing {
+			if slices.Contains(names, m) {
+				required = append(required, m)
+			} else {
+				sinks.Logf(log, slog.LevelWarn, "perfetto: no producer registered %s within %v (perfetto.wait_for_producers): tracepipe's built-in %s serves it", m, cfg.Perfetto.Wait(), m)
+			}
+		}
+		if len(required) > 0 {
 			host.Close()
 			return nil, nil, fmt.Errorf("perfetto: no producer registered %s within %v (perfetto.wait_for_producers)",
-				strings.Join(missing, ", "), cfg.Perfetto.Wait())
+				strings.Join(required, ", "), cfg.Perfetto.Wait())
 		}
 	}
 	for _, d := range reg.DataSources() {

@@ -25,7 +25,9 @@ through shared memory buffers into the trace buffers, and stream them to the
 configured sinks (a Perfetto trace file by default).
 
 The config is the file given as the argument or with -c (YAML, TOML or
-JSON), or the embedded default (configs/default.yaml: 10 s, process tree,
+JSON, or a Perfetto text TraceConfig: .pbtxt, .textproto or .cfg, run as
+traced would run it, its data sources served by Perfetto producers), or
+the embedded default (configs/default.yaml: 10 s, process tree,
 system counters and a synthetic load, streamed to
 out/trace-<timestamp>.pftrace). TRACEPIPE_* environment variables and --set
 flags override it, in that order.
@@ -71,16 +73,22 @@ func newRunCmd() *cobra.Command {
 					return usageError{fmt.Errorf("--set %q: want key=value", s)}
 				}
 			}
-			if perfetto {
-				sets = append(sets, "perfetto.enabled=true")
-			}
 			if _, err := newLogger(io.Discard, logFormat, ""); err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("duration") {
-				sets = append(sets, "duration="+duration.String())
+			var cfg *pipeline.Config
+			var err error
+			if pipeline.IsTraceConfigText(path) {
+				cfg, err = loadTextRunConfig(path, output, sets, cmd.Flags().Changed("duration"), duration, cmd.ErrOrStderr())
+			} else {
+				if perfetto {
+					sets = append(sets, "perfetto.enabled=true")
+				}
+				if cmd.Flags().Changed("duration") {
+					sets = append(sets, "duration="+duration.String())
+				}
+				cfg, err = loadRunConfig(path, output, sets, cmd.ErrOrStderr())
 			}
-			cfg, err := loadRunConfig(path, output, sets, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -90,7 +98,7 @@ func newRunCmd() *cobra.Command {
 			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, alertToken, logFormat)
 		},
 	}
-	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
+	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON; or a Perfetto text TraceConfig: .pbtxt, .textproto, .cfg); default: the embedded default config")
 	c.Flags().StringVarP(&output, "output", "o", "", "trace file path: replaces the first file sink's path (or adds a file sink)")
 	c.Flags().DurationVar(&duration, "duration", 0, "session duration, e.g. 30s (overrides the config's duration; 0 = until SIGINT)")
 	c.Flags().BoolVar(&perfetto, "perfetto", false, "act as traced for Perfetto producers: listen on Perfetto's producer socket (PERFETTO_PRODUCER_SOCK_NAME) and serve data sources they register (perfetto.enabled)")
@@ -120,6 +128,34 @@ func configArg(cmd *cobra.Command, path *string, args []string) error {
 // file sink's path (or adds a file sink).
 func loadRunConfig(path, output string, sets []string, stderr io.Writer) (*pipeline.Config, error) {
 	return pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Output: output, Warn: warnTo(stderr)})
+}
+
+// loadTextRunConfig loads a Perfetto text TraceConfig (.pbtxt,
+// .textproto, .cfg): mapped as the consumer port maps EnableTracing, with
+// Perfetto producers enabled; --duration and -o apply, and --set of the
+// perfetto.* settings (the rest of tracepipe's keys describe a session,
+// which the text config does).
+func loadTextRunConfig(path, output string, sets []string, durationSet bool, duration time.Duration, stderr io.Writer) (*pipeline.Config, error) {
+	for _, s := range sets {
+		if !strings.HasPrefix(s, "perfetto.") {
+			return nil, usageError{fmt.Errorf("--set %s: a Perfetto text config (%s) is run as written; only tracepipe's perfetto.* settings may be set (edit the text config, or write the session in YAML with data_sources[i].perfetto_config)", s, path)}
+		}
+	}
+	opts := pipeline.TraceConfigTextOptions{Output: output, Sets: sets}
+	if durationSet {
+		if duration <= 0 {
+			return nil, usageError{fmt.Errorf("--duration %v: a Perfetto text config's duration_ms cannot be replaced by \"until stopped\" (give a positive duration)", duration)}
+		}
+		opts.Duration = duration
+	}
+	cfg, err := pipeline.LoadTraceConfigText(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings() {
+		warnTo(stderr)(w)
+	}
+	return cfg, nil
 }
 
 // warnTo returns a config-load warning sink that prints to w.

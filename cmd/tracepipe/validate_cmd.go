@@ -14,8 +14,9 @@ import (
 )
 
 const validateLong = `Load a tracepipe config the way 'tracepipe run' does and check it: the file
-given as the argument or with -c (YAML, TOML or JSON; the embedded default
-when none is given), then
+given as the argument or with -c (YAML, TOML or JSON, or a Perfetto text
+TraceConfig: .pbtxt, .textproto, .cfg; the embedded default when none is
+given), then
 TRACEPIPE_ environment overrides, then --set flags, in that order.
 
 Prints "config OK: N buffers, M data sources, K sinks", or every problem
@@ -49,14 +50,24 @@ func newValidateCmd() *cobra.Command {
 			return runValidate(path, sets, printCfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON); default: the embedded default config")
+	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON; or a Perfetto text TraceConfig: .pbtxt, .textproto, .cfg); default: the embedded default config")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set duration=10s (repeatable; applied last)")
 	c.Flags().BoolVar(&printCfg, "print", false, "print the effective config as YAML")
 	return c
 }
 
 func runValidate(path string, sets []string, printCfg bool, stdout, stderr io.Writer) error {
-	cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Warn: warnTo(stderr)})
+	var cfg *pipeline.Config
+	var err error
+	if pipeline.IsTraceConfigText(path) {
+		// As `run -c x.pbtxt` loads it (run_cmd.go).
+		if printCfg {
+			return usageError{fmt.Errorf("--print: %s is a Perfetto text config; its producer filters have no YAML form, so an effective YAML config would leave them out", path)}
+		}
+		cfg, err = loadTextRunConfig(path, "", sets, false, 0, stderr)
+	} else {
+		cfg, err = pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Warn: warnTo(stderr)})
+	}
 	if err == nil {
 		// Plugins check their own config sections (a validate-only call).
 		err = pipeline.ValidatePlugins(context.Background(), cfg, nil)

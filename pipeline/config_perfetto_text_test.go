@@ -1,0 +1,257 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	ipc "github.com/tracepipe/tracepipe/perfettoipc"
+)
+
+// Every golden capture's text config (the one `perfetto --txt -c` sent to
+// the real traced) runs as `tracepipe run -c x.pbtxt` runs it
+// (LoadTraceConfigText, then New and Run with Perfetto producers). Each
+// data source is served by a Go test-double Perfetto producer (one per
+// data source name, as registering the name is what binds it), which must
+// be set up with exactly the data-source config the text gives (name and
+// sub-message), and whose packets must all reach the trace file. The
+// configs' 2 s durations are shortened to 300 ms (after checking that the
+// mapping read duration_ms) to keep the suite short; everything else runs
+// as written.
+func TestTraceConfigTextRunsGoldenConfigs(t *testing.T) {
+	for _, f := range []string{
+		"a_probes/trace_config.pbtxt", "b_track_event/trace_config.pbtxt", "c_probes_write_into_file/trace_config.pbtxt",
+		"h_probes_large_readbuffers/trace_config.pbtxt", "j_probes_three_sources/trace_config.pbtxt",
+		"k_probes_two_sessions/trace_config_1.pbtxt", "k_probes_two_sessions/trace_config_2.pbtxt",
+	} {
+		t.Run(strings.ReplaceAll(f, "/", "_"), func(t *testing.T) {
+			dir := testsupport.GoldenDir(t, "perfetto-ipc", filepath.Dir(f))
+			runGoldenTextConfig(t, filepath.Join(dir, filepath.Base(f)))
+		})
+	}
+}
+
+func runGoldenTextConfig(t *testing.T, path string) {
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want ipc.TraceConfig
+	if err := prototext.Unmarshal(text, &want); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "trace.pftrace")
+	cfg, err := LoadTraceConfigText(path, TraceConfigTextOptions{Output: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Duration != time.Duration(want.GetDurationMs())*time.Millisecond || len(cfg.Buffers) != len(want.GetBuffers()) ||
+		len(cfg.DataSources) != len(want.GetDataSources()) || cfg.WriteIntoFile != want.GetWriteIntoFile() || !cfg.Perfetto.Enabled {
+		t.Fatalf("mapped config: duration %v, %d buffers, %d data sources, write_into_file %v, perfetto %v; text: %v",
+			cfg.Duration, len(cfg.Buffers), len(cfg.DataSources), cfg.WriteIntoFile, cfg.Perfetto.Enabled, &want)
+	}
+	cfg.Duration = 300 * time.Millisecond
+
+	sock := filepath.Join(tmp, "producer.sock")
+	reg := NewPerfettoProducers()
+	host := ipc.NewHost(ipc.NewProducerPort(reg))
+	host.Logf = t.Logf
+	if err := host.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	const packets = 50
+	doubles := map[string]*perfettoDouble{}
+	served := make(chan error, len(want.GetDataSources()))
+	var names []string
+	for _, ds := range want.GetDataSources() {
+		name := ds.GetConfig().GetName()
+		if doubles[name] != nil {
+			continue
+		}
+		pd := dialDouble(t, sock, packets)
+		defer pd.close()
+		pd.connect("double."+name, &ipc.DataSourceDescriptor{Name: proto.String(name),
+			WillNotifyOnStart: proto.Bool(true), WillNotifyOnStop: proto.Bool(true)})
+		go pd.serve(served)
+		doubles[name] = pd
+		names = append(names, name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if missing := reg.WaitFor(ctx, names); len(missing) > 0 {
+		t.Fatalf("never registered: %v", missing)
+	}
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t), Perfetto: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Each producer was set up with its data source's config as written:
+	// the text's DataSourceConfig, plus what the service sets itself.
+	for _, ds := range want.GetDataSources() {
+		pd := doubles[ds.GetConfig().GetName()]
+		pd.mu.Lock()
+		raw := pd.lastConfig
+		pd.mu.Unlock()
+		var got ipc.DataSourceConfig
+		if err := proto.Unmarshal(raw, &got); err != nil {
+			t.Fatal(err)
+		}
+		exp := proto.Clone(ds.GetConfig()).(*ipc.DataSourceConfig)
+		for _, c := range []*ipc.DataSourceConfig{&got, exp} {
+			// Set by the service (global buffer ids, session ids, timeouts).
+			c.TargetBuffer, c.TraceDurationMs, c.TracingSessionId = nil, nil, nil
+			c.EnableExtraGuardrails, c.StopTimeoutMs, c.SessionInitiator = nil, nil, nil
+		}
+		if !proto.Equal(&got, exp) {
+			t.Errorf("%s was set up with\n%v\nwant\n%v", ds.GetConfig().GetName(), &got, exp)
+		}
+	}
+	// Every double's packets are in the trace, once.
+	seen := map[uint32]int{}
+	for _, p := range readTrace(t, out) {
+		_, i, body, ok := scriptedID(p.raw)
+		if ok && binary.LittleEndian.Uint32(body) == 0xd0b1e {
+			seen[uint32(i)]++
+		}
+	}
+	for i := range uint32(packets) {
+		if seen[i] != len(doubles) {
+			t.Fatalf("packet %d is in the trace %d times, want once per producer (%d)", i, seen[i], len(doubles))
+		}
+	}
+	for _, pd := range doubles {
+		pd.close()
+	}
+	for range doubles {
+		if err := <-served; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A text config is refused field by field: an unknown field with the
+// file, line and column (prototext names it), a field tracepipe knows but
+// does not support by its name and line (the consumer port's mapping), a
+// data-source config the schema does not model with what to do instead.
+func TestTraceConfigTextRefusals(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, text string
+		want       []string
+	}{
+		{"unknown.pbtxt", "buffers {\n  size_kb: 1024\n  fill_polcy: DISCARD\n}\n",
+			[]string{"unknown.pbtxt:3:3:", "fill_polcy"}},
+		{"unknown_ds.pbtxt", "buffers { size_kb: 1024 }\ndata_sources {\n  config {\n    name: \"linux.sys_stats\"\n    sys_stats_config { meminfo_perid_ms: 5 }\n  }\n}\n",
+			[]string{"unknown_ds.pbtxt:5:", "meminfo_perid_ms"}},
+		{"bad_enum.pbtxt", "buffers { size_kb: 1024 }\ndata_sources {\n  config {\n    name: \"linux.sys_stats\"\n    sys_stats_config {\n      meminfo_counters: MEMINFO_NOPE\n    }\n  }\n}\n",
+			[]string{"bad_enum.pbtxt:6:", "MEMINFO_NOPE"}},
+		{"unsupported.pbtxt", "buffers { size_kb: 1024 }\nduration_ms: 1000\nlockdown_mode: LOCKDOWN_SET\n",
+			[]string{"unsupported.pbtxt", "not supported by tracepipe: lockdown_mode (line 3)"}},
+		{"unsupported2.pbtxt", "buffers { size_kb: 1024 }\nnotify_traceur: true\n",
+			[]string{"not supported by tracepipe: notify_traceur (line 2)"}},
+		{"machine.pbtxt", "buffers { size_kb: 1024 }\ndata_sources {\n  config { name: \"x\" }\n  machine_name_filter: \"m\"\n}\n",
+			[]string{"data_sources[0].machine_name_filter (line 4)"}},
+		{"opaque.cfg", "buffers { size_kb: 1024 }\ndata_sources {\n  config {\n    name: \"org.chromium.trace_event\"\n    chrome_config {\n      trace_config: \"{}\"\n    }\n  }\n}\n",
+			[]string{"opaque.cfg:5:", "chrome_config is a data-source config tracepipe's schema does not model", "perfetto_config.chrome_config"}},
+		{"syntax.textproto", "buffers {\n  size_kb: 1024\n", []string{"syntax.textproto: unexpected end of the file"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, tc.name)
+			if err := os.WriteFile(path, []byte(tc.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadTraceConfigText(path, TraceConfigTextOptions{Output: filepath.Join(dir, "x.pftrace")})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+	// Not a regular file: refused before parsing, never a hang.
+	if _, err := LoadTraceConfigText(dir, TraceConfigTextOptions{}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a directory: %v", err)
+	}
+}
+
+// The extensions that select the text parser.
+func TestIsTraceConfigText(t *testing.T) {
+	var got []string
+	for _, p := range []string{"a.pbtxt", "b.TEXTPROTO", "c.cfg", "d.yaml", "e.json", "f.toml", "g", "h.pb"} {
+		if IsTraceConfigText(p) {
+			got = append(got, p)
+		}
+	}
+	sort.Strings(got)
+	if strings.Join(got, " ") != "a.pbtxt b.TEXTPROTO c.cfg" {
+		t.Fatalf("text configs: %v", got)
+	}
+}
+
+// protobuf-go writes the space after "proto:" as a regular or a
+// non-breaking one (chosen per binary); either way the position becomes
+// file:line:column.
+func TestTraceConfigTextErrorSpaces(t *testing.T) {
+	data := []byte("a: 1\nb: 2\n")
+	for _, sp := range []string{" ", "\u00a0"} {
+		got := textError("x.pbtxt", data, errors.New("proto:"+sp+"(line 2:1):"+sp+"unknown field: b")).Error()
+		if got != "x.pbtxt:2:1: unknown field: b" {
+			t.Errorf("%q: got %q", sp, got)
+		}
+		got = textError("x.pbtxt", data, errors.New("proto:"+sp+"syntax error (line 1:3): unexpected token")).Error()
+		if got != "x.pbtxt:1:3: syntax error: unexpected token" {
+			t.Errorf("%q: got %q", sp, got)
+		}
+		got = textError("x.pbtxt", data, errors.New("proto:"+sp+"unexpected EOF")).Error()
+		if !strings.HasPrefix(got, "x.pbtxt: unexpected end of the file") {
+			t.Errorf("%q: got %q", sp, got)
+		}
+	}
+}
+
+// A consumer's DataSourceConfig whose modelled data-source config does not
+// parse is refused where the session is created, naming the data source,
+// not sent on to a producer.
+func TestConfigFromTraceConfigRefusesMalformedSourceConfig(t *testing.T) {
+	dsc := protowire.AppendTag(nil, 1, protowire.BytesType)
+	dsc = protowire.AppendString(dsc, "linux.sys_stats")
+	dsc = protowire.AppendTag(dsc, 104, protowire.BytesType)
+	dsc = protowire.AppendBytes(dsc, []byte{0x08}) // meminfo_period_ms with no value
+	ds := protowire.AppendTag(nil, 1, protowire.BytesType)
+	ds = protowire.AppendBytes(ds, dsc)
+	tc := protowire.AppendTag(nil, 1, protowire.BytesType)
+	tc = protowire.AppendBytes(tc, []byte{0x08, 0x80, 0x08}) // buffers { size_kb: 1024 }
+	tc = protowire.AppendTag(tc, 2, protowire.BytesType)
+	tc = protowire.AppendBytes(tc, ds)
+	_, err := ConfigFromTraceConfig(tc)
+	if err == nil || !strings.Contains(err.Error(), "data_sources[0].config: the DataSourceConfig does not parse") {
+		t.Fatalf("got %v", err)
+	}
+	// The same config well formed is accepted.
+	dsc[len(dsc)-2], dsc = 2, append(dsc, 0x05)
+	ds = protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), dsc)
+	tc = protowire.AppendBytes(protowire.AppendTag([]byte{0x0a, 0x03, 0x08, 0x80, 0x08}, 2, protowire.BytesType), ds)
+	if _, err := ConfigFromTraceConfig(tc); err != nil {
+		t.Fatalf("well formed: %v", err)
+	}
+}

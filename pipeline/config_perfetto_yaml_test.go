@@ -1,0 +1,169 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	ipc "github.com/tracepipe/tracepipe/perfettoipc"
+)
+
+// perfetto_config in YAML becomes the DataSourceConfig it describes:
+// modelled configs field by field (enums by name or number, lists, nested
+// messages), unmodelled ones from base64, untouched.
+func TestPerfettoConfigYAMLEncodes(t *testing.T) {
+	chrome := []byte{0x0a, 0x02, '{', '}'} // chrome_config.trace_config = "{}"
+	cfg := loadYAML(t, `
+duration: 1s
+buffers: [{size_kb: 1024}]
+perfetto: {enabled: true}
+data_sources:
+  - name: linux.sys_stats
+    perfetto_config:
+      sys_stats_config:
+        meminfo_period_ms: 500
+        meminfo_counters: [MEMINFO_MEM_TOTAL, 2]
+        stat_counters: [STAT_CPU_TIMES]
+  - name: linux.ftrace
+    perfetto_config:
+      ftrace_config:
+        ftrace_events: [sched/sched_switch, power/cpu_idle]
+        compact_sched: {enabled: true}
+        kprobe_events: [{probe: do_sys_open, type: KPROBE_TYPE_BOTH}]
+  - name: org.chromium.trace_event
+    perfetto_config:
+      chrome_config: `+base64.StdEncoding.EncodeToString(chrome)+`
+sinks: [{type: file, path: `+filepath.Join(t.TempDir(), "t.pftrace")+`}]
+`)
+	want := []*ipc.DataSourceConfig{
+		{SysStatsConfig: &ipc.SysStatsConfig{MeminfoPeriodMs: proto.Uint32(500),
+			MeminfoCounters: []ipc.MeminfoCounters{ipc.MeminfoCounters_MEMINFO_MEM_TOTAL, ipc.MeminfoCounters_MEMINFO_MEM_FREE},
+			StatCounters:    []ipc.SysStatsConfig_StatCounters{ipc.SysStatsConfig_STAT_CPU_TIMES}}},
+		{FtraceConfig: &ipc.FtraceConfig{FtraceEvents: []string{"sched/sched_switch", "power/cpu_idle"},
+			CompactSched: &ipc.FtraceConfig_CompactSchedConfig{Enabled: proto.Bool(true)},
+			KprobeEvents: []*ipc.FtraceConfig_KprobeEvent{{Probe: proto.String("do_sys_open"), Type: ipc.FtraceConfig_KprobeEvent_KPROBE_TYPE_BOTH.Enum()}}}},
+		{ChromeConfig: chrome},
+	}
+	for i, w := range want {
+		b, err := proto.Marshal(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.DataSources[i].perfettoConfig; string(got) != string(b) {
+			t.Errorf("data_sources[%d]: encoded %x, want %x", i, got, b)
+		}
+	}
+}
+
+// Every mistake in perfetto_config is a problem at its field path, all
+// reported at once; a config section nothing reads is an error.
+func TestPerfettoConfigYAMLProblems(t *testing.T) {
+	for _, tc := range []struct {
+		name, ds string
+		perfetto bool
+		want     []string // "path: message part"
+	}{
+		{"unknown field", `{name: linux.sys_stats, perfetto_config: {sys_stats_config: {meminfo_perid_ms: 500}}}`, true,
+			[]string{"data_sources[0].perfetto_config.sys_stats_config.meminfo_perid_ms: unknown field (SysStatsConfig has: "}},
+		{"unknown config", `{name: x.y, perfetto_config: {sys_stat_config: {}}}`, true,
+			[]string{"data_sources[0].perfetto_config.sys_stat_config: unknown field", "sys_stats_config"}},
+		{"bad enum", `{name: linux.sys_stats, perfetto_config: {sys_stats_config: {meminfo_counters: [MEMINFO_NOPE, 9999]}}}`, true,
+			[]string{`data_sources[0].perfetto_config.sys_stats_config.meminfo_counters[0]: "MEMINFO_NOPE" is not a value of MeminfoCounters`,
+				"data_sources[0].perfetto_config.sys_stats_config.meminfo_counters[1]: 9999 is not a value of MeminfoCounters"}},
+		{"types", `{name: linux.sys_stats, perfetto_config: {sys_stats_config: {meminfo_period_ms: -1, vmstat_period_ms: 5000000000, stat_period_ms: fast, meminfo_counters: MEMINFO_MEM_TOTAL}}}`, true,
+			[]string{"sys_stats_config.meminfo_period_ms: -1 is out of range for uint32",
+				"sys_stats_config.vmstat_period_ms: 5000000000 is out of range",
+				"sys_stats_config.stat_period_ms: want an integer (uint32)",
+				"sys_stats_config.meminfo_counters: want a list"}},
+		{"service fields", `{name: linux.sys_stats, perfetto_config: {name: other, target_buffer: 1, tracing_session_id: 3}}`, true,
+			[]string{"perfetto_config.name: not a data-source config: the data source's name is data_sources[i].name",
+				"perfetto_config.target_buffer: not a data-source config",
+				"perfetto_config.tracing_session_id: not a data-source config: the service sets it"}},
+		{"base64", `{name: x.y, perfetto_config: {chrome_config: "not base64!", heapprofd_config: "/w=="}}`, true,
+			[]string{"perfetto_config.chrome_config: want base64", "perfetto_config.heapprofd_config: the base64 bytes are not a serialized protobuf message"}},
+		{"message as scalar", `{name: x.y, perfetto_config: {ftrace_config: [a]}}`, true,
+			[]string{"perfetto_config.ftrace_config: want a map (FtraceConfig)"}},
+		{"oneof", `{name: x.y, perfetto_config: {ftrace_config: {print_filter: {rules: [{prefix: a, atrace_msg: {type: B}}]}}}}`, true,
+			[]string{"print_filter.rules[0].prefix: atrace_msg and prefix are alternatives"}},
+		{"config for a producer", `{name: x.y, config: {meminfo_period_ms: 500}}`, true,
+			[]string{`data_sources[0].config: nothing reads it: "x.y" is served by Perfetto producers`, "data_sources[0].perfetto_config"}},
+		{"perfetto off", `{name: linux.sys_stats, perfetto_config: {sys_stats_config: {meminfo_period_ms: 500}}}`, false,
+			[]string{"data_sources[0].perfetto_config: nothing reads it: only Perfetto producers do, and perfetto.enabled is false"}},
+		{"plugin", `{name: x.y, plugin: /bin/true, perfetto_config: {}}`, true,
+			[]string{"data_sources[0].perfetto_config: nothing reads it: a plugin serves this data source"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := "duration: 1s\nbuffers: [{size_kb: 1024}]\ndata_sources: [" + tc.ds + "]\nsinks: [{type: file, path: " +
+				filepath.Join(t.TempDir(), "t.pftrace") + "}]\n"
+			if tc.perfetto {
+				text += "perfetto: {enabled: true}\n"
+			}
+			path := writeFile(t, t.TempDir(), "c.yaml", text)
+			_, err := Load(LoadOptions{Path: path})
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("want a ValidationError, got %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("problems\n%v\ndo not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// Which of a built-in and a Perfetto producer serves a name is decided
+// when the session binds its producers, and so is whether its section has
+// a reader: perfetto_config on a source the built-in serves (no producer
+// registered it), and config on a source a producer took over, are errors
+// naming the field.
+func TestPerfettoConfigReaderAtBind(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "producer.sock")
+	reg := NewPerfettoProducers()
+	host := ipc.NewHost(ipc.NewProducerPort(reg))
+	if err := host.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	out := filepath.Join(dir, "t.pftrace")
+	withPC := loadYAML(t, `
+duration: 1s
+buffers: [{size_kb: 1024}]
+perfetto: {enabled: true}
+data_sources: [{name: linux.sys_stats, perfetto_config: {sys_stats_config: {meminfo_period_ms: 500}}}]
+sinks: [{type: file, path: `+out+`}]
+`)
+	_, err := New(withPC, Options{Logger: testsupport.Logger(t), Perfetto: reg})
+	if err == nil || !strings.Contains(err.Error(), "data_sources[0].perfetto_config: nothing reads it: no Perfetto producer registered \"linux.sys_stats\"") {
+		t.Fatalf("built-in served with perfetto_config: %v", err)
+	}
+
+	pd := dialDouble(t, sock, 1)
+	defer pd.close()
+	pd.connect("double", &ipc.DataSourceDescriptor{Name: proto.String("linux.sys_stats")})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if missing := reg.WaitFor(ctx, []string{"linux.sys_stats"}); len(missing) > 0 {
+		t.Fatal(missing)
+	}
+	withConfig := loadYAML(t, `
+duration: 1s
+buffers: [{size_kb: 1024}]
+perfetto: {enabled: true}
+data_sources: [{name: linux.sys_stats, config: {meminfo_period_ms: 500}}]
+sinks: [{type: file, path: `+out+`}]
+`)
+	_, err = New(withConfig, Options{Logger: testsupport.Logger(t), Perfetto: reg})
+	if err == nil || !strings.Contains(err.Error(), "data_sources[0].config: nothing reads it") || !strings.Contains(err.Error(), "perfetto_config") {
+		t.Fatalf("producer served with config: %v", err)
+	}
+}
