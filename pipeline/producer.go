@@ -30,11 +30,11 @@ type producer struct {
 	finished <-chan struct{} // closed when the service stops accepting commits and notes
 
 	// free recycles CommitData encodings.
-	free           chan []byte
-	commitsLate    atomic.Uint64 // commits produced after the service finished
+	free        chan []byte
+	commitsLate atomic.Uint64 // commits produced after the service finished
 	// queued counts the commits handed to the service and not yet handled
 	// (incremented by deliver, decremented on the service goroutine).
-	queued atomic.Int64
+	queued         atomic.Int64
 	ctrl           chan ctrlMsg  // flush and clear requests
 	stopC          chan struct{} // closed to ask the control goroutine to stop the data source
 	stopOnce       sync.Once
@@ -44,19 +44,19 @@ type producer struct {
 	// Service side, used only on the service goroutine.
 	faults     producerFaults
 	state      producerState
-	finiteDone bool   // the data source said it wrote everything it will
+	finiteDone bool // the data source said it wrote everything it will
 	// quietWhenExited: once side.exited() is closed no further commit is
 	// delivered (a plugin: its commit stream ended). A dead producer of
 	// this kind gives its SMB back as soon as its queued commits are
 	// handled, so that a plugin restarted many times holds one SMB.
 	quietWhenExited bool
-	releaseOnDrain  bool // dead, quiet, scraped: close the SMB once queued is 0
-	restarts   int    // how many times data_sources[index] was restarted before this producer
-	flushOut   uint64 // a flush request the control goroutine has not finished (0: none)
-	reader     *smb.Reader
-	cd         smb.CommitData
-	patches    []buffer.Patch
-	scrapeBuf  []byte
+	releaseOnDrain  bool   // dead, quiet, scraped: close the SMB once queued is 0
+	restarts        int    // how many times data_sources[index] was restarted before this producer
+	flushOut        uint64 // a flush request the control goroutine has not finished (0: none)
+	reader          *smb.Reader
+	cd              smb.CommitData
+	patches         []buffer.Patch
+	scrapeBuf       []byte
 	// onChunk and onPatch are bound once so ReadCommit calls allocate nothing.
 	onChunk func(*smb.ChunkView)
 	onPatch func(*smb.ChunkToPatch)
