@@ -60,6 +60,10 @@ type Config struct {
 	// envs are the TRACEPIPE_ overrides Load applied, so that problems
 	// found later (a plugin's check of its config) name their variable.
 	envs []override
+	// perfettoActivateTriggers is a Perfetto TraceConfig's
+	// activate_triggers (ConfigFromTraceConfig): accepted and not acted
+	// on, as traced does; warnings says so.
+	perfettoActivateTriggers []string
 }
 
 // BufferConfig is one trace buffer (Perfetto's TraceConfig.BufferConfig).

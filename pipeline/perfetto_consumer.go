@@ -564,7 +564,7 @@ var traceConfigIgnored = map[protowire.Number]string{
 // support, for the error (reference/service.md §9).
 var traceConfigNames = map[protowire.Number]string{
 	5: "lockdown_mode", 6: "producers",
-	18: "activate_triggers", 20: "builtin_data_sources", 24: "compression_type", 29: "output_path",
+	20: "builtin_data_sources", 24: "compression_type", 29: "output_path",
 	30: "bugreport_score", 33: "trace_filter", 36: "prefer_suspend_clock_for_duration",
 	43: "trace_all_machines", 44: "write_flush_mode", 45: "fflush_post_write", 47: "compression",
 	48: "trace_attributes",
@@ -577,8 +577,10 @@ var traceConfigNames = map[protowire.Number]string{
 // Perfetto producers),
 // duration_ms, write_into_file, file_write_period_ms, max_file_size_bytes,
 // flush_period_ms, flush_timeout_ms and
-// incremental_state_config.clear_period_ms. Every other field is an error
-// naming it, except the few the perfetto command always adds.
+// incremental_state_config.clear_period_ms. activate_triggers is accepted
+// and not acted on, as traced's service does not read it (a warning says
+// so). Every other field is an error naming it, except the few the
+// perfetto command always adds.
 func ConfigFromTraceConfig(b []byte) (*Config, error) {
 	cfg := &Config{Perfetto: PerfettoConfig{Enabled: true}}
 	var bad []string
@@ -680,6 +682,11 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 				bad = append(bad, why...)
 			}
 			cfg.TriggerConfig = tc
+		case 18:
+			// activate_triggers: traced's service does not act on it
+			// (the perfetto command sends these names itself, as a
+			// producer); kept for the warning (perfettoWarnings).
+			cfg.perfettoActivateTriggers = append(cfg.perfettoActivateTriggers, string(payload))
 		case 21:
 			if p := uint64Field(payload, 1); p > 0 {
 				cfg.IncrementalState.ClearPeriod = time.Duration(max(p, 100)) * time.Millisecond
@@ -709,9 +716,39 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 	// satisfies validation and is never opened.
 	cfg.Sinks = []sinks.Config{{Type: "file", Path: "perfetto-consumer.pftrace"}}
 	if err := cfg.Validate(); err != nil {
+		if len(cfg.perfettoActivateTriggers) > 0 {
+			// A config that only names triggers to activate, as
+			// perfetto_cmd reads one: it was meant for a producer.
+			return nil, fmt.Errorf("trace_config: %w (%s)", err, activateTriggersNote)
+		}
 		return nil, fmt.Errorf("trace_config: %w", err)
 	}
 	return cfg, nil
+}
+
+// activateTriggersNote says what becomes of TraceConfig.activate_triggers.
+const activateTriggersNote = "activate_triggers is not acted on by the service, as traced's is not: " +
+	"the perfetto command sends those names itself, connected to the producer socket " +
+	"(ActivateTriggers, as `perfetto --trigger NAME` does)"
+
+// maxWarnedTriggers bounds the names one warning lists.
+const maxWarnedTriggers = 8
+
+// perfettoWarnings are the warnings of a session config that came from a
+// Perfetto TraceConfig (Config.warnings): activate_triggers is accepted,
+// as traced accepts it, and does nothing.
+func (c *Config) perfettoWarnings() []string {
+	names := c.perfettoActivateTriggers
+	if len(names) == 0 {
+		return nil
+	}
+	more := ""
+	if len(names) > maxWarnedTriggers {
+		more = fmt.Sprintf(" and %d more", len(names)-maxWarnedTriggers)
+		names = names[:maxWarnedTriggers]
+	}
+	return []string{fmt.Sprintf("activate_triggers: %q%s not activated; %s. The session runs as the rest of its config says",
+		names, more, activateTriggersNote)}
 }
 
 // triggerConfigFromPerfetto maps TraceConfig.trigger_config onto the

@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"log/slog"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -324,5 +326,197 @@ func TestPerfettoTriggerCloneSnapshot(t *testing.T) {
 	a.reply(enable)
 	if names := consumerTriggers(t, a.readAll()); len(names) != 1 || names[0] != "snap" {
 		t.Fatalf("trigger packets %q in the session", names)
+	}
+}
+
+// perfettoServiceLogging is perfettoService with the consumer port's
+// warnings written to log.
+func perfettoServiceLogging(t *testing.T, log *lockedBuffer) (prodSock, consSock string, reg *PerfettoProducers) {
+	t.Helper()
+	dir := t.TempDir()
+	prodSock, consSock = filepath.Join(dir, "p.sock"), filepath.Join(dir, "c.sock")
+	reg = NewPerfettoProducers()
+	prodHost := ipc.NewHost(ipc.NewProducerPort(reg))
+	consHost := ipc.NewHost(ipc.NewConsumerPort(&PerfettoConsumers{Producers: reg, Logger: slog.New(slog.NewTextHandler(log, nil))}))
+	for _, h := range []*ipc.Host{prodHost, consHost} {
+		h.Logf = t.Logf
+		t.Cleanup(func() { h.Close() })
+	}
+	if err := prodHost.Listen(prodSock); err != nil {
+		t.Fatal(err)
+	}
+	if err := consHost.Listen(consSock); err != nil {
+		t.Fatal(err)
+	}
+	return prodSock, consSock, reg
+}
+
+// perfettoCmdTrigger sends triggers exactly as the perfetto command does
+// for `--trigger NAME` and for a config's activate_triggers
+// (src/perfetto_cmd/trigger_producer.cc at the golden commit): it
+// connects to the producer socket as "perfetto_cmd_producer", waits for
+// InitializeConnection's reply, sends ActivateTriggers and exits without
+// waiting for that reply.
+func perfettoCmdTrigger(t *testing.T, sock string, names ...string) {
+	t.Helper()
+	pd := dialDouble(t, sock, 0)
+	pd.rid++
+	_ = pd.send(&ipc.Frame{RequestId: proto.Uint64(pd.rid), Msg: &ipc.Frame_MsgBindService{MsgBindService: &ipc.Frame_BindService{ServiceName: proto.String("ProducerPort")}}})
+	f, _, err := pd.recv()
+	if err != nil || !f.GetMsgBindServiceReply().GetSuccess() {
+		t.Fatalf("bind: %v %v", f, err)
+	}
+	for _, m := range f.GetMsgBindServiceReply().GetMethods() {
+		pd.methods[m.GetName()] = m.GetId()
+	}
+	rid := pd.invoke("InitializeConnection", &ipc.InitializeConnectionRequest{ProducerName: proto.String("perfetto_cmd_producer")}, false)
+	if f, _, err := pd.recv(); err != nil || f.GetRequestId() != rid || !f.GetMsgInvokeMethodReply().GetSuccess() {
+		t.Fatalf("InitializeConnection reply: %v %v", f, err)
+	}
+	pd.invoke("ActivateTriggers", &ipc.ActivateTriggersRequest{TriggerNames: names}, false)
+	pd.close()
+}
+
+// triggerPacket is one trigger packet of a trace: name and producer
+// (consumerTriggerPackets).
+type triggerPacket struct{ name, producer string }
+
+func consumerTriggerPackets(t *testing.T, pkts [][]byte) []triggerPacket {
+	t.Helper()
+	var out []triggerPacket
+	for _, p := range pkts {
+		info, err := tracefile.DecodePacket(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.PayloadField == 46 {
+			out = append(out, triggerPacket{stringField(info.Payload, 1), stringField(info.Payload, 2)})
+		}
+	}
+	return out
+}
+
+// appendActivateTriggers appends TraceConfig.activate_triggers (18).
+func appendActivateTriggers(tc []byte, names ...string) []byte {
+	for _, n := range names {
+		tc = protowire.AppendTag(tc, 18, protowire.BytesType)
+		tc = protowire.AppendString(tc, n)
+	}
+	return tc
+}
+
+// TraceConfig.activate_triggers, as traced handles it at the golden
+// commit: its service never reads the field (only perfetto_cmd does, and
+// sends the names as a producer's ActivateTriggers instead of the
+// config). So a consumer's EnableTracing carrying it gets an ordinary
+// session, the names activate nothing, and the service's log says so by
+// field name; the perfetto command's own path (perfetto_cmd_producer on
+// the producer socket, gone right after sending) fires the trigger, and
+// an unknown name beside it is ignored, as traced ignores it.
+func TestPerfettoActivateTriggersInTraceConfig(t *testing.T) {
+	var log lockedBuffer
+	prodSock, consSock, reg := perfettoServiceLogging(t, &log)
+	const packets = 50
+	pd := liveDouble(t, prodSock, reg, packets, false)
+	a := dialConsumer(t, consSock)
+	defer a.pd.close()
+	enableA := a.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{
+		TraceConfig: withTriggerConfig(traceConfig(600_000, false, "test.perfetto_double"), 2, 600_000, trig{"x", 0})}, false)
+	pd.waitCommand("start_data_source")
+
+	// A second consumer's session names "x" in activate_triggers: it runs
+	// its 300 ms as any session and ends; "x" is not activated.
+	b := dialConsumer(t, consSock)
+	defer b.pd.close()
+	tcB := appendActivateTriggers(traceConfig(300, false, "tracepipe.synthetic"), "x", "also-x")
+	if r := b.reply(b.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tcB}, false)); !r.GetSuccess() {
+		t.Fatalf("EnableTracing with activate_triggers: %v", r)
+	}
+	if n := len(b.readAll()); n == 0 {
+		t.Fatal("the session with activate_triggers recorded nothing")
+	}
+	if st := a.traceStats(); st.TracingSessions == 0 {
+		t.Fatalf("session A after B's activate_triggers: %+v", st)
+	}
+	if pd.count("stop_data_source") != 0 {
+		t.Fatal("activate_triggers in B's TraceConfig stopped session A")
+	}
+	w := log.String()
+	if !strings.Contains(w, "trace_config.activate_triggers") || !strings.Contains(w, `\"x\"`) || !strings.Contains(w, "not activated") {
+		t.Fatalf("the service's log does not name activate_triggers and its names:\n%s", w)
+	}
+
+	// The perfetto command's path acts: A stops, its trace holds the
+	// producer's data and one trigger packet, from perfetto_cmd_producer.
+	perfettoCmdTrigger(t, prodSock, "no-such-trigger", "x")
+	if r := a.reply(enableA); !r.GetSuccess() {
+		t.Fatalf("EnableTracing reply of A %v", r)
+	}
+	pkts := a.readAll()
+	if got := countDoublePackets(t, pkts); got != packets {
+		t.Fatalf("%d of %d producer packets", got, packets)
+	}
+	if got := consumerTriggerPackets(t, pkts); len(got) != 1 || got[0] != (triggerPacket{"x", "perfetto_cmd_producer"}) {
+		t.Fatalf("trigger packets %+v, want one x from perfetto_cmd_producer", got)
+	}
+}
+
+// A TraceConfig that only names triggers to activate (what perfetto_cmd
+// reads before it drops the config) has no session to run: the error
+// says why the names were not activated and what does activate them.
+func TestPerfettoActivateTriggersOnlyConfig(t *testing.T) {
+	_, err := ConfigFromTraceConfig(appendActivateTriggers(nil, "x"))
+	if err == nil || !strings.Contains(err.Error(), "activate_triggers is not acted on") || !strings.Contains(err.Error(), "perfetto --trigger NAME") {
+		t.Fatalf("%v, want an error explaining activate_triggers", err)
+	}
+	cfg, err := ConfigFromTraceConfig(appendActivateTriggers(traceConfig(1000, false, "tracepipe.synthetic"), "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cfg.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0], `activate_triggers: ["x"] not activated`) {
+		t.Fatalf("warnings %q", w)
+	}
+}
+
+// trigger_config.triggers[].producer_name_regex through the consumer
+// port: a trigger from a producer the expression does not fully match
+// does nothing; from one it matches (the perfetto command's producer
+// name), the trigger acts.
+func TestPerfettoTriggerProducerNameRegex(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	const packets = 40
+	pd := liveDouble(t, prodSock, reg, packets, false)
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	var tr, tcfg []byte
+	tr = protowire.AppendTag(tr, 1, protowire.BytesType)
+	tr = protowire.AppendString(tr, "x")
+	tr = protowire.AppendTag(tr, 2, protowire.BytesType)
+	tr = protowire.AppendString(tr, "perfetto_cmd_.*")
+	tcfg = protowire.AppendTag(tcfg, 1, protowire.VarintType)
+	tcfg = protowire.AppendVarint(tcfg, 2) // STOP_TRACING
+	tcfg = protowire.AppendTag(tcfg, 2, protowire.BytesType)
+	tcfg = protowire.AppendBytes(tcfg, tr)
+	tcfg = protowire.AppendTag(tcfg, 3, protowire.VarintType)
+	tcfg = protowire.AppendVarint(tcfg, 600_000)
+	tc := traceConfig(600_000, false, "test.perfetto_double")
+	tc = protowire.AppendTag(tc, 17, protowire.BytesType)
+	tc = protowire.AppendBytes(tc, tcfg)
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	pd.waitCommand("start_data_source")
+	// "a-perfetto_cmd_producer" contains a match but is not one.
+	triggerProducer(t, prodSock, "a-perfetto_cmd_producer", "x")
+	triggerProducer(t, prodSock, "other", "x")
+	// Requests on one connection are handled in order, and the replies
+	// above came after ActivateTriggers ran: the session is still live.
+	if st := c.traceStats(); st.TracingSessions == 0 || pd.count("stop_data_source") != 0 {
+		t.Fatalf("a trigger from a producer the regex does not match acted: %+v", st)
+	}
+	perfettoCmdTrigger(t, prodSock, "x")
+	if r := c.reply(enable); !r.GetSuccess() {
+		t.Fatalf("EnableTracing reply %v", r)
+	}
+	if got := consumerTriggerPackets(t, c.readAll()); len(got) != 1 || got[0] != (triggerPacket{"x", "perfetto_cmd_producer"}) {
+		t.Fatalf("trigger packets %+v", got)
 	}
 }
