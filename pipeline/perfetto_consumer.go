@@ -553,34 +553,14 @@ func (s *fdSink) Stats() sinks.SinkStats {
 	return s.stats
 }
 
-// TraceConfig fields the mapping accepts without using them: what the
-// perfetto command adds on the wire, and settings with no effect here.
-var traceConfigIgnored = map[protowire.Number]string{
-	4: "enable_extra_guardrails", 7: "statsd_metadata", 22: "unique_session_name (used by CloneSession)",
-	23: "data_source_stop_timeout_ms", 27: "trace_uuid_msb", 28: "trace_uuid_lsb", 31: "statsd_logging",
-}
-
-// traceConfigNames names the TraceConfig fields tracepipe does not
-// support, for the error (reference/service.md §9).
-var traceConfigNames = map[protowire.Number]string{
-	5: "lockdown_mode", 6: "producers",
-	20: "builtin_data_sources", 24: "compression_type", 29: "output_path",
-	30: "bugreport_score", 33: "trace_filter", 36: "prefer_suspend_clock_for_duration",
-	43: "trace_all_machines", 44: "write_flush_mode", 45: "fflush_post_write", 47: "compression",
-	48: "trace_attributes",
-}
-
 // ConfigFromTraceConfig maps a serialized Perfetto TraceConfig (untrusted)
-// to a session config: buffers (size_kb, fill_policy, name), data sources
-// (name, target_buffer, target_buffer_name, buffer_exhausted_policy,
-// producer_name_filter; the whole DataSourceConfig is passed on to
-// Perfetto producers),
-// duration_ms, write_into_file, file_write_period_ms, max_file_size_bytes,
-// flush_period_ms, flush_timeout_ms and
-// incremental_state_config.clear_period_ms. activate_triggers is accepted
-// and not acted on, as traced's service does not read it (a warning says
-// so). Every other field is an error naming it, except the few the
-// perfetto command always adds.
+// to a session config, field by field as traceConfigFields
+// (perfetto_fields.go) says: buffers, data sources (the whole
+// DataSourceConfig is passed on to Perfetto producers), duration,
+// streaming, flushes, trigger_config and incremental state are mapped;
+// what the perfetto command adds is accepted; activate_triggers is
+// accepted and not acted on, as traced's service does not read it (a
+// warning says so). Every other field is an error naming it.
 func ConfigFromTraceConfig(b []byte) (*Config, error) {
 	cfg := &Config{Perfetto: PerfettoConfig{Enabled: true}}
 	var bad []string
@@ -607,7 +587,7 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 				case 8:
 					// experimental_mode: tracepipe's buffers are TraceBuffer V2
 				default:
-					bad = append(bad, fmt.Sprintf("buffers[%d] field %d", i, n))
+					bad = append(bad, fmt.Sprintf("buffers[%d].%s", i, traceConfigFieldName("buffers[]", n)))
 				}
 				return nil
 			})
@@ -633,10 +613,8 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 						return fmt.Errorf("producer_name_regex_filter[%d]: %w", len(filter.regexes), err)
 					}
 					filter.regexes = append(filter.regexes, re)
-				case 4:
-					bad = append(bad, fmt.Sprintf("data_sources[%d].machine_name_filter", i))
 				default:
-					bad = append(bad, fmt.Sprintf("data_sources[%d] field %d", i, n))
+					bad = append(bad, fmt.Sprintf("data_sources[%d].%s", i, traceConfigFieldName("data_sources[]", n)))
 				}
 				return nil
 			})
@@ -691,15 +669,16 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 			if p := uint64Field(payload, 1); p > 0 {
 				cfg.IncrementalState.ClearPeriod = time.Duration(max(p, 100)) * time.Millisecond
 			}
+		case 22:
+			// unique_session_name: EnableTracing keeps it for
+			// CloneSession and QueryServiceState.
 		default:
-			if _, ok := traceConfigIgnored[num]; ok {
+			// What the perfetto command adds on the wire, and settings
+			// with no effect here, are accepted (perfetto_fields.go).
+			if f := traceConfigField("", num); f != nil && f.support == fieldIgnored {
 				return nil
 			}
-			if name, ok := traceConfigNames[num]; ok {
-				bad = append(bad, name)
-			} else {
-				bad = append(bad, fmt.Sprintf("field %d", num))
-			}
+			bad = append(bad, traceConfigFieldName("", num))
 		}
 		return nil
 	})
@@ -789,7 +768,7 @@ func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
 				case 5:
 					sp.SkipProbability = math.Float64frombits(v)
 				default:
-					bad = append(bad, fmt.Sprintf("trigger_config.triggers[%d] field %d", i, n))
+					bad = append(bad, fmt.Sprintf("trigger_config.triggers[%d].%s", i, traceConfigFieldName("trigger_config.triggers[]", n)))
 				}
 				return nil
 			})
@@ -804,7 +783,7 @@ func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
 				bad = append(bad, "trigger_config.use_clone_snapshot_if_available")
 			}
 		default:
-			bad = append(bad, fmt.Sprintf("trigger_config field %d", n))
+			bad = append(bad, "trigger_config."+traceConfigFieldName("trigger_config", n))
 		}
 		return nil
 	})
