@@ -170,14 +170,16 @@ whole, so its own fields are not listed.
 ## Not supported
 
 `)
-	var refused []string
 	for _, f := range traceConfigFields {
 		if f.support == fieldRefused {
-			refused = append(refused, "`"+f.path+"`")
+			fmt.Fprintf(&b, "- `%s`", f.path)
+			if f.note != "" {
+				b.WriteString(" " + f.note)
+			}
+			b.WriteString("\n")
 		}
 	}
-	b.WriteString(strings.Join(refused, ", "))
-	b.WriteString(".\n\n## Every field\n\n| field | # | type | tracepipe | notes |\n|---|---|---|---|---|\n")
+	b.WriteString("\n## Every field\n\n| field | # | type | tracepipe | notes |\n|---|---|---|---|---|\n")
 	for _, f := range traceConfigFields {
 		fmt.Fprintf(&b, "| `%s` | %d | %s | %s | %s |\n", f.path, f.num, f.typ, f.support, f.note)
 	}
