@@ -564,6 +564,7 @@ func (s *fdSink) Stats() sinks.SinkStats {
 func ConfigFromTraceConfig(b []byte) (*Config, error) {
 	cfg := &Config{Perfetto: PerfettoConfig{Enabled: true}}
 	var bad []string
+	var cloneLength time.Duration // a CLONE_SNAPSHOT session's trigger_timeout_ms
 	err := walkProto(b, func(num protowire.Number, v uint64, payload []byte) error {
 		switch num {
 		case 1:
@@ -660,6 +661,9 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 				bad = append(bad, why...)
 			}
 			cfg.TriggerConfig = tc
+			if tc.Mode == TriggerModeClone {
+				cloneLength = time.Duration(uint64Field(payload, 3)) * time.Millisecond
+			}
 		case 18:
 			// activate_triggers: traced's service does not act on it
 			// (the perfetto command sends these names itself, as a
@@ -687,6 +691,12 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("trace_config: not supported by tracepipe: %s", strings.Join(bad, ", "))
+	}
+	if cloneLength > 0 {
+		// traced ends a CLONE_SNAPSHOT session trigger_timeout_ms after
+		// it started: the timeout becomes its duration (a trace with
+		// triggers sets no duration_ms of its own there).
+		cfg.Duration = cloneLength
 	}
 	if cfg.FileWritePeriod == 0 && cfg.WriteIntoFile {
 		cfg.FileWritePeriod = 5 * time.Second
@@ -791,7 +801,7 @@ func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
 		bad = append(bad, fmt.Sprintf("trigger_config (%v)", err))
 	}
 	if tc.Mode == TriggerModeClone {
-		tc.Timeout = 0 // the session runs for its duration; clones are the consumer's
+		tc.Timeout = 0 // ConfigFromTraceConfig makes it the session's duration; clones are the consumer's
 	}
 	return tc, bad
 }

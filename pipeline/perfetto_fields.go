@@ -84,7 +84,7 @@ var traceConfigFields = []perfettoField{
 	{"trigger_config.triggers[].stop_delay_ms", 3, "uint32", fieldMapped, "`stop_delay`"},
 	{"trigger_config.triggers[].max_per_24_h", 4, "uint32", fieldMapped, "`max_per_24h`"},
 	{"trigger_config.triggers[].skip_probability", 5, "double", fieldMapped, "`skip_probability`"},
-	{"trigger_config.trigger_timeout_ms", 3, "uint32", fieldMapped, "`timeout` (START_TRACING, STOP_TRACING; a CLONE_SNAPSHOT session runs for its duration)"},
+	{"trigger_config.trigger_timeout_ms", 3, "uint32", fieldMapped, "`timeout` (START_TRACING, STOP_TRACING); with CLONE_SNAPSHOT, the session's duration, as in traced"},
 	{"trigger_config.use_clone_snapshot_if_available", 5, "bool", fieldRefused, "(when true)"},
 	{"activate_triggers", 18, "string", fieldIgnored, "as in traced, whose service does not read it (the perfetto command sends these names itself, as a producer's ActivateTriggers); the service's log warns that they were not activated"},
 	{"allow_user_build_tracing", 19, "bool", fieldRefused, "(Android)"},

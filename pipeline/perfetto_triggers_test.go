@@ -252,12 +252,16 @@ func TestPerfettoTriggerConfigMapping(t *testing.T) {
 		}
 		got := cfg.TriggerConfig
 		wantSpec := TriggerSpec{Name: "t1", ProducerNameRegex: "perfetto_.*", StopDelay: 1500 * time.Millisecond, MaxPer24h: 3, SkipProbability: 0.25}
-		wantTimeout := 9 * time.Second
+		wantTimeout, wantDuration := 9*time.Second, time.Minute
 		if mode == 4 {
-			wantTimeout = 0 // the session runs for its duration
+			// The timeout is the session's duration, as traced makes it.
+			wantTimeout, wantDuration = 0, 9*time.Second
 		}
 		if got == nil || got.Mode != want || got.Timeout != wantTimeout || len(got.Triggers) != 1 || got.Triggers[0] != wantSpec {
 			t.Fatalf("mode %d: %+v", mode, got)
+		}
+		if cfg.Duration != wantDuration {
+			t.Fatalf("mode %d: duration %v, want %v", mode, cfg.Duration, wantDuration)
 		}
 	}
 	for _, tc := range []struct {
@@ -519,4 +523,23 @@ func TestPerfettoTriggerProducerNameRegex(t *testing.T) {
 	if got := consumerTriggerPackets(t, c.readAll()); len(got) != 1 || got[0] != (triggerPacket{"x", "perfetto_cmd_producer"}) {
 		t.Fatalf("trigger packets %+v", got)
 	}
+}
+
+// A CLONE_SNAPSHOT session as the perfetto command configures one for
+// traced (trigger_timeout_ms and no duration_ms, which traced refuses
+// beside a trigger_config) ends trigger_timeout_ms after it started: in
+// traced the timeout becomes the session's duration. It ran forever here.
+func TestPerfettoCloneSnapshotEndsAtTriggerTimeout(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	pd := liveDouble(t, prodSock, reg, 10, false)
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	tc := withTriggerConfig(dropFieldNum(traceConfig(0, false, "test.perfetto_double"), 3), 4, 300, trig{"snap", 0})
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	pd.waitCommand("start_data_source")
+	// c.reply gives up after 30 s: only the 300 ms timeout ends it.
+	if r := c.reply(enable); !r.GetSuccess() {
+		t.Fatalf("EnableTracing reply %v", r)
+	}
+	pd.waitCommand("stop_data_source")
 }
