@@ -376,9 +376,17 @@ func (cs *consumerSession) watchCloneHits(emit func(*perfettoipc.ObservableEvent
 // consumers observing TYPE_CLONE_TRIGGER_HIT are told the session and
 // trigger, and clone the session themselves (CloneSession). Nobody
 // observing: the trigger is in the trace, nothing is cloned.
-func (cs *consumerSession) cloneTriggerHit(trigger, _ string) {
-	ev := &perfettoipc.ObservableEvents{CloneTriggerHit: &perfettoipc.ObservableEvents_CloneTriggerHit{
-		TracingSessionId: proto.Int64(int64(cs.id)), TriggerName: proto.String(trigger)}}
+func (cs *consumerSession) cloneTriggerHit(h CloneTriggerHit) {
+	// Every field traced sets: perfetto_cmd passes them back in its
+	// CloneSession, and the clone's trigger packet names the producer.
+	hit := &perfettoipc.ObservableEvents_CloneTriggerHit{
+		TracingSessionId: proto.Int64(int64(cs.id)), TriggerName: proto.String(h.Trigger),
+		ProducerName: proto.String(h.Producer), BootTimeNs: proto.Uint64(h.BootTimeNs),
+		TriggerDelayMs: proto.Uint64(uint64(h.Delay.Milliseconds()))}
+	if h.ProducerUID >= 0 {
+		hit.ProducerUid = proto.Uint32(uint32(h.ProducerUID))
+	}
+	ev := &perfettoipc.ObservableEvents{CloneTriggerHit: hit}
 	cs.hitMu.Lock()
 	defer cs.hitMu.Unlock()
 	for _, emit := range cs.hitObs {

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -309,19 +310,37 @@ func TestPerfettoTriggerCloneSnapshot(t *testing.T) {
 			hit = er.GetEvents().GetCloneTriggerHit()
 		}
 	}
-	if hit.GetTriggerName() != "snap" || hit.GetTracingSessionId() == 0 {
+	// Every field traced sets (tracing_service_endpoints_impl.cc,
+	// NotifyCloneSnapshotTrigger): the producer's name and socket uid,
+	// when, and the trigger's delay.
+	if hit.GetTriggerName() != "snap" || hit.GetTracingSessionId() == 0 || hit.GetProducerName() != "perfetto_cmd" ||
+		hit.ProducerUid == nil || hit.GetProducerUid() != uint32(os.Getuid()) || hit.GetBootTimeNs() == 0 || hit.TriggerDelayMs == nil {
 		t.Fatalf("clone_trigger_hit %v", hit)
 	}
+	// The perfetto command clones with what the event said; the clone's
+	// trigger packet names the producer.
 	b := dialConsumer(t, consSock)
 	defer b.pd.close()
 	var cr ipc.CloneSessionResponse
 	r := b.reply(b.pd.invoke("CloneSession", &ipc.CloneSessionRequest{Selector: &ipc.CloneSessionRequest_SessionId{SessionId: uint64(hit.GetTracingSessionId())},
-		CloneTriggerName: proto.String(hit.GetTriggerName())}, false))
+		CloneTriggerName: proto.String(hit.GetTriggerName()), CloneTriggerProducerName: proto.String(hit.GetProducerName()),
+		CloneTriggerTrustedProducerUid: proto.Int32(int32(hit.GetProducerUid())), CloneTriggerBootTimeNs: proto.Uint64(hit.GetBootTimeNs()),
+		CloneTriggerDelayMs: proto.Uint64(hit.GetTriggerDelayMs())}, false))
 	if proto.Unmarshal(r.GetReplyProto(), &cr) != nil || !cr.GetSuccess() {
 		t.Fatalf("clone of session %d: %v", hit.GetTracingSessionId(), &cr)
 	}
-	if got := countDoublePackets(t, b.readAll()); got != packets {
+	clone := b.readAll()
+	if got := countDoublePackets(t, clone); got != packets {
 		t.Fatalf("%d of %d producer packets in the clone", got, packets)
+	}
+	var named bool
+	for _, p := range clone {
+		if info, err := tracefile.DecodePacket(p); err == nil && info.PayloadField == fieldCloneSnapshotTrigger {
+			named = named || stringField(info.Payload, 2) == "perfetto_cmd"
+		}
+	}
+	if !named {
+		t.Fatal("the clone has no clone_snapshot_trigger packet naming the producer")
 	}
 	if pd.count("stop_data_source") != 0 {
 		t.Fatal("the trigger stopped the session")
