@@ -71,8 +71,18 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): trace_config.%s", peer.PID, w)
 	}
 	cs := &consumerSession{done: make(chan struct{})}
+	// As traced, a CLONE_SNAPSHOT session's buffers are read only by
+	// CloneSession: its own ReadBuffers returns nothing, and with
+	// write_into_file it is refused (tracing_service_impl.cc).
+	cloneOnly := cfg.TriggerConfig != nil && cfg.TriggerConfig.Mode == TriggerModeClone
 	var sink sinks.Sink
 	switch {
+	case cloneOnly && cfg.WriteIntoFile:
+		closeFD()
+		return nil, errors.New("trace_config: trigger_config.trigger_mode CLONE_SNAPSHOT with write_into_file is not supported, as in traced: the session is read by cloning it")
+	case cloneOnly:
+		closeFD()
+		sink = cloneOnlySink{}
 	case cfg.WriteIntoFile && outFD >= 0:
 		cs.file = true
 		sink = &fdSink{f: os.NewFile(uintptr(outFD), "perfetto consumer output")}
@@ -522,6 +532,16 @@ func (m *memSink) Stats() sinks.SinkStats {
 	defer m.mu.Unlock()
 	return m.stats
 }
+
+// cloneOnlySink is a CLONE_SNAPSHOT session's own sink: what its
+// readback passes is not for the consumer (ReadBuffers returns nothing,
+// as traced's does); its clones read the buffers.
+type cloneOnlySink struct{}
+
+func (cloneOnlySink) Write(context.Context, [][]byte) error { return nil }
+func (cloneOnlySink) Flush(context.Context) error           { return nil }
+func (cloneOnlySink) Close(context.Context) error           { return nil }
+func (cloneOnlySink) Stats() sinks.SinkStats                { return sinks.SinkStats{} }
 
 // fdSink writes the trace into the file a consumer passed (Perfetto's
 // write_into_file with a descriptor): each packet framed as a Trace's

@@ -347,8 +347,18 @@ func TestPerfettoTriggerCloneSnapshot(t *testing.T) {
 	}
 	a.reply(a.pd.invoke("DisableTracing", &ipc.DisableTracingRequest{}, false))
 	a.reply(enable)
-	if names := consumerTriggers(t, a.readAll()); len(names) != 1 || names[0] != "snap" {
-		t.Fatalf("trigger packets %q in the session", names)
+	// As traced, the session itself is read only by cloning it: its
+	// ReadBuffers returns nothing.
+	if pkts := a.readAll(); len(pkts) != 0 {
+		t.Fatalf("ReadBuffers of the CLONE_SNAPSHOT session returned %d packets, traced returns none", len(pkts))
+	}
+	// With write_into_file, traced refuses the config.
+	d := dialConsumer(t, consSock)
+	defer d.pd.close()
+	r = d.reply(d.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: withTriggerConfig(traceConfig(600_000, true, "test.perfetto_double"), 4, 1000, trig{"snap", 0})}, false))
+	var er ipc.EnableTracingResponse
+	if err := proto.Unmarshal(r.GetReplyProto(), &er); err != nil || !strings.Contains(er.GetError(), "CLONE_SNAPSHOT with write_into_file") {
+		t.Fatalf("CLONE_SNAPSHOT with write_into_file: %v %v", &er, err)
 	}
 }
 
