@@ -126,6 +126,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	}
 	cs.svc = svc
 	cs.pc = pc
+	cs.hasTriggers = cfg.TriggerConfig != nil && len(cfg.TriggerConfig.Triggers) > 0
 	cs.uid = peer.UID
 	cs.uniqueName = stringField(tc, 22)
 	cs.traceConfig = append([]byte(nil), tc...)
@@ -245,6 +246,8 @@ type consumerSession struct {
 	uid         uint32 // the consumer's, from its socket
 	uniqueName  string // TraceConfig.unique_session_name
 	traceConfig []byte // as the consumer sent it (ChangeTraceConfig compares)
+
+	hasTriggers bool // trigger_config with triggers (awaitingTrigger)
 
 	cloneLimit int
 	hitMu      sync.Mutex
@@ -419,7 +422,18 @@ func (cs *consumerSession) ReadPackets(maxBytes int) [][]byte {
 	if cs.mem == nil {
 		return nil
 	}
+	if cs.awaitingTrigger() {
+		cs.mem.take(-1)
+		return nil
+	}
 	return cs.mem.take(maxBytes)
+}
+
+// awaitingTrigger says whether the session has triggers and none acted:
+// as traced, such a session is empty to ReadBuffers, its own packets
+// (clock snapshots, trace config, stats) included.
+func (cs *consumerSession) awaitingTrigger() bool {
+	return cs.hasTriggers && cs.svc.TriggerStats().Acted == 0
 }
 
 func (cs *consumerSession) Free() {

@@ -572,3 +572,23 @@ func TestPerfettoCloneSnapshotEndsAtTriggerTimeout(t *testing.T) {
 	}
 	pd.waitCommand("stop_data_source")
 }
+
+// A STOP_TRACING session whose trigger never comes ends at
+// trigger_timeout_ms with no data, as traced's: ReadBuffers returns
+// nothing (tracing_service_impl.cc: a session waiting for a trigger is
+// empty), although the producer wrote.
+func TestPerfettoStopTracingTimeoutReturnsNothing(t *testing.T) {
+	prodSock, consSock, reg := perfettoService(t)
+	pd := liveDouble(t, prodSock, reg, 20, false)
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	tc := withTriggerConfig(dropFieldNum(traceConfig(0, false, "test.perfetto_double"), 3), 2, 300, trig{"never", 0})
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	pd.waitCommand("start_data_source")
+	if r := c.reply(enable); !r.GetSuccess() {
+		t.Fatalf("EnableTracing reply %v", r)
+	}
+	if pkts := c.readAll(); len(pkts) != 0 {
+		t.Fatalf("ReadBuffers returned %d packets (%d of the producer); traced returns none", len(pkts), countDoublePackets(t, pkts))
+	}
+}
