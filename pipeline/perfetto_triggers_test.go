@@ -265,6 +265,11 @@ func TestPerfettoTriggerConfigMapping(t *testing.T) {
 			t.Fatalf("mode %d: duration %v, want %v", mode, cfg.Duration, wantDuration)
 		}
 	}
+	// Unlike traced, STOP_TRACING with write_into_file is accepted
+	// (docs/perfetto.md says so).
+	if _, err := ConfigFromTraceConfig(withTriggerConfig(traceConfig(0, true, "tracepipe.synthetic"), 2, 1000, trig{"x", 0})); err != nil {
+		t.Fatalf("STOP_TRACING with write_into_file: %v", err)
+	}
 	for _, tc := range []struct {
 		cfg  []byte
 		want string
