@@ -625,6 +625,10 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 					default:
 						bad = append(bad, fmt.Sprintf("buffers[%d].fill_policy %d", i, v))
 					}
+				case 5:
+					bc.TransferOnClone = v != 0
+				case 6:
+					bc.ClearBeforeClone = v != 0
 				case 7:
 					// set below from payload
 				case 8:

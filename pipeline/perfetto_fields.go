@@ -54,8 +54,8 @@ var traceConfigFields = []perfettoField{
 	{"buffers", 1, "BufferConfig", fieldMapped, "one trace buffer each (`buffers[]`)"},
 	{"buffers[].size_kb", 1, "uint32", fieldMapped, "`size_kb`"},
 	{"buffers[].fill_policy", 4, "FillPolicy", fieldMapped, "UNSPECIFIED and RING_BUFFER: `ring_buffer`; DISCARD: `discard`; other values refused"},
-	{"buffers[].transfer_on_clone", 5, "bool", fieldRefused, "(YAML configs have `transfer_on_clone`; not mapped from a TraceConfig yet)"},
-	{"buffers[].clear_before_clone", 6, "bool", fieldRefused, "(YAML configs have `clear_before_clone`; not mapped from a TraceConfig yet)"},
+	{"buffers[].transfer_on_clone", 5, "bool", fieldMapped, "`transfer_on_clone`: CloneSession moves the buffer into the clone and leaves an empty one"},
+	{"buffers[].clear_before_clone", 6, "bool", fieldMapped, "`clear_before_clone`, with transfer_on_clone only: without it the config is refused naming the field (traced clears the buffer then too)"},
 	{"buffers[].name", 7, "string", fieldMapped, "`name`, what `target_buffer_name` refers to"},
 	{"buffers[].experimental_mode", 8, "ExperimentalMode", fieldIgnored, "tracepipe's buffers are always TraceBuffer V2"},
 	{"data_sources", 2, "DataSource", fieldMapped, "one data source each; one that no connected producer and no built-in source serves is skipped, as traced skips it"},
@@ -163,7 +163,7 @@ sends (EnableTracing: ` + "`perfetto -c config.pbtxt --txt`" + `): fields of Per
 protos/perfetto/config/trace_config.proto at commit ec5d16b. A field is **mapped** onto the
 tracepipe session (the YAML key it becomes is named), **accepted** without effect, or
 **refused**: EnableTracing fails with one error naming every refused field
-(` + "`trace_config: not supported by tracepipe: lockdown_mode, buffers[0].transfer_on_clone`" + `).
+(` + "`trace_config: not supported by tracepipe: lockdown_mode, data_sources[0].machine_name_filter`" + `).
 A field number not listed here is refused as ` + "`field N`" + `. A refused message is refused
 whole, so its own fields are not listed.
 

@@ -116,7 +116,11 @@ func TestPerfettoTraceConfigFieldsAreTheMapping(t *testing.T) {
 				v = []byte{} // a message
 			}
 		}
-		cfg, err := ConfigFromTraceConfig(w(tcMsg(int(f.num), v)))
+		field := tcMsg(int(f.num), v)
+		if f.path == "buffers[].clear_before_clone" {
+			field = append(tcMsg(5, uint64(1)), field...) // it needs transfer_on_clone
+		}
+		cfg, err := ConfigFromTraceConfig(w(field))
 		want := strings.ReplaceAll(f.path, "[]", "[0]")
 		if f.support == fieldRefused {
 			const prefix = "trace_config: not supported by tracepipe: "
@@ -130,7 +134,11 @@ func TestPerfettoTraceConfigFieldsAreTheMapping(t *testing.T) {
 			t.Errorf("%s: %v; the table says %s", f.path, err, f.support)
 			continue
 		}
-		before, err := ConfigFromTraceConfig(w(nil))
+		var without []byte
+		if f.path == "buffers[].clear_before_clone" {
+			without = tcMsg(5, uint64(1))
+		}
+		before, err := ConfigFromTraceConfig(w(without))
 		if err != nil {
 			t.Fatalf("%s: the config without it: %v", f.path, err)
 		}

@@ -597,3 +597,42 @@ func TestPerfettoStopTracingTimeoutReturnsNothing(t *testing.T) {
 		t.Fatalf("ReadBuffers returned %d packets (%d of the producer); traced returns none", len(pkts), countDoublePackets(t, pkts))
 	}
 }
+
+// buffers[].transfer_on_clone from a consumer's TraceConfig, as traced:
+// CloneSession moves the buffer into the clone and leaves the session an
+// empty one, so a second clone holds none of the first's packets (a copy
+// would hold them all again). clear_before_clone needs it, by name.
+func TestPerfettoTransferOnClone(t *testing.T) {
+	if _, err := ConfigFromTraceConfig(tcMsg(1, tcMsg(1, uint64(4096), 6, uint64(1)), 2, tcMsg(1, tcMsg(1, "tracepipe.synthetic")), 3, uint64(1000))); err == nil ||
+		!strings.Contains(err.Error(), "buffers[0].clear_before_clone") {
+		t.Fatalf("clear_before_clone without transfer_on_clone: %v", err)
+	}
+	prodSock, consSock, reg := perfettoService(t)
+	const packets = 80
+	liveDouble(t, prodSock, reg, packets, false)
+	a := dialConsumer(t, consSock)
+	defer a.pd.close()
+	tc := tcMsg(1, tcMsg(1, uint64(4096), 5, uint64(1)), 2, tcMsg(1, tcMsg(1, "test.perfetto_double")), 3, uint64(600_000), 22, "moved")
+	enable := a.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	if r := a.reply(a.pd.invoke("Flush", &ipc.FlushRequest{TimeoutMs: proto.Uint32(10_000)}, false)); !r.GetSuccess() {
+		t.Fatalf("Flush: %v", r)
+	}
+	clone := func() int {
+		b := dialConsumer(t, consSock)
+		defer b.pd.close()
+		var cr ipc.CloneSessionResponse
+		r := b.reply(b.pd.invoke("CloneSession", &ipc.CloneSessionRequest{Selector: &ipc.CloneSessionRequest_UniqueSessionName{UniqueSessionName: "moved"}}, false))
+		if proto.Unmarshal(r.GetReplyProto(), &cr) != nil || !cr.GetSuccess() {
+			t.Fatalf("CloneSession: %v", &cr)
+		}
+		return countDoublePackets(t, b.readAll())
+	}
+	if got := clone(); got != packets {
+		t.Fatalf("first clone: %d of %d producer packets", got, packets)
+	}
+	if got := clone(); got != 0 {
+		t.Fatalf("second clone: %d producer packets; the first clone moved them", got)
+	}
+	a.reply(a.pd.invoke("DisableTracing", &ipc.DisableTracingRequest{}, false))
+	a.reply(enable)
+}
