@@ -59,11 +59,14 @@ snapload:
 	$(GO) run ./tools/snapload $(SNAPLOAD_FLAGS)
 
 # The generated docs: the configuration reference and its JSON Schema, from
-# the code's config schema (pipeline/config_schema.go). A test
-# (cmd/tracepipe TestDocsConfigReferenceIsCurrent) fails when they are stale.
+# the code's config schema (pipeline/config_schema.go), and the Perfetto
+# TraceConfig fields the consumer port maps and refuses
+# (pipeline/perfetto_fields.go). A test (cmd/tracepipe
+# TestDocsConfigReferenceIsCurrent) fails when they are stale.
 docs:
 	$(GO) run ./cmd/tracepipe config reference > docs/configuration-reference.md
 	$(GO) run ./cmd/tracepipe config schema > docs/config.schema.json
+	$(GO) run ./cmd/tracepipe config perfetto-fields > docs/perfetto-traceconfig.md
 
 # More schedules of the scrape/commit/read interleaving test than `make
 # test` runs: make interleave SCHEDULES=20000

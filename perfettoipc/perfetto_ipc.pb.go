@@ -4184,6 +4184,10 @@ type ObservableEvents_CloneTriggerHit struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	TracingSessionId *int64                 `protobuf:"varint,1,opt,name=tracing_session_id,json=tracingSessionId" json:"tracing_session_id,omitempty"`
 	TriggerName      *string                `protobuf:"bytes,2,opt,name=trigger_name,json=triggerName" json:"trigger_name,omitempty"`
+	ProducerName     *string                `protobuf:"bytes,3,opt,name=producer_name,json=producerName" json:"producer_name,omitempty"` // of the producer that activated it
+	ProducerUid      *uint32                `protobuf:"varint,4,opt,name=producer_uid,json=producerUid" json:"producer_uid,omitempty"`
+	BootTimeNs       *uint64                `protobuf:"varint,5,opt,name=boot_time_ns,json=bootTimeNs" json:"boot_time_ns,omitempty"`             // when it was activated
+	TriggerDelayMs   *uint64                `protobuf:"varint,6,opt,name=trigger_delay_ms,json=triggerDelayMs" json:"trigger_delay_ms,omitempty"` // its stop_delay_ms
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -4230,6 +4234,34 @@ func (x *ObservableEvents_CloneTriggerHit) GetTriggerName() string {
 		return *x.TriggerName
 	}
 	return ""
+}
+
+func (x *ObservableEvents_CloneTriggerHit) GetProducerName() string {
+	if x != nil && x.ProducerName != nil {
+		return *x.ProducerName
+	}
+	return ""
+}
+
+func (x *ObservableEvents_CloneTriggerHit) GetProducerUid() uint32 {
+	if x != nil && x.ProducerUid != nil {
+		return *x.ProducerUid
+	}
+	return 0
+}
+
+func (x *ObservableEvents_CloneTriggerHit) GetBootTimeNs() uint64 {
+	if x != nil && x.BootTimeNs != nil {
+		return *x.BootTimeNs
+	}
+	return 0
+}
+
+func (x *ObservableEvents_CloneTriggerHit) GetTriggerDelayMs() uint64 {
+	if x != nil && x.TriggerDelayMs != nil {
+		return *x.TriggerDelayMs
+	}
+	return 0
 }
 
 var File_perfetto_ipc_proto protoreflect.FileDescriptor
@@ -4449,7 +4481,7 @@ const file_perfetto_ipc_proto_rawDesc = "" +
 	"\x1chas_trace_config_output_path\x18\x03 \x01(\bR\x18hasTraceConfigOutputPath\x12*\n" +
 	"\x11has_clone_session\x18\x04 \x01(\bR\x0fhasCloneSession\"r\n" +
 	"\x19QueryCapabilitiesResponse\x12U\n" +
-	"\fcapabilities\x18\x01 \x01(\v21.tracepipe.perfettoipc.TracingServiceCapabilitiesR\fcapabilities\"\xc2\x06\n" +
+	"\fcapabilities\x18\x01 \x01(\v21.tracepipe.perfettoipc.TracingServiceCapabilitiesR\fcapabilities\"\xd7\a\n" +
 	"\x10ObservableEvents\x12{\n" +
 	"\x16instance_state_changes\x18\x01 \x03(\v2E.tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateChangeR\x14instanceStateChanges\x127\n" +
 	"\x18all_data_sources_started\x18\x02 \x01(\bR\x15allDataSourcesStarted\x12c\n" +
@@ -4457,10 +4489,15 @@ const file_perfetto_ipc_proto_rawDesc = "" +
 	"\x1dDataSourceInstanceStateChange\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12(\n" +
 	"\x10data_source_name\x18\x02 \x01(\tR\x0edataSourceName\x12U\n" +
-	"\x05state\x18\x03 \x01(\x0e2?.tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateR\x05state\x1ab\n" +
+	"\x05state\x18\x03 \x01(\x0e2?.tracepipe.perfettoipc.ObservableEvents.DataSourceInstanceStateR\x05state\x1a\xf6\x01\n" +
 	"\x0fCloneTriggerHit\x12,\n" +
 	"\x12tracing_session_id\x18\x01 \x01(\x03R\x10tracingSessionId\x12!\n" +
-	"\ftrigger_name\x18\x02 \x01(\tR\vtriggerName\"|\n" +
+	"\ftrigger_name\x18\x02 \x01(\tR\vtriggerName\x12#\n" +
+	"\rproducer_name\x18\x03 \x01(\tR\fproducerName\x12!\n" +
+	"\fproducer_uid\x18\x04 \x01(\rR\vproducerUid\x12 \n" +
+	"\fboot_time_ns\x18\x05 \x01(\x04R\n" +
+	"bootTimeNs\x12(\n" +
+	"\x10trigger_delay_ms\x18\x06 \x01(\x04R\x0etriggerDelayMs\"|\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bTYPE_DATA_SOURCES_INSTANCES\x10\x01\x12!\n" +

@@ -62,6 +62,10 @@ type Config struct {
 	envs []override
 	// fromText: a Perfetto text config's (FromPerfettoText).
 	fromText bool
+	// perfettoActivateTriggers is a Perfetto TraceConfig's
+	// activate_triggers (ConfigFromTraceConfig): accepted and not acted
+	// on, as traced does; warnings says so.
+	perfettoActivateTriggers []string
 }
 
 // BufferConfig is one trace buffer (Perfetto's TraceConfig.BufferConfig).

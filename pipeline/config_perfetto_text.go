@@ -207,9 +207,9 @@ func dataSourceConfigDesc() protoreflect.MessageDescriptor {
 	return (&perfettoipc.DataSourceConfig{}).ProtoReflect().Descriptor()
 }
 
-// traceConfigFieldName names a TraceConfig field by the schema, or by its
+// traceConfigSchemaName names a TraceConfig field by the schema, or by its
 // number when the schema does not know it.
-func traceConfigFieldName(num protowire.Number) string {
+func traceConfigSchemaName(num protowire.Number) string {
 	fd := (&perfettoipc.TraceConfig{}).ProtoReflect().Descriptor().Fields().ByNumber(num)
 	if fd == nil {
 		return fmt.Sprintf("field %d", num)

@@ -11,9 +11,9 @@ func (c *Config) Warnings() []string { return c.warnings(FillPolicyDiscard) }
 // warnings is Warnings with the fill policy spelt as the config at hand
 // spells it ("discard" in YAML, "DISCARD" in a Perfetto TraceConfig).
 func (c *Config) warnings(discard string) []string {
-	var out []string
+	out := c.perfettoWarnings()
 	if !c.WriteIntoFile {
-		return nil
+		return out
 	}
 	for i, b := range c.Buffers {
 		if b.FillPolicy != FillPolicyDiscard {

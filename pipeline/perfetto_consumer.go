@@ -71,8 +71,18 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): trace_config.%s", peer.PID, w)
 	}
 	cs := &consumerSession{done: make(chan struct{})}
+	// As traced, a CLONE_SNAPSHOT session's buffers are read only by
+	// CloneSession: its own ReadBuffers returns nothing, and with
+	// write_into_file it is refused (tracing_service_impl.cc).
+	cloneOnly := cfg.TriggerConfig != nil && cfg.TriggerConfig.Mode == TriggerModeClone
 	var sink sinks.Sink
 	switch {
+	case cloneOnly && cfg.WriteIntoFile:
+		closeFD()
+		return nil, errors.New("trace_config: trigger_config.trigger_mode CLONE_SNAPSHOT with write_into_file is not supported, as in traced: the session is read by cloning it")
+	case cloneOnly:
+		closeFD()
+		sink = cloneOnlySink{}
 	case cfg.WriteIntoFile && outFD >= 0:
 		cs.file = true
 		sink = &fdSink{f: os.NewFile(uintptr(outFD), "perfetto consumer output")}
@@ -116,6 +126,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	}
 	cs.svc = svc
 	cs.pc = pc
+	cs.hasTriggers = cfg.TriggerConfig != nil && len(cfg.TriggerConfig.Triggers) > 0
 	cs.uid = peer.UID
 	cs.uniqueName = stringField(tc, 22)
 	cs.traceConfig = append([]byte(nil), tc...)
@@ -235,6 +246,8 @@ type consumerSession struct {
 	uid         uint32 // the consumer's, from its socket
 	uniqueName  string // TraceConfig.unique_session_name
 	traceConfig []byte // as the consumer sent it (ChangeTraceConfig compares)
+
+	hasTriggers bool // trigger_config with triggers (awaitingTrigger)
 
 	cloneLimit int
 	hitMu      sync.Mutex
@@ -376,9 +389,17 @@ func (cs *consumerSession) watchCloneHits(emit func(*perfettoipc.ObservableEvent
 // consumers observing TYPE_CLONE_TRIGGER_HIT are told the session and
 // trigger, and clone the session themselves (CloneSession). Nobody
 // observing: the trigger is in the trace, nothing is cloned.
-func (cs *consumerSession) cloneTriggerHit(trigger, _ string) {
-	ev := &perfettoipc.ObservableEvents{CloneTriggerHit: &perfettoipc.ObservableEvents_CloneTriggerHit{
-		TracingSessionId: proto.Int64(int64(cs.id)), TriggerName: proto.String(trigger)}}
+func (cs *consumerSession) cloneTriggerHit(h CloneTriggerHit) {
+	// Every field traced sets: perfetto_cmd passes them back in its
+	// CloneSession, and the clone's trigger packet names the producer.
+	hit := &perfettoipc.ObservableEvents_CloneTriggerHit{
+		TracingSessionId: proto.Int64(int64(cs.id)), TriggerName: proto.String(h.Trigger),
+		ProducerName: proto.String(h.Producer), BootTimeNs: proto.Uint64(h.BootTimeNs),
+		TriggerDelayMs: proto.Uint64(uint64(h.Delay.Milliseconds()))}
+	if h.ProducerUID >= 0 {
+		hit.ProducerUid = proto.Uint32(uint32(h.ProducerUID))
+	}
+	ev := &perfettoipc.ObservableEvents{CloneTriggerHit: hit}
 	cs.hitMu.Lock()
 	defer cs.hitMu.Unlock()
 	for _, emit := range cs.hitObs {
@@ -401,7 +422,18 @@ func (cs *consumerSession) ReadPackets(maxBytes int) [][]byte {
 	if cs.mem == nil {
 		return nil
 	}
+	if cs.awaitingTrigger() {
+		cs.mem.take(-1)
+		return nil
+	}
 	return cs.mem.take(maxBytes)
+}
+
+// awaitingTrigger says whether the session has triggers and none acted:
+// as traced, such a session is empty to ReadBuffers, its own packets
+// (clock snapshots, trace config, stats) included.
+func (cs *consumerSession) awaitingTrigger() bool {
+	return cs.hasTriggers && cs.svc.TriggerStats().Acted == 0
 }
 
 func (cs *consumerSession) Free() {
@@ -515,6 +547,16 @@ func (m *memSink) Stats() sinks.SinkStats {
 	return m.stats
 }
 
+// cloneOnlySink is a CLONE_SNAPSHOT session's own sink: what its
+// readback passes is not for the consumer (ReadBuffers returns nothing,
+// as traced's does); its clones read the buffers.
+type cloneOnlySink struct{}
+
+func (cloneOnlySink) Write(context.Context, [][]byte) error { return nil }
+func (cloneOnlySink) Flush(context.Context) error           { return nil }
+func (cloneOnlySink) Close(context.Context) error           { return nil }
+func (cloneOnlySink) Stats() sinks.SinkStats                { return sinks.SinkStats{} }
+
 // fdSink writes the trace into the file a consumer passed (Perfetto's
 // write_into_file with a descriptor): each packet framed as a Trace's
 // packet field.
@@ -553,35 +595,18 @@ func (s *fdSink) Stats() sinks.SinkStats {
 	return s.stats
 }
 
-// TraceConfig fields the mapping accepts without using them: what the
-// perfetto command adds on the wire, and settings with no effect here.
-var traceConfigIgnored = map[protowire.Number]string{
-	4: "enable_extra_guardrails", 7: "statsd_metadata", 22: "unique_session_name (used by CloneSession)",
-	23: "data_source_stop_timeout_ms", 27: "trace_uuid_msb", 28: "trace_uuid_lsb", 31: "statsd_logging",
-}
-
-// traceConfigNames names the TraceConfig fields tracepipe does not
-// support, for the error (reference/service.md §9).
-var traceConfigNames = map[protowire.Number]string{
-	5: "lockdown_mode", 6: "producers",
-	18: "activate_triggers", 20: "builtin_data_sources", 24: "compression_type", 29: "output_path",
-	30: "bugreport_score", 33: "trace_filter", 36: "prefer_suspend_clock_for_duration",
-	43: "trace_all_machines", 44: "write_flush_mode", 45: "fflush_post_write", 47: "compression",
-	48: "trace_attributes",
-}
-
 // ConfigFromTraceConfig maps a serialized Perfetto TraceConfig (untrusted)
-// to a session config: buffers (size_kb, fill_policy, name), data sources
-// (name, target_buffer, target_buffer_name, buffer_exhausted_policy,
-// producer_name_filter; the whole DataSourceConfig is passed on to
-// Perfetto producers),
-// duration_ms, write_into_file, file_write_period_ms, max_file_size_bytes,
-// flush_period_ms, flush_timeout_ms and
-// incremental_state_config.clear_period_ms. Every other field is an error
-// naming it, except the few the perfetto command always adds.
+// to a session config, field by field as traceConfigFields
+// (perfetto_fields.go) says: buffers, data sources (the whole
+// DataSourceConfig is passed on to Perfetto producers), duration,
+// streaming, flushes, trigger_config and incremental state are mapped;
+// what the perfetto command adds is accepted; activate_triggers is
+// accepted and not acted on, as traced's service does not read it (a
+// warning says so). Every other field is an error naming it.
 func ConfigFromTraceConfig(b []byte) (*Config, error) {
 	cfg := &Config{Perfetto: PerfettoConfig{Enabled: true}}
 	var bad []string
+	var cloneLength time.Duration // a CLONE_SNAPSHOT session's trigger_timeout_ms
 	err := walkProto(b, func(num protowire.Number, v uint64, payload []byte) error {
 		switch num {
 		case 1:
@@ -600,12 +625,16 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 					default:
 						bad = append(bad, fmt.Sprintf("buffers[%d].fill_policy %d", i, v))
 					}
+				case 5:
+					bc.TransferOnClone = v != 0
+				case 6:
+					bc.ClearBeforeClone = v != 0
 				case 7:
 					// set below from payload
 				case 8:
 					// experimental_mode: tracepipe's buffers are TraceBuffer V2
 				default:
-					bad = append(bad, fmt.Sprintf("buffers[%d] field %d", i, n))
+					bad = append(bad, fmt.Sprintf("buffers[%d].%s", i, traceConfigFieldName("buffers[]", n)))
 				}
 				return nil
 			})
@@ -631,10 +660,8 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 						return fmt.Errorf("producer_name_regex_filter[%d]: %w", len(filter.regexes), err)
 					}
 					filter.regexes = append(filter.regexes, re)
-				case 4:
-					bad = append(bad, fmt.Sprintf("data_sources[%d].machine_name_filter", i))
 				default:
-					bad = append(bad, fmt.Sprintf("data_sources[%d] field %d", i, n))
+					bad = append(bad, fmt.Sprintf("data_sources[%d].%s", i, traceConfigFieldName("data_sources[]", n)))
 				}
 				return nil
 			})
@@ -680,19 +707,28 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 				bad = append(bad, why...)
 			}
 			cfg.TriggerConfig = tc
+			if tc.Mode == TriggerModeClone {
+				cloneLength = time.Duration(uint64Field(payload, 3)) * time.Millisecond
+			}
+		case 18:
+			// activate_triggers: traced's service does not act on it
+			// (the perfetto command sends these names itself, as a
+			// producer); kept for the warning (perfettoWarnings).
+			cfg.perfettoActivateTriggers = append(cfg.perfettoActivateTriggers, string(payload))
 		case 21:
 			if p := uint64Field(payload, 1); p > 0 {
 				cfg.IncrementalState.ClearPeriod = time.Duration(max(p, 100)) * time.Millisecond
 			}
+		case 22:
+			// unique_session_name: EnableTracing keeps it for
+			// CloneSession and QueryServiceState.
 		default:
-			if _, ok := traceConfigIgnored[num]; ok {
+			// What the perfetto command adds on the wire, and settings
+			// with no effect here, are accepted (perfetto_fields.go).
+			if f := traceConfigField("", num); f != nil && f.support == fieldIgnored {
 				return nil
 			}
-			if name, ok := traceConfigNames[num]; ok {
-				bad = append(bad, name)
-			} else {
-				bad = append(bad, traceConfigFieldName(num)) // config_perfetto_text.go
-			}
+			bad = append(bad, traceConfigFieldName("", num))
 		}
 		return nil
 	})
@@ -702,6 +738,12 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("trace_config: not supported by tracepipe: %s", strings.Join(bad, ", "))
 	}
+	if cloneLength > 0 {
+		// traced ends a CLONE_SNAPSHOT session trigger_timeout_ms after
+		// it started: the timeout becomes its duration (a trace with
+		// triggers sets no duration_ms of its own there).
+		cfg.Duration = cloneLength
+	}
 	if cfg.FileWritePeriod == 0 && cfg.WriteIntoFile {
 		cfg.FileWritePeriod = 5 * time.Second
 	}
@@ -709,9 +751,39 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 	// satisfies validation and is never opened.
 	cfg.Sinks = []sinks.Config{{Type: "file", Path: "perfetto-consumer.pftrace"}}
 	if err := cfg.Validate(); err != nil {
+		if len(cfg.perfettoActivateTriggers) > 0 {
+			// A config that only names triggers to activate, as
+			// perfetto_cmd reads one: it was meant for a producer.
+			return nil, fmt.Errorf("trace_config: %w (%s)", err, activateTriggersNote)
+		}
 		return nil, fmt.Errorf("trace_config: %w", err)
 	}
 	return cfg, nil
+}
+
+// activateTriggersNote says what becomes of TraceConfig.activate_triggers.
+const activateTriggersNote = "activate_triggers is not acted on by the service, as traced's is not: " +
+	"the perfetto command sends those names itself, connected to the producer socket " +
+	"(ActivateTriggers, as `perfetto --trigger NAME` does)"
+
+// maxWarnedTriggers bounds the names one warning lists.
+const maxWarnedTriggers = 8
+
+// perfettoWarnings are the warnings of a session config that came from a
+// Perfetto TraceConfig (Config.warnings): activate_triggers is accepted,
+// as traced accepts it, and does nothing.
+func (c *Config) perfettoWarnings() []string {
+	names := c.perfettoActivateTriggers
+	if len(names) == 0 {
+		return nil
+	}
+	more := ""
+	if len(names) > maxWarnedTriggers {
+		more = fmt.Sprintf(" and %d more", len(names)-maxWarnedTriggers)
+		names = names[:maxWarnedTriggers]
+	}
+	return []string{fmt.Sprintf("activate_triggers: %q%s not activated; %s. The session runs as the rest of its config says",
+		names, more, activateTriggersNote)}
 }
 
 // triggerConfigFromPerfetto maps TraceConfig.trigger_config onto the
@@ -752,7 +824,7 @@ func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
 				case 5:
 					sp.SkipProbability = math.Float64frombits(v)
 				default:
-					bad = append(bad, fmt.Sprintf("trigger_config.triggers[%d] field %d", i, n))
+					bad = append(bad, fmt.Sprintf("trigger_config.triggers[%d].%s", i, traceConfigFieldName("trigger_config.triggers[]", n)))
 				}
 				return nil
 			})
@@ -767,7 +839,7 @@ func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
 				bad = append(bad, "trigger_config.use_clone_snapshot_if_available")
 			}
 		default:
-			bad = append(bad, fmt.Sprintf("trigger_config field %d", n))
+			bad = append(bad, "trigger_config."+traceConfigFieldName("trigger_config", n))
 		}
 		return nil
 	})
@@ -775,7 +847,7 @@ func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
 		bad = append(bad, fmt.Sprintf("trigger_config (%v)", err))
 	}
 	if tc.Mode == TriggerModeClone {
-		tc.Timeout = 0 // the session runs for its duration; clones are the consumer's
+		tc.Timeout = 0 // ConfigFromTraceConfig makes it the session's duration; clones are the consumer's
 	}
 	return tc, bad
 }

@@ -200,6 +200,17 @@ func (c *consumerClient) readAll() [][]byte {
 func (c *consumerClient) replyWithEvents(rid, obs uint64, events *[]*ipc.ObservableEvents) *ipc.Frame_InvokeMethodReply {
 	t := c.pd.t
 	t.Helper()
+	for _, r := range c.pending[obs] { // events read by an earlier reply
+		var er ipc.ObserveEventsResponse
+		if proto.Unmarshal(r.GetReplyProto(), &er) == nil {
+			*events = append(*events, er.GetEvents())
+		}
+	}
+	delete(c.pending, obs)
+	if q := c.pending[rid]; len(q) > 0 {
+		c.pending[rid] = q[1:]
+		return q[0]
+	}
 	for {
 		f, _, err := c.pd.recv()
 		if err != nil {
@@ -215,6 +226,8 @@ func (c *consumerClient) replyWithEvents(rid, obs uint64, events *[]*ipc.Observa
 			*events = append(*events, er.GetEvents())
 		case rid:
 			return r
+		default:
+			c.stash(f)
 		}
 	}
 }

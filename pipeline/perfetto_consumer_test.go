@@ -24,6 +24,11 @@ import (
 // from reference/ipc.md: bind ConsumerPort, invoke by method name.
 type consumerClient struct {
 	pd *perfettoDouble // the same frame plumbing, on another socket
+	// pending keeps replies that arrived while another was awaited, by
+	// request id, in order: the service may answer requests in any order
+	// (EnableTracing's reply can come before DisableTracing's, which
+	// ended the session), so a reply read early must not be lost.
+	pending map[uint64][]*ipc.Frame_InvokeMethodReply
 }
 
 func dialConsumer(t *testing.T, path string) *consumerClient {
@@ -42,7 +47,7 @@ func dialConsumer(t *testing.T, path string) *consumerClient {
 	for _, m := range f.GetMsgBindServiceReply().GetMethods() {
 		pd.methods[m.GetName()] = m.GetId()
 	}
-	return &consumerClient{pd: pd}
+	return &consumerClient{pd: pd, pending: map[uint64][]*ipc.Frame_InvokeMethodReply{}}
 }
 
 // invokeFD is invoke with a descriptor on the frame (write_into_file).
@@ -61,6 +66,10 @@ func (c *consumerClient) invokeFD(method string, args proto.Message, fd int) uin
 // reply waits for the reply (or the next stream reply) to rid.
 func (c *consumerClient) reply(rid uint64) *ipc.Frame_InvokeMethodReply {
 	c.pd.t.Helper()
+	if q := c.pending[rid]; len(q) > 0 {
+		c.pending[rid] = q[1:]
+		return q[0]
+	}
 	for {
 		f, _, err := c.pd.recv()
 		if err != nil {
@@ -69,7 +78,14 @@ func (c *consumerClient) reply(rid uint64) *ipc.Frame_InvokeMethodReply {
 		if f.GetRequestId() == rid {
 			return f.GetMsgInvokeMethodReply()
 		}
+		c.stash(f)
 	}
+}
+
+// stash keeps a reply to another request for its own reply call.
+func (c *consumerClient) stash(f *ipc.Frame) {
+	id := f.GetRequestId()
+	c.pending[id] = append(c.pending[id], f.GetMsgInvokeMethodReply())
 }
 
 // traceConfig builds a TraceConfig: one buffer, the named data sources,

@@ -38,10 +38,18 @@ func FuzzConfigFromTraceConfig(f *testing.F) {
 	// trigger_config and producer_name_regex_filter.
 	f.Add(withTriggerConfig(filteredConfig(2000, "p"), 2, 1000, trig{"t", 5}))
 	f.Add(append(filteredConfig(2000), 0x12, 0x05, 0x1a, 0x03, 'a', '.', '*'))
+	// activate_triggers, alone and beside a session; CLONE_SNAPSHOT with
+	// its timeout as the duration.
+	f.Add(appendActivateTriggers(nil, "x", "y"))
+	f.Add(appendActivateTriggers(traceConfig(1000, false, "tracepipe.synthetic"), "x"))
+	f.Add(withTriggerConfig(traceConfig(0, false, "tracepipe.synthetic"), 4, 5000, trig{"snap", 0}))
 	f.Fuzz(func(t *testing.T, tc []byte) {
 		cfg, err := ConfigFromTraceConfig(tc)
 		if err == nil && (len(cfg.Buffers) == 0 || !cfg.Perfetto.Enabled) {
 			t.Fatalf("accepted a config without buffers: %+v", cfg)
+		}
+		if err == nil {
+			_ = cfg.Warnings() // names activate_triggers, bounded
 		}
 	})
 }

@@ -344,7 +344,7 @@ func (r *PerfettoProducers) ActivateTriggers(pp *perfettoipc.Producer, names []s
 	}
 	r.mu.Unlock()
 	for _, s := range targets {
-		s.ActivateTriggers(pp.Name(), names...) // never blocks
+		s.activateTriggers(pp.Name(), int64(pp.Peer().UID), names) // never blocks
 	}
 }
 

@@ -41,7 +41,7 @@ type Options struct {
 	// after the trigger acted) for each clone_snapshot trigger instead of
 	// the service taking the snapshot itself: a Perfetto consumer's
 	// session tells its consumer (TYPE_CLONE_TRIGGER_HIT), which clones.
-	OnCloneTrigger func(trigger, producer string)
+	OnCloneTrigger func(CloneTriggerHit)
 	// tracingSessionID is the session's id for Perfetto producers, when
 	// a Perfetto consumer's session has one already (0: made on first use).
 	tracingSessionID uint64

@@ -118,8 +118,19 @@ type TriggerStats struct {
 
 type triggerAct struct {
 	name, producer string
+	producerUID    int64 // of a Perfetto producer's socket; -1: none (CLI, signal, HTTP, plugin)
 	delay          time.Duration
 	ts             uint64
+}
+
+// CloneTriggerHit is a clone_snapshot trigger that acted, as
+// Options.OnCloneTrigger gets it (Perfetto's
+// ObservableEvents.CloneTriggerHit).
+type CloneTriggerHit struct {
+	Trigger, Producer string
+	ProducerUID       int64         // the producer socket's uid; -1 when the trigger came from elsewhere
+	BootTimeNs        uint64        // when it acted (CLOCK_BOOTTIME)
+	Delay             time.Duration // its stop_delay
 }
 
 // triggerState is the session's trigger bookkeeping.
@@ -186,6 +197,12 @@ func (s *Service) TriggerNames() []string {
 // CLI, a signal or the HTTP endpoint) and returns the names that acted.
 // Safe for concurrent use; it never blocks.
 func (s *Service) ActivateTriggers(producer string, names ...string) (acted []string) {
+	return s.activateTriggers(producer, -1, names)
+}
+
+// activateTriggers is ActivateTriggers with the uid of the producer's
+// socket (-1: not a socket peer).
+func (s *Service) activateTriggers(producer string, uid int64, names []string) (acted []string) {
 	t := &s.trig
 	for _, name := range names {
 		t.received.Add(1)
@@ -212,7 +229,7 @@ func (s *Service) ActivateTriggers(producer string, names ...string) (acted []st
 		}
 		t.acted.Add(1)
 		select {
-		case t.acts <- triggerAct{name: name, producer: producer, delay: sp.StopDelay, ts: bootNanos()}:
+		case t.acts <- triggerAct{name: name, producer: producer, producerUID: uid, delay: sp.StopDelay, ts: bootNanos()}:
 			acted = append(acted, name)
 		default:
 			t.dropped.Add(1)
@@ -284,11 +301,12 @@ func (s *Service) triggerActed(a triggerAct) {
 		s.armStop(a.delay)
 	case TriggerModeClone:
 		if hit := s.opts.OnCloneTrigger; hit != nil {
+			h := CloneTriggerHit{Trigger: a.name, Producer: a.producer, ProducerUID: a.producerUID, BootTimeNs: a.ts, Delay: a.delay}
 			if a.delay == 0 {
-				hit(a.name, a.producer)
+				hit(h)
 				return
 			}
-			tm := time.AfterFunc(a.delay, func() { hit(a.name, a.producer) })
+			tm := time.AfterFunc(a.delay, func() { hit(h) })
 			t.timers = append(t.timers, tm)
 			return
 		}

@@ -21,7 +21,11 @@ default, the sink types that take it, and a description.
   config schema      a JSON Schema (draft-07) that YAML and JSON editors use
                      for completion and checks, e.g. with the YAML language
                      server: # yaml-language-server: $schema=tracepipe.schema.json
-  config reference   the Markdown reference, docs/configuration-reference.md`,
+  config reference   the Markdown reference, docs/configuration-reference.md
+  config perfetto-fields
+                     every field of Perfetto's TraceConfig and what the
+                     consumer port (perfetto -c) does with it: mapped,
+                     accepted or refused; docs/perfetto-traceconfig.md`,
 	}
 	c.AddCommand(&cobra.Command{
 		Use:   "schema",
@@ -46,6 +50,15 @@ default, the sink types that take it, and a description.
 				return err
 			}
 			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		},
+	})
+	c.AddCommand(&cobra.Command{
+		Use:   "perfetto-fields",
+		Short: "Print what a Perfetto TraceConfig's fields become (Markdown)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := cmd.OutOrStdout().Write(pipeline.PerfettoTraceConfigMarkdown())
 			return err
 		},
 	})

@@ -78,6 +78,7 @@ func TestDocsConfigReferenceIsCurrent(t *testing.T) {
 		gen  func() ([]byte, error)
 	}{
 		{"docs/configuration-reference.md", pipeline.ReferenceMarkdown},
+		{"docs/perfetto-traceconfig.md", func() ([]byte, error) { return pipeline.PerfettoTraceConfigMarkdown(), nil }},
 		{"docs/config.schema.json", func() ([]byte, error) {
 			b, err := pipeline.JSONSchema()
 			return append(b, '\n'), err
