@@ -33,12 +33,16 @@ type SinkResult struct {
 
 // makeBatches fills the free list: the base number of output batches plus
 // room for every lane's queue, so that a stalled sink holding a full
-// queue never starves the others of batches.
+// queue never starves the others of batches. The output queue has room
+// for all of them: handing a batch over never waits, even while stuck
+// sinks hold the output goroutine (read passes back off instead, when
+// the free list runs dry).
 func (s *Service) makeBatches() {
 	n := outputBatches
 	for _, l := range s.lanes {
 		n += l.Capacity()
 	}
+	s.out = make(chan *batch, n)
 	s.free = newBatchPool(n)
 	for range n {
 		b := &batch{}

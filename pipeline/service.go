@@ -199,7 +199,6 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		finished:  make(chan struct{}),
 		seqIDs:    map[uint32]uint32{},
 		nextSeqID: 2, // 1 is the service's own sequence
-		out:       make(chan *batch, outputBatches),
 		outDone:   make(chan struct{}),
 		sinkStop:  make(chan struct{}),
 		calls:     make(chan func(), loopCallQueue),
