@@ -87,7 +87,8 @@ killloop:
 # `tracepipe run`s, the issue's 2x100 MB/s workload and every example
 # config, against their buffers + SMBs (target: + 16 MiB). producerbench:
 # the Perfetto producer path as the C SDK drives it (a producer process,
-# 200 B / 1 KiB packets, 1 / 2 writers, flush every 100 ms / 1 s / 10 s):
+# 200 B / 1 KiB packets, 1 / 2 writers, flush every 100 ms / 1 s / 10 s;
+# commits per chunk, and commit=posted batched as the SDK's arbiter does):
 # service CPU-s per GB, delivered %, producer drop % and ns per packet.
 memcheck:
 	$(GO) test ./cmd/tracepipe -run '^$$' -bench 'PeakRSS' -benchtime 1x -count 3

@@ -109,3 +109,63 @@ sinks: [{type: file, path: unused.pftrace}]
 		}
 	})
 }
+
+// Two stuck sinks hold more batches between them than the output stage's
+// own allowance, and still the service never waits to hand a batch over:
+// the output queue has room for every batch there is, so a stuck output
+// goroutine makes read passes back off instead of stopping the service
+// (which would stall the producers).
+func TestServiceTwoStuckSinksNeverBlockProducers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 256}]
+producers: {smb_size_kb: 1024}
+data_sources:
+  - name: test.scripted
+    buffer_exhausted_policy: stall
+    config: {writers: 1, packets: 16000, sizes: [1000]}
+sinks: [{type: file, path: unused.pftrace}]
+`)
+		a, b := &stuckSink{release: make(chan struct{})}, &stuckSink{release: make(chan struct{})}
+		s, err := New(cfg, Options{Sinks: []sinks.Sink{a, b}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		type result struct {
+			res *Result
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			res, err := s.Run(ctx)
+			done <- result{res, err}
+		}()
+		release := func() { close(a.release); close(b.release) }
+		src := s.producers[0].side.(*inProcess).ds.(*scripted)
+		select {
+		case <-src.done:
+		case <-time.After(30 * time.Second):
+			release()
+			t.Fatal("the data source was blocked by two stuck sinks")
+		}
+		if !a.entered.Load() {
+			release()
+			t.Fatal("premise not met: the first sink had not been called when the producer finished")
+		}
+		release()
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if d := r.res.Stats.Tracepipe.ProducerPacketsDropped; d != 0 {
+			t.Errorf("producer dropped %d packets: the stuck sinks reached the producer", d)
+		}
+		if r.res.Stats.BufferStats[0].ChunksOverwritten == 0 {
+			t.Errorf("16 MB through a 256 KiB ring with stuck sinks overwrote nothing: %+v", r.res.Stats.BufferStats[0])
+		}
+	})
+}

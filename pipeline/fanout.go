@@ -33,17 +33,78 @@ type SinkResult struct {
 
 // makeBatches fills the free list: the base number of output batches plus
 // room for every lane's queue, so that a stalled sink holding a full
-// queue never starves the others of batches.
+// queue never starves the others of batches. The output queue has room
+// for all of them: handing a batch over never waits, even while stuck
+// sinks hold the output goroutine (read passes back off instead, when
+// the free list runs dry).
 func (s *Service) makeBatches() {
 	n := outputBatches
 	for _, l := range s.lanes {
 		n += l.Capacity()
 	}
-	s.free = make(chan *batch, n)
+	s.out = make(chan *batch, n)
+	s.free = newBatchPool(n)
 	for range n {
 		b := &batch{}
 		b.SetRelease(func() { s.released(b) })
-		s.free <- b
+		s.free.put(b)
+	}
+}
+
+// batchPool is the free list of output batches: a stack, so that a read
+// pass takes the batch released last. A batch's memory grows to the
+// packets it carried and stays with it; with a stack, the batches that
+// sinks keeping up need are the same few, and the others keep no memory
+// until sinks fall behind (a queue would cycle through, and grow, all of
+// them). One goroutine takes (the service's); any may put.
+type batchPool struct {
+	mu    sync.Mutex
+	stack []*batch
+	// ready holds a token when a put may have found take waiting.
+	ready chan struct{}
+}
+
+func newBatchPool(n int) *batchPool {
+	return &batchPool{stack: make([]*batch, 0, n), ready: make(chan struct{}, 1)}
+}
+
+// capacity is the number of batches the pool was made for.
+func (p *batchPool) capacity() int { return cap(p.stack) }
+
+// put returns b to the pool.
+func (p *batchPool) put(b *batch) {
+	p.mu.Lock()
+	p.stack = append(p.stack, b)
+	p.mu.Unlock()
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+}
+
+// tryTake returns the batch released last, or nil when every batch is
+// out.
+func (p *batchPool) tryTake() *batch {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.stack)
+	if n == 0 {
+		return nil
+	}
+	b := p.stack[n-1]
+	p.stack[n-1] = nil
+	p.stack = p.stack[:n-1]
+	return b
+}
+
+// take waits for a batch. REQUIRES: one taking goroutine (a token is
+// consumed by the one waiter).
+func (p *batchPool) take() *batch {
+	for {
+		if b := p.tryTake(); b != nil {
+			return b
+		}
+		<-p.ready
 	}
 }
 
@@ -61,7 +122,7 @@ func (s *Service) released(b *batch) {
 		s.outMu.Unlock()
 	}
 	b.reset()
-	s.free <- b
+	s.free.put(b)
 }
 
 // buildSinks opens one lane per configured sink.

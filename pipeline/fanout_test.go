@@ -418,3 +418,36 @@ func varintsOf(b []byte, num protowire.Number) []uint64 {
 	}
 	return out
 }
+
+// The free list hands out the batch released last, so that sinks keeping
+// up cycle through the same few batches (and their grown memory) instead
+// of growing every batch in the list; take waits for a put.
+func TestBatchPoolTakesLastReleased(t *testing.T) {
+	p := newBatchPool(2)
+	a, b := &batch{}, &batch{}
+	p.put(a)
+	p.put(b)
+	if got := p.tryTake(); got != b {
+		t.Fatalf("first take: got %p, want the batch put last (%p)", got, b)
+	}
+	if got := p.tryTake(); got != a {
+		t.Fatalf("second take: got %p, want %p", got, a)
+	}
+	if got := p.tryTake(); got != nil {
+		t.Fatalf("take from an empty pool: got %p, want nil", got)
+	}
+	got := make(chan *batch)
+	go func() { got <- p.take() }()
+	p.put(a)
+	select {
+	case g := <-got:
+		if g != a {
+			t.Fatalf("take: got %p, want %p", g, a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("take still waiting 10 s after a put")
+	}
+	if p.capacity() != 2 {
+		t.Fatalf("capacity %d, want 2", p.capacity())
+	}
+}

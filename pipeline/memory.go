@@ -28,7 +28,7 @@ const (
 // for debug.SetMemoryLimit. Going over it costs collector CPU (the
 // runtime caps that at about half the CPU), never a failure.
 func (s *Service) HeapBudget() int64 {
-	batches := int64(cap(s.free)) * readBatchTarget
+	batches := int64(s.free.capacity()) * readBatchTarget
 	n := int64(heapBase) + batches + batches/4 // a batch overshoots its target by up to one packet
 	for _, p := range s.producers {
 		if p.smb != nil && p.smb.Fd() < 0 { // heap-backed: live for the whole session

@@ -227,7 +227,7 @@ sinks: [{type: file, path: %q}]
 					start = e
 				}
 				b.reset()
-				s.free <- b
+				s.free.put(b)
 			default:
 				return
 			}

@@ -48,15 +48,11 @@ func (s *Service) batchFor(wait bool) *batch {
 		s.cur = nil
 	}
 	if wait {
-		s.cur = <-s.free
-		return s.cur
+		s.cur = s.free.take()
+	} else {
+		s.cur = s.free.tryTake()
 	}
-	select {
-	case s.cur = <-s.free:
-		return s.cur
-	default:
-		return nil
-	}
+	return s.cur
 }
 
 // submit hands the current batch (possibly empty, never nil) to the
@@ -132,13 +128,9 @@ func (s *Service) readPass(final, early bool) {
 	// (batch sizes are a target, not a limit).
 	if s.cur == nil {
 		if final {
-			s.cur = <-s.free
-		} else {
-			select {
-			case s.cur = <-s.free:
-			default:
-				return // the next pass ends this one's output
-			}
+			s.cur = s.free.take()
+		} else if s.cur = s.free.tryTake(); s.cur == nil {
+			return // the next pass ends this one's output
 		}
 	}
 	b = s.cur

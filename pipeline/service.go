@@ -75,7 +75,7 @@ const (
 	stopTimeout     = 5 * time.Second // Perfetto's data_source_stop_timeout_ms default
 	commitQueueLen  = 256
 	readBatchTarget = 256 << 10 // bytes of packets per output batch: small enough to stay in cache between the service and the output goroutine
-	outputBatches   = 32
+	outputBatches   = 4         // besides the lanes' queues: the ring buffer, not the output stage, holds what sinks have not taken
 	// earlyReadBytes: in streaming mode a buffer holding this much unread
 	// data (or an eighth of its size, if less) is read at once instead of
 	// at the next file_write_period, so that bursts find room in the ring.
@@ -138,7 +138,7 @@ type Service struct {
 	start            time.Time
 
 	// Output stage (fanout.go).
-	free         chan *batch
+	free         *batchPool
 	out          chan *batch
 	cur          *batch
 	outDone      chan struct{}
@@ -199,7 +199,6 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		finished:  make(chan struct{}),
 		seqIDs:    map[uint32]uint32{},
 		nextSeqID: 2, // 1 is the service's own sequence
-		out:       make(chan *batch, outputBatches),
 		outDone:   make(chan struct{}),
 		sinkStop:  make(chan struct{}),
 		calls:     make(chan func(), loopCallQueue),

@@ -18,6 +18,14 @@ const (
 	// owner calls FlushPendingCommits, when a writer flushes, when a patch
 	// becomes known, or when half of the SMB's chunks are pending.
 	CommitBatched
+	// CommitPosted is Perfetto's producer arbiter with its default
+	// batch_commits_duration_ms of 0: the first chunk returned into an
+	// empty request calls ArbiterOptions.OnPending, whose owner runs
+	// FlushPendingCommits soon on another goroutine (the SDK posts a task
+	// to its IPC thread); chunks returned before that runs join the same
+	// CommitData. Patches and a half-full SMB deliver at once, as with
+	// CommitBatched.
+	CommitPosted
 )
 
 // BufferExhaustedPolicy says what a TraceWriter does when the SMB has no
@@ -54,6 +62,10 @@ type ArbiterOptions struct {
 	// OnCommit returns, so OnCommit must copy or marshal what it keeps.
 	// OnCommit must not call back into the Arbiter or its TraceWriters.
 	OnCommit func(*CommitData)
+	// OnPending is called, with no arbiter lock held, when a chunk is
+	// returned into an empty pending request under CommitPosted. It must
+	// not block nor call FlushPendingCommits itself.
+	OnPending func()
 	// StallTimeout bounds a Stall writer's wait for a free chunk
 	// (default 10 s).
 	StallTimeout time.Duration
@@ -68,6 +80,7 @@ type Arbiter struct {
 	layout       PageLayout
 	policy       CommitPolicy
 	onCommit     func(*CommitData)
+	onPending    func()
 	stallTimeout time.Duration
 	totalChunks  int
 
@@ -93,14 +106,17 @@ func NewArbiter(s *SMB, opts ArbiterOptions) (*Arbiter, error) {
 	if opts.OnCommit == nil {
 		return nil, errors.New("smb: arbiter needs an OnCommit callback")
 	}
+	if opts.Commit == CommitPosted && opts.OnPending == nil {
+		return nil, errors.New("smb: arbiter with CommitPosted needs an OnPending callback")
+	}
 	if opts.StallTimeout <= 0 {
 		opts.StallTimeout = 10 * time.Second
 	}
 	return &Arbiter{
 		smb: s, layout: opts.Layout, policy: opts.Commit, onCommit: opts.OnCommit,
-		stallTimeout: opts.StallTimeout,
-		totalChunks:  s.NumPages() * int(opts.Layout.NumChunks()),
-		pending:      &CommitData{}, spare: &CommitData{},
+		onPending: opts.OnPending, stallTimeout: opts.StallTimeout,
+		totalChunks: s.NumPages() * int(opts.Layout.NumChunks()),
+		pending:     &CommitData{}, spare: &CommitData{},
 	}, nil
 }
 
@@ -236,9 +252,12 @@ func (a *Arbiter) returnChunk(w *TraceWriter) {
 	a.pendingChunks++
 	patched := a.takePatchesLocked(w)
 	deliver := a.policy == CommitEachChunk || patched || a.pendingChunks*2 >= a.totalChunks
+	post := !deliver && a.policy == CommitPosted && a.pendingChunks == 1
 	a.mu.Unlock()
 	if deliver {
 		a.FlushPendingCommits()
+	} else if post {
+		a.onPending()
 	}
 }
 

@@ -276,3 +276,56 @@ func TestStalledWriterCommitsBeforeSleeping(t *testing.T) {
 		}
 	})
 }
+
+// CommitPosted asks its owner for a flush once per batch, when the first
+// chunk is returned into an empty request; the chunks returned before the
+// owner flushes travel in one CommitData, in the order they were returned.
+func TestCommitPostedBatchesUntilTheOwnerFlushes(t *testing.T) {
+	if _, err := NewArbiter(nil, ArbiterOptions{Commit: CommitPosted, OnCommit: func(*CommitData) {}}); err == nil {
+		t.Fatal("CommitPosted without OnPending was accepted")
+	}
+	s, _ := NewHeapSMB(16*4096, 4096) // sixteen Div1 chunks
+	var col collector
+	posts := 0
+	arb, err := NewArbiter(s, ArbiterOptions{Commit: CommitPosted, OnCommit: col.onCommit, OnPending: func() { posts++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := arb.NewTraceWriter(1, Drop)
+	// 12000 bytes of packets fill and return two chunks of 4 KiB (the
+	// packets continue across chunk ends) and write into a third.
+	for range 4 {
+		if err := w.WritePacket(filled(3000, 'p')); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if posts != 1 {
+		t.Fatalf("OnPending called %d times for one batch, want 1", posts)
+	}
+	if len(col.recs) != 0 {
+		t.Fatalf("%d commits delivered before the owner flushed", len(col.recs))
+	}
+	arb.FlushPendingCommits()
+	if len(col.recs) != 1 {
+		t.Fatalf("%d commits after the flush, want 1", len(col.recs))
+	}
+	var cd CommitData
+	if err := cd.Unmarshal(col.recs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(cd.ChunksToMove); n != 2 {
+		t.Fatalf("the commit moves %d chunks, want the 2 returned", n)
+	}
+	for i, m := range cd.ChunksToMove {
+		if m.Page != uint32(i) {
+			t.Fatalf("move %d is page %d, want %d (return order)", i, m.Page, i)
+		}
+	}
+	// The next returned chunk starts a new batch: a new post.
+	if err := w.WritePacket(filled(3000, 'q')); err != nil {
+		t.Fatal(err)
+	}
+	if posts != 2 {
+		t.Fatalf("OnPending called %d times after the second batch began, want 2", posts)
+	}
+}
