@@ -3,14 +3,19 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/tracefile"
 
 	"golang.org/x/sys/unix"
 )
@@ -109,5 +114,187 @@ sinks:
 	tp := lastStats(t, pkts).Tracepipe
 	if !isTraceStats(pkts[len(pkts)-1]) || tp.SinkPacketsWritten != uint64(len(pkts)) || tp.SinkPacketsDropped == 0 {
 		t.Errorf("full file: %d packets, last TraceStats written %d dropped %d", len(pkts), tp.SinkPacketsWritten, tp.SinkPacketsDropped)
+	}
+}
+
+// gated is a test data source that writes its packets in phases: phase k
+// writes packets [k*per, (k+1)*per) of each writer (scriptedPacket), then
+// waits until the test opens the gate (gates[gate]) before the next one.
+// Config: gate (string), writers, per (packets per phase), phases, size.
+type gated struct {
+	gate                       chan struct{}
+	writers, per, phases, size int
+	done                       chan struct{}
+}
+
+var gates sync.Map // name → chan struct{}
+
+func init() {
+	plugins.Register("test.gated", func(cfg map[string]any) (plugins.DataSource, error) {
+		g := &gated{writers: 1, per: 100, phases: 2, size: 300, done: make(chan struct{})}
+		for k, v := range cfg {
+			switch k {
+			case "gate":
+				ch, ok := gates.Load(v.(string))
+				if !ok {
+					return nil, fmt.Errorf("gate %q: not opened by the test", v)
+				}
+				g.gate = ch.(chan struct{})
+			case "writers":
+				g.writers = v.(int)
+			case "per":
+				g.per = v.(int)
+			case "phases":
+				g.phases = v.(int)
+			case "size":
+				g.size = v.(int)
+			default:
+				return nil, fmt.Errorf("%s: unknown key", k)
+			}
+		}
+		if g.gate == nil {
+			return nil, errors.New("gate: required")
+		}
+		return g, nil
+	})
+}
+
+func (g *gated) Start(h plugins.Host) error {
+	var pws []plugins.PacketWriter
+	for range g.writers {
+		pw, err := h.NewWriter()
+		if err != nil {
+			return err
+		}
+		pws = append(pws, pw)
+	}
+	go func() {
+		defer close(g.done)
+		for k := range g.phases {
+			if k > 0 {
+				<-g.gate
+			}
+			for w, pw := range pws {
+				for i := k * g.per; i < (k+1)*g.per; i++ {
+					_ = pw.WritePacket(scriptedPacket(w, i, g.size, false))
+				}
+				_ = pw.Flush()
+			}
+		}
+	}()
+	return nil
+}
+
+func (g *gated) Flush() error           { return nil }
+func (g *gated) ClearIncrementalState() {}
+func (g *gated) Stop() error            { <-g.done; return nil }
+func (g *gated) Done() <-chan struct{}  { return g.done }
+
+// The user report behind resuming: an hours-long session whose disk fills
+// up, then gets room again (a ballast file removed). With on_error: drop
+// the sink counts what it drops meanwhile, resumes within
+// disk_full_retry_max of the room coming back, and writes everything
+// after it into t.1.pftrace, which starts with a TraceStats naming the
+// gap; both files read cleanly; every scripted packet is in a file or
+// counted; the session ends without error and the result counts one
+// resume.
+func TestServiceDiskFullResumes(t *testing.T) {
+	dir := mountTmpfs(t, 4<<20)
+	ballast := filepath.Join(dir, "ballast")
+	if err := os.WriteFile(ballast, make([]byte, 5<<19), 0o644); err != nil { // 2.5 MiB
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	gates.Store(t.Name(), gate)
+	defer gates.Delete(t.Name())
+	path := filepath.Join(dir, "t.pftrace")
+	const writers, per = 2, 4000 // 2.4 MB a phase: more than the room left
+	cfg := loadYAML(t, `
+write_into_file: true
+file_write_period: 100ms
+buffers: [{size_kb: 32768}]
+producers: {smb_size_kb: 4096}
+data_sources:
+  - name: test.gated
+    buffer_exhausted_policy: stall
+    config: {gate: `+t.Name()+`, writers: 2, per: 4000, phases: 2, size: 300}
+sinks:
+  - {type: file, on_error: drop, file: {path: `+path+`, disk_full_retry_max: 200ms}}
+`)
+	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type result struct {
+		res *Result
+		err error
+	}
+	ran := make(chan result, 1)
+	go func() {
+		res, err := s.Run(ctx)
+		ran <- result{res, err}
+	}()
+	sink := func() sinks.SinkStats {
+		if st := s.Status().Sinks; len(st) > 0 {
+			return st[0].Stats
+		}
+		return sinks.SinkStats{}
+	}
+	waitFor(t, "the disk is full", time.Minute, func() bool { return len(s.Status().SinkFailures) > 0 })
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sink resumed", time.Minute, func() bool { return sink().Reconnects > 0 })
+	close(gate) // phase 2: all of it must reach t.1.pftrace
+	r := <-ran
+	if r.err != nil {
+		t.Fatalf("Run: %v", r.err)
+	}
+	res := r.res
+	st := res.Sinks[0].Stats
+	if st.Reconnects != 1 || st.PacketsDroppedError == 0 {
+		t.Errorf("sink stats %+v: want one resume and the drops", st)
+	}
+	if got := res.Sinks[0].Files; len(got) != 2 || got[1] != sinks.FileName(path, 1) {
+		t.Fatalf("files %v", got)
+	}
+	old, resumed := readTrace(t, path), readTrace(t, sinks.FileName(path, 1))
+	if tp := lastStats(t, old).Tracepipe; tp.SinkPacketsDropped == 0 || tp.SinkPacketsWritten != uint64(len(old)) {
+		t.Errorf("%s ends with written %d (holds %d), dropped %d", path, tp.SinkPacketsWritten, len(old), tp.SinkPacketsDropped)
+	}
+	var gapSeen bool
+	for _, p := range resumed {
+		if isTraceStats(p) {
+			ts, _, _ := tracefile.DecodeTraceStatsPacket(p.raw)
+			gapSeen = ts.Tracepipe != nil && ts.Tracepipe.SinkPacketsDropped > 0 && ts.Tracepipe.SinkReconnects == 1
+			break
+		}
+		if _, _, _, ok := scriptedID(p.raw); ok {
+			break
+		}
+	}
+	if !gapSeen {
+		t.Error("the resumed file does not start with a TraceStats recording the gap")
+	}
+	if !tracefile.HasDataLoss(tracefile.LossReport(lastStats(t, resumed))) {
+		t.Error("the resumed file's last TraceStats reports no loss")
+	}
+	seen := countScripted(append(old, resumed...))
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("scripted packet %v appears %d times", k, n)
+		}
+	}
+	for w := range writers {
+		for i := per; i < 2*per; i++ {
+			if seen[[2]int{w, i}] != 1 {
+				t.Fatalf("phase 2 packet %d/%d (after the resume) is missing", w, i)
+			}
+		}
+	}
+	if lost := writers*2*per - len(seen); lost == 0 || uint64(lost) > st.PacketsDroppedError {
+		t.Errorf("%d scripted packets missing, %d counted dropped", lost, st.PacketsDroppedError)
 	}
 }

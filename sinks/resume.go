@@ -74,7 +74,7 @@ func (s *FileSink) resumeNote() string {
 	if s.opts.ResumeMax <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("; counting what it drops, and trying again at most every %v (on_error: drop)", s.opts.ResumeMax)
+	return fmt.Sprintf("; it counts what it drops and tries again, at most every %v (on_error: drop)", s.opts.ResumeMax)
 }
 
 // outageBegins starts the clock of attempts after a full file system.

@@ -3,8 +3,10 @@ package sinks
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -171,7 +173,9 @@ func TestFileSinkResumesAfterDiskFull(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			disk := &outageDisk{noReserve: c.noReserve, now: time.Unix(1000, 0)}
 			path := filepath.Join(t.TempDir(), "t.pftrace")
-			s := newTestFile(t, FileOptions{Path: path, Compression: c.comp, BufferSize: 4 << 10, ResumeMax: 8 * time.Second}, disk.hooks())
+			var log bytes.Buffer
+			s := newTestFile(t, FileOptions{Path: path, Compression: c.comp, BufferSize: 4 << 10, ResumeMax: 8 * time.Second,
+				Logger: slog.New(slog.NewTextHandler(&log, nil))}, disk.hooks())
 			sent := 0
 			send := func(p []byte) error {
 				if _, ok := packetIndex(p); ok {
@@ -194,7 +198,7 @@ func TestFileSinkResumesAfterDiskFull(t *testing.T) {
 					t.Fatal("the full disk was never noticed")
 				}
 				if err := send(dataPacket(next)); err != nil {
-					if !errors.Is(err, unix.ENOSPC) || !strings.Contains(err.Error(), "trying again") {
+					if !errors.Is(err, unix.ENOSPC) || !strings.Contains(err.Error(), "tries again") {
 						t.Fatalf("the failure %q does not say ENOSPC and that the sink tries again", err)
 					}
 					break
@@ -220,6 +224,11 @@ func TestFileSinkResumesAfterDiskFull(t *testing.T) {
 			}
 			if s.Failed() != nil {
 				t.Fatalf("resumed, but Failed() = %v", s.Failed())
+			}
+			// Logged once, with what the outage cost.
+			lost := s.Stats().PacketsDroppedError
+			if n := strings.Count(log.String(), "room again"); n != 1 || !strings.Contains(log.String(), fmt.Sprintf("%d packets were lost meanwhile", lost)) {
+				t.Errorf("resume logged %d times, want once with %d packets lost: %s", n, lost, log.String())
 			}
 			for range 100 {
 				next++
@@ -364,7 +373,7 @@ func TestFileSinkNoResumeWithoutResumeMax(t *testing.T) {
 	}
 	disk.full = false
 	disk.now = disk.now.Add(time.Hour)
-	if err := s.Write(bg, [][]byte{dataPacket(0)}); err == nil || strings.Contains(err.Error(), "trying again") {
+	if err := s.Write(bg, [][]byte{dataPacket(0)}); err == nil || strings.Contains(err.Error(), "tries again") {
 		t.Fatalf("a sink without ResumeMax: %v", err)
 	}
 	if len(s.Files()) != 1 || s.Stats().Reconnects != 0 {
