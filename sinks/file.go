@@ -95,6 +95,10 @@ type fileHooks struct {
 // before any write fails.
 const ReserveSize = 64 << 10
 
+// compHeldMax bounds what a compressor writes at once: a zstd block
+// (128 KiB) or a deflate block, with their headers, and room to spare.
+const compHeldMax = 256 << 10
+
 // compressor is what gzip.Writer and zstd.Encoder have in common.
 type compressor interface {
 	io.Writer
@@ -342,11 +346,11 @@ func (w diskWriter) Write(p []byte) (int, error) {
 // lost, and the reserve still holds room for the final TraceStats.
 //
 // A compressor holds what it was given until its block is full, then
-// writes it at once: the reserve also covers that (compPending, at worst
-// incompressible), or the write would fail past the reserve and break
-// the stream.
+// writes it at once: the reserve also covers that (what it was given since
+// its last flush, at worst incompressible, up to compHeldMax), or the
+// write would fail past the reserve and break the stream.
 func (s *FileSink) keepReserve() error {
-	held := s.compPending + s.compPending/16
+	held := min(s.compPending+s.compPending/16, compHeldMax)
 	if s.reserveOff || s.lastChance || s.f == os.Stdout || s.reservedTo-s.disk >= ReserveSize/2+held {
 		return nil
 	}
