@@ -500,3 +500,27 @@ func TestFileSinkResumeConfig(t *testing.T) {
 		}
 	}
 }
+
+// Writing with resume on does not allocate, nor does dropping during an
+// outage (the packets folded, the attempt not yet due).
+func TestFileSinkResumeWriteAllocs(t *testing.T) {
+	disk := &outageDisk{now: time.Unix(1000, 0)}
+	s := newTestFile(t, FileOptions{BufferSize: 64 << 10, ResumeMax: time.Minute}, disk.hooks())
+	defer s.Close(bg)
+	batch := [][]byte{dataPacket(1), dataPacket(2)}
+	for range 200 {
+		_ = s.Write(bg, batch)
+	}
+	if n := testing.AllocsPerRun(200, func() { _ = s.Write(bg, batch) }); n != 0 {
+		t.Errorf("Write allocates %.1f times per call", n)
+	}
+	disk.full = true
+	for i := 0; s.Write(bg, batch) == nil; i++ {
+		if i > 100000 {
+			t.Fatal("the full disk was never noticed")
+		}
+	}
+	if n := testing.AllocsPerRun(200, func() { _ = s.Write(bg, batch) }); n != 0 {
+		t.Errorf("Write during an outage allocates %.1f times per call", n)
+	}
+}
