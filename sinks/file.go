@@ -666,8 +666,11 @@ func (s *FileSink) endFileLocked(trailer bool) error {
 		}
 		s.scratch = s.restore.trailer(s.scratch[:0], st)
 		s.writeLocked(s.scratch)
+		if s.err == nil {
+			_ = s.flushLocked(false)
+		}
 		if s.err != nil {
-			return s.err
+			return s.err // the file stays open, cut back to its last whole packet
 		}
 	}
 	err := s.finishFileLocked()

@@ -117,6 +117,10 @@ func (s *FileSink) resumeLocked() bool {
 	ended := FileName(s.opts.Path, s.index)
 	s.err, s.noRoom = nil, false
 	s.internal = true
+	// The sink's own packets (a trailer, a preamble) that do not reach a
+	// file are not packets it was given: a failed attempt counts none of
+	// them as written or dropped.
+	saved := s.stats
 	var err error
 	switch {
 	case s.f == nil: // its creation failed: create it again
@@ -128,10 +132,10 @@ func (s *FileSink) resumeLocked() bool {
 		}
 	default: // end it with its TraceStats, go on in the next one
 		if err = s.endFileLocked(!s.broken); err == nil {
+			saved = s.stats // the trailer is in the old file
 			err = s.open()
 		}
 	}
-	saved := s.stats // what the new file holds from here on is lost if it fails
 	if err == nil && s.err == nil {
 		s.writePreamble()
 		st := s.stats
@@ -161,8 +165,6 @@ func (s *FileSink) resumeLocked() bool {
 	if s.err == nil {
 		s.setErr(err)
 	}
-	// The new file's service packets were counted as written, then as
-	// dropped: they are the sink's own, not packets it was given.
 	s.stats.PacketsWritten, s.stats.BytesWritten = saved.PacketsWritten, saved.BytesWritten
 	s.stats.PacketsDroppedError, s.stats.BytesDroppedError = saved.PacketsDroppedError, saved.BytesDroppedError
 	if s.f != nil && s.fresh && !errors.Is(err, errNotEmptied) {

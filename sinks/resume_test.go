@@ -207,7 +207,7 @@ func TestFileSinkResumesAfterDiskFull(t *testing.T) {
 			failedAt := disk.now
 			_ = s.Write(bg, [][]byte{gapState()}) // dropped; its state must survive
 			disk.now = failedAt.Add(500 * time.Millisecond)
-			disk.full = false // room again, but no attempt is due yet
+			disk.full = false // room for a moment, but no attempt is due yet
 			for range 5 {
 				next++
 				if err := send(dataPacket(next)); err == nil {
@@ -217,7 +217,21 @@ func TestFileSinkResumesAfterDiskFull(t *testing.T) {
 			if n := len(s.Files()); n != 1 {
 				t.Fatalf("%d files before the first attempt", n)
 			}
+			// The first attempt finds the disk full again; the next one
+			// is due 2 s later.
+			disk.full = true
 			disk.now = failedAt.Add(time.Second)
+			next++
+			if err := send(dataPacket(next)); err == nil {
+				t.Fatal("resumed on a full disk")
+			}
+			disk.full = false
+			disk.now = failedAt.Add(2900 * time.Millisecond)
+			next++
+			if err := send(dataPacket(next)); err == nil {
+				t.Fatal("the second attempt came early")
+			}
+			disk.now = failedAt.Add(3 * time.Second)
 			next++
 			if err := send(dataPacket(next)); err != nil {
 				t.Fatalf("the sink did not resume when its attempt was due: %v", err)
