@@ -304,7 +304,11 @@ func (s *FileSink) open() error {
 			return fmt.Errorf("sinks: file sink: %s already exists and a sink never overwrites: remove it, choose another path, or put {timestamp} in the path: %w", name, err)
 		}
 		if err != nil {
-			return fmt.Errorf("sinks: file sink: creating %s: %w", name, err)
+			note := ""
+			if isNoRoom(err) {
+				note = s.resumeNote()
+			}
+			return fmt.Errorf("sinks: file sink: creating %s: %w%s", name, err, note)
 		}
 	}
 	s.missing = false

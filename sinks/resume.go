@@ -124,6 +124,7 @@ func (s *FileSink) resumeLocked() bool {
 	var err error
 	switch {
 	case s.f == nil: // its creation failed: create it again
+		ended = "" // the one before ended with its TraceStats
 		err = s.open()
 	case s.fresh: // nothing but (part of) its preamble: start it over
 		ended = ""
