@@ -147,6 +147,8 @@ var keyDocs = map[string]keyDoc{
 	"sinks[].file.fsync_period":  {doc: "fsync the file this often; 0s: 5s; negative: only on rotation and close; else at least 100ms.", def: sinks.DefaultFsyncPeriod.String()},
 	"sinks[].file.buffer_size":   {doc: "Write buffer in bytes.", def: "256KiB"},
 
+	"sinks[].file.disk_full_retry_max": {doc: "With on_error: drop, a sink whose file system filled up (ENOSPC, EDQUOT) counts what it drops and tries again, 1s after the failure, then at doubling intervals up to this; with room again it continues in the next file (t.1.pftrace, self-contained, starting with a TraceStats that records the gap). Negative: never resume; 0s: 30s; else at least 100ms.", def: sinks.DefaultResumeMax.String()},
+
 	"sinks[].relay":                       {doc: "The relay sink: streams packets to `tracepipe serve` on another machine, with acknowledgements and resend (docs/sinks.md)."},
 	"sinks[].relay.address":               {doc: "Required: host:port of `tracepipe serve`."},
 	"sinks[].relay.machine_id":            {doc: "This machine's id in merged traces; default: a hash of /etc/machine-id."},

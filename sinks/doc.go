@@ -1,8 +1,8 @@
 // Package sinks owns where packets go after readback: the Sink interface,
 // the registry of sink types, the lanes that run each sink on its own
 // goroutine behind its own bounded queue, the streaming file sink (valid
-// at every packet boundary, rotation, compression) and packet filters
-// written in CEL.
+// at every packet boundary, rotation, compression, resuming after a full
+// disk) and packet filters written in CEL.
 //
 // It knows nothing of buffers or producers, and must never make a
 // producer wait: a sink either writes, or drops and counts.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -64,14 +65,24 @@ type FileOptions struct {
 	// Rotatable keeps what a new file needs to start self-contained, so
 	// that Rotate works without MaxFileSize (rotate_now.go).
 	Rotatable bool
+	// ResumeMax, when > 0, makes a sink stopped by a full file system
+	// (ENOSPC, EDQUOT) try again, first after a second, then at doubling
+	// intervals up to ResumeMax, and continue in a new file once there is
+	// room (resume.go). 0: a full file system stops the sink for good (on_error: stop).
+	ResumeMax time.Duration
+	// Logger receives the sink's own messages (a resume); nil discards them.
+	Logger *slog.Logger
 }
 
-// fileHooks lets tests replace the clock, fsync, writes and fallocate.
+// fileHooks lets tests replace the clock, fsync, writes, fallocate and
+// the creation of files.
 type fileHooks struct {
 	tick      <-chan time.Time                     // replaces the fsync ticker when non-nil
 	sync      func(*os.File) error                 // replaces (*os.File).Sync when non-nil
 	write     func(*os.File, []byte) (int, error)  // replaces (*os.File).Write when non-nil
 	fallocate func(f *os.File, off, n int64) error // replaces the reserve's fallocate when non-nil
+	create    func(name string) (*os.File, error)  // replaces the exclusive create when non-nil
+	now       func() time.Time                     // replaces time.Now (resume intervals) when non-nil
 }
 
 // ReserveSize is the room a file sink keeps allocated past the end of its
@@ -80,6 +91,10 @@ type fileHooks struct {
 // the sink stops taking packets as soon as it cannot extend the reserve,
 // before any write fails.
 const ReserveSize = 64 << 10
+
+// compHeldMax bounds what a compressor writes at once: a zstd block
+// (128 KiB) or a deflate block, with their headers, and room to spare.
+const compHeldMax = 256 << 10
 
 // compressor is what gzip.Writer and zstd.Encoder have in common.
 type compressor interface {
@@ -115,6 +130,13 @@ type FileSink struct {
 	stats     SinkStats
 	err       error // sticky: the first failure; packets written after it are dropped
 	closed    bool
+	missing   bool // the file for index was never created (a failed open)
+	fresh     bool // no packet but the preamble reached the current file
+
+	// Resuming after a full file system (resume.go).
+	noRoom bool // err is a full file system: a later attempt may find room
+	gap    outage
+	one    [1][]byte
 
 	// The file on disk.
 	disk       int64 // bytes handed to the OS for the current file (compressed bytes when compressed)
@@ -155,7 +177,12 @@ func newFileSink(opts FileOptions, hooks fileHooks) (*FileSink, error) {
 		opts.BufferSize = DefaultFileBufferSize
 	}
 	s := &FileSink{opts: opts, hooks: hooks, buf: make([]byte, 0, opts.BufferSize)}
-	if opts.MaxFileSize > 0 || opts.Rotatable {
+	if opts.Path == StdoutPath || opts.ResumeMax < 0 {
+		s.opts.ResumeMax = 0 // a pipe cannot start a new file
+	}
+	// A sink that may resume after a full file system continues in a new
+	// file, which must start self-contained like a rotated one.
+	if opts.MaxFileSize > 0 || opts.Rotatable || s.opts.ResumeMax > 0 {
 		s.restore = newRestoreState()
 	}
 	switch opts.Compression {
@@ -197,6 +224,8 @@ func newFileSink(opts FileOptions, hooks fileHooks) (*FileSink, error) {
 func FileName(path string, i int) string { return tracefile.RotatedFileName(path, i) }
 
 // open creates the file for s.index. REQUIRES: mu held or not yet shared.
+// A file it cannot create is missing (Files leaves it out) and counts as
+// an error.
 func (s *FileSink) open() error {
 	name := FileName(s.opts.Path, s.index)
 	var f *os.File
@@ -204,15 +233,34 @@ func (s *FileSink) open() error {
 		f = os.Stdout
 	} else {
 		var err error
-		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if s.hooks.create != nil {
+			f, err = s.hooks.create(name)
+		} else {
+			f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		}
+		if err != nil {
+			s.missing = true
+			s.stats.Errors++
+		}
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("sinks: file sink: %s already exists and a sink never overwrites: remove it, choose another path, or put {timestamp} in the path: %w", name, err)
 		}
 		if err != nil {
-			return fmt.Errorf("sinks: file sink: creating %s: %w", name, err)
+			note := ""
+			if isNoRoom(err) {
+				note = s.resumeNote()
+			}
+			return fmt.Errorf("sinks: file sink: creating %s: %w%s", name, err, note)
 		}
 	}
-	s.f, s.fileBytes = f, 0
+	s.missing = false
+	s.f = f
+	return s.startFile()
+}
+
+// startFile starts the current file (empty) from its first byte.
+func (s *FileSink) startFile() error {
+	s.fileBytes, s.fresh = 0, true
 	s.disk, s.good, s.reservedTo, s.broken = 0, 0, 0, false
 	s.out = diskWriter{s}
 	if s.comp != nil {
@@ -242,22 +290,23 @@ func (w diskWriter) Write(p []byte) (int, error) {
 // ReserveSize). When the file system has no room left for it, the sink
 // stops taking packets: the error is sticky, nothing written so far is
 // lost, and the reserve still holds room for the final TraceStats.
+//
+// A compressor holds what it was given until its block is full, then
+// writes it at once: the reserve also covers that (what it was given since
+// its last flush, at worst incompressible, up to compHeldMax), or the
+// write would fail past the reserve and break the stream.
 func (s *FileSink) keepReserve() error {
-	if s.reserveOff || s.lastChance || s.f == os.Stdout || s.reservedTo-s.disk >= ReserveSize/2 {
+	held := min(s.compPending+s.compPending/16, compHeldMax)
+	if s.reserveOff || s.lastChance || s.f == os.Stdout || s.reservedTo-s.disk >= ReserveSize/2+held {
 		return nil
 	}
-	var err error
-	if s.hooks.fallocate != nil {
-		err = s.hooks.fallocate(s.f, s.disk, ReserveSize)
-	} else {
-		err = unix.Fallocate(int(s.f.Fd()), unix.FALLOC_FL_KEEP_SIZE, s.disk, ReserveSize)
-	}
+	err := s.allocate(s.disk, ReserveSize+held)
 	switch {
 	case err == nil:
-		s.reservedTo = s.disk + ReserveSize
+		s.reservedTo = s.disk + ReserveSize + held
 		return nil
 	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EFBIG):
-		s.fail(fmt.Errorf("sinks: file sink: %s: no room left on the file system (%w); the sink stopped taking packets, keeping its reserve for the final TraceStats", FileName(s.opts.Path, s.index), err))
+		s.fail(fmt.Errorf("sinks: file sink: %s: no room left on the file system (%w); the sink stopped taking packets, keeping its reserve for the final TraceStats%s", FileName(s.opts.Path, s.index), err, s.resumeNote()))
 		return s.err
 	default: // EOPNOTSUPP and the like: rely on truncating back instead
 		s.reserveOff = true
@@ -265,12 +314,21 @@ func (s *FileSink) keepReserve() error {
 	}
 }
 
+// allocate allocates n bytes of the current file from off on, without
+// changing its size.
+func (s *FileSink) allocate(off, n int64) error {
+	if s.hooks.fallocate != nil {
+		return s.hooks.fallocate(s.f, off, n)
+	}
+	return unix.Fallocate(int(s.f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, n)
+}
+
 // writeFailed handles a failed write into the current file: an
 // uncompressed file is cut back to its last complete record (so it stays
 // readable to its last packet, and the final TraceStats can follow it); a
 // compressed stream cannot continue.
 func (s *FileSink) writeFailed(err error) {
-	s.fail(fmt.Errorf("sinks: file sink: writing %s: %w", FileName(s.opts.Path, s.index), err))
+	s.fail(fmt.Errorf("sinks: file sink: writing %s: %w%s", FileName(s.opts.Path, s.index), err, s.resumeNote()))
 	if s.comp != nil || s.f == os.Stdout {
 		s.broken = true
 		return
@@ -323,8 +381,8 @@ func (s *FileSink) Write(ctx context.Context, packets [][]byte) error {
 		return ErrClosed
 	}
 	for i, p := range packets {
-		if s.err != nil && !s.lastChance {
-			s.dropLocked(packets[i:])
+		if s.err != nil && !s.lastChance && !s.resumeDue() {
+			s.loseLocked(packets[i:])
 			return s.err
 		}
 		s.writeLocked(p)
@@ -338,14 +396,14 @@ func (s *FileSink) writeLocked(p []byte) {
 	rec := int64(tracefile.RecordSize(len(p)))
 	if s.opts.MaxFileSize > 0 && s.fileBytes > s.preamble && !s.lastChance && !s.internal && s.mustRotate(rec) {
 		if err := s.rotateLocked(); err != nil {
-			s.fail(err)
-			s.dropLocked([][]byte{p})
+			s.setErr(err) // each failed step counted its own error
+			s.loseOne(p)
 			return
 		}
 	}
 	if len(s.buf)+int(rec) > cap(s.buf) {
 		if err := s.flushLocked(false); err != nil {
-			s.dropLocked([][]byte{p})
+			s.loseOne(p)
 			return
 		}
 	}
@@ -364,7 +422,7 @@ func (s *FileSink) writeLocked(p []byte) {
 		}
 		if err != nil {
 			s.writeFailed(err)
-			s.dropLocked([][]byte{p})
+			s.loseOne(p)
 			return
 		}
 		s.good = s.disk
@@ -373,9 +431,12 @@ func (s *FileSink) writeLocked(p []byte) {
 	s.fileBytes += rec
 	s.stats.PacketsWritten++
 	s.stats.BytesWritten += uint64(len(p))
-	if s.restore != nil && !s.internal {
-		s.restore.observe(p)
-		s.stats.RestoreOverflows = s.restore.overflows
+	if !s.internal {
+		s.fresh = false
+		if s.restore != nil {
+			s.restore.observe(p)
+			s.stats.RestoreOverflows = s.restore.overflows
+		}
 	}
 }
 
@@ -413,11 +474,24 @@ func (s *FileSink) SetExtraStats(f func() SinkStats) {
 	s.mu.Unlock()
 }
 
+// fail records a failed operation; the first failure is sticky (setErr).
 func (s *FileSink) fail(err error) {
-	if s.err == nil {
-		s.err = err
-	}
+	s.setErr(err)
 	s.stats.Errors++
+}
+
+// setErr makes err the sink's failure unless it failed already. A full
+// file system starts an outage that a sink with ResumeMax tries to end
+// (resume.go).
+func (s *FileSink) setErr(err error) {
+	if s.err != nil {
+		return
+	}
+	s.err = err
+	s.noRoom = isNoRoom(err)
+	if s.noRoom {
+		s.outageBegins()
+	}
 }
 
 func (s *FileSink) dropLocked(packets [][]byte) {
@@ -439,12 +513,12 @@ func (s *FileSink) flushLocked(compFlush bool) error {
 		_, err := s.out.Write(s.buf)
 		s.buf = s.buf[:0]
 		if err != nil {
+			s.writeFailed(err) // first, so that an outage it starts counts these packets
 			s.stats.PacketsWritten -= s.pendPkts
 			s.stats.BytesWritten -= s.pendBytes
 			s.stats.PacketsDroppedError += s.pendPkts
 			s.stats.BytesDroppedError += s.pendBytes
 			s.pendPkts, s.pendBytes = 0, 0
-			s.writeFailed(err)
 			return s.err
 		}
 		s.pendPkts, s.pendBytes = 0, 0
@@ -518,27 +592,48 @@ func (s *FileSink) finishFileLocked() error {
 func (s *FileSink) rotateLocked() error {
 	s.internal = true
 	defer func() { s.internal = false }()
-	st := s.stats
-	if s.extra != nil {
-		st = st.Add(s.extra())
-	}
-	s.scratch = s.restore.trailer(s.scratch[:0], st)
-	s.writeLocked(s.scratch)
-	if s.err != nil {
-		return s.err
-	}
-	if err := s.finishFileLocked(); err != nil {
+	if err := s.endFileLocked(true); err != nil {
 		return err
 	}
-	s.index++
-	s.stats.FilesRotated++
 	if err := s.open(); err != nil {
 		return err
 	}
+	s.writePreamble()
+	return s.err
+}
+
+// endFileLocked ends the current file, with its trailer when asked, and
+// moves to the next index. REQUIRES: s.internal.
+func (s *FileSink) endFileLocked(trailer bool) error {
+	if trailer {
+		st := s.stats
+		if s.extra != nil {
+			st = st.Add(s.extra())
+		}
+		s.scratch = s.restore.trailer(s.scratch[:0], st)
+		s.writeLocked(s.scratch)
+		if s.err == nil {
+			_ = s.flushLocked(false)
+		}
+		if s.err != nil {
+			return s.err // the file stays open, cut back to its last whole packet
+		}
+	}
+	err := s.finishFileLocked()
+	if s.f == nil { // closed, even after an error: the next file has the next name
+		s.index++
+		s.stats.FilesRotated++
+		s.missing = true // until open creates it
+	}
+	return err
+}
+
+// writePreamble starts the current (new) file self-contained.
+// REQUIRES: s.internal.
+func (s *FileSink) writePreamble() {
 	s.compPending = 0
 	s.scratch = s.restore.appendPreamble(s.scratch, s.writeLocked)
 	s.preamble = s.fileBytes
-	return s.err
 }
 
 // Failed returns the sink's first failure (a write error, or no room
@@ -558,6 +653,9 @@ func (s *FileSink) Failed() error {
 func (s *FileSink) WriteLast(packet []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.closed && s.err != nil && s.canResume() {
+		s.resumeLocked() // a last attempt, due or not: the TraceStats goes after the gap
+	}
 	if s.closed || s.f == nil {
 		s.dropLocked([][]byte{packet})
 		return ErrClosed
@@ -592,6 +690,11 @@ func (s *FileSink) Flush(ctx context.Context) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if s.err != nil && !s.resumeDue() {
+		// Nothing is buffered; a compressor's flush would only spend
+		// the reserve kept for the final TraceStats.
+		return s.err
 	}
 	return s.flushLocked(true)
 }
@@ -630,8 +733,12 @@ func (s *FileSink) Files() []string {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, s.index+1)
-	for i := 0; i <= s.index; i++ {
+	n := s.index + 1
+	if s.missing {
+		n-- // never created: the name may even be another's file
+	}
+	out := make([]string, 0, n)
+	for i := 0; i < n; i++ {
 		out = append(out, FileName(s.opts.Path, i))
 	}
 	return out

@@ -27,6 +27,10 @@ type fileBuilder struct{ opts FileOptions }
 //	               compressed); 0 = no cap, else >= 1 MiB
 //	fsync_period   default 5s; < 0 off; else >= 100ms
 //	buffer_size    record buffer in bytes (default 256 KiB)
+//	disk_full_retry_max
+//	               with on_error: drop, the longest wait between attempts
+//	               to resume after a full file system (resume.go); default
+//	               30s; < 0 never; else >= 100ms
 func fileFactory(m map[string]any) (Builder, error) {
 	sec := NewSection(m)
 	o := FileOptions{
@@ -35,6 +39,7 @@ func fileFactory(m map[string]any) (Builder, error) {
 		MaxFileSize: sec.ByteSize("max_file_size", 0),
 		FsyncPeriod: sec.Duration("fsync_period", DefaultFsyncPeriod),
 		BufferSize:  int(sec.ByteSize("buffer_size", DefaultFileBufferSize)),
+		ResumeMax:   sec.Duration("disk_full_retry_max", DefaultResumeMax),
 	}
 	if o.Path == "" && !sec.Has("path") {
 		sec.Bad("path", "required for a file sink")
@@ -66,6 +71,9 @@ func fileFactory(m map[string]any) (Builder, error) {
 	}
 	if o.FsyncPeriod > 0 && o.FsyncPeriod < MinFsyncPeriod {
 		sec.Bad("fsync_period", "%v is below the minimum %v", o.FsyncPeriod, MinFsyncPeriod)
+	}
+	if o.ResumeMax > 0 && o.ResumeMax < MinResumeMax {
+		sec.Bad("disk_full_retry_max", "%v is below the minimum %v (negative: never resume)", o.ResumeMax, MinResumeMax)
 	}
 	if o.BufferSize < 0 {
 		sec.Bad("buffer_size", "%d is negative", o.BufferSize)
@@ -105,6 +113,13 @@ func (b *fileBuilder) Destination() string {
 func (b *fileBuilder) Open(env Env) (Sink, error) {
 	o := b.opts
 	o.Rotatable = o.Rotatable || env.Rotatable
+	o.Logger = env.Logger
+	switch {
+	case !env.KeepGoing || o.ResumeMax < 0: // on_error: stop ends the session instead
+		o.ResumeMax = 0
+	case o.ResumeMax == 0:
+		o.ResumeMax = DefaultResumeMax
+	}
 	if o.Path == StdoutPath {
 		return NewFile(o)
 	}

@@ -298,6 +298,9 @@ func TestFileSinkNeverOverwrites(t *testing.T) {
 	if b, _ := os.ReadFile(FileName(path2, 1)); string(b) != "keep" {
 		t.Fatal("existing file modified")
 	}
+	if files := s.Files(); len(files) != 1 || files[0] != path2 {
+		t.Fatalf("Files() = %v: the existing file is not the sink's", files)
+	}
 	s.Close(bg)
 	got := mustRead(t, path2)
 	if len(got) != 2 || !bytes.Equal(got[0], p) {

@@ -150,6 +150,7 @@ func OpenLane(cfg Config, env Env, opts LaneOptions) (*Lane, error) {
 		}
 	}
 	dest := env.expand(b.Destination())
+	env.KeepGoing = cfg.OnError != OnErrorStop
 	sk, err := b.Open(env)
 	if err != nil {
 		return nil, err

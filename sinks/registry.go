@@ -109,6 +109,10 @@ type Env struct {
 	// Rotatable asks file sinks to be able to rotate on demand
 	// (FileSink.Rotate: rotate_period, `tracepipe rotate`).
 	Rotatable bool
+	// KeepGoing is set when the sink's on_error is drop (OpenLane sets
+	// it from the Config): a sink that can recover from a failure on its
+	// own (a file sink on a full file system) then tries to.
+	KeepGoing bool
 	// Snapshot, when not zero, opens the sink for one clone snapshot of
 	// the session Snapshot.Of (SessionUUID is then the snapshot's own);
 	// network sinks tell their receiver (see [Snapshot]). A sink type

@@ -33,5 +33,11 @@ func (s *FileSink) Rotate() (closed string, err error) {
 		return "", ErrNothingToRotate
 	}
 	closed = FileName(s.opts.Path, s.index)
-	return closed, s.rotateLocked()
+	if err := s.rotateLocked(); err != nil {
+		// No file may be open now: the sink fails (and, after a full
+		// file system, may resume) rather than buffer into nothing.
+		s.setErr(err)
+		return closed, err
+	}
+	return closed, nil
 }

@@ -13,7 +13,7 @@ func TestSectionKeysOfFile(t *testing.T) {
 		t.Fatal("file sink not registered")
 	}
 	want := []SectionKey{{Name: "path", Kind: "string"}, {Name: "compression", Kind: "string"}, {Name: "max_file_size", Kind: "byte size"},
-		{Name: "fsync_period", Kind: "duration"}, {Name: "buffer_size", Kind: "byte size"}}
+		{Name: "fsync_period", Kind: "duration"}, {Name: "buffer_size", Kind: "byte size"}, {Name: "disk_full_retry_max", Kind: "duration"}}
 	if !slices.EqualFunc(keys, want, func(a, b SectionKey) bool { return a.Name == b.Name && a.Kind == b.Kind }) {
 		t.Errorf("file keys %+v, want %+v", keys, want)
 	}

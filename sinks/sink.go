@@ -47,15 +47,16 @@ type SinkStats struct {
 	// cancelled context or a closed sink.
 	PacketsDroppedError uint64
 	BytesDroppedError   uint64
-	FilesRotated        uint64 // files closed because of MaxFileSize
+	FilesRotated        uint64 // files closed to go on in the next (MaxFileSize, Rotate, a resume)
 	FileSyncs           uint64 // fsync calls made
 	FilterErrors        uint64 // filter evaluations that failed (the packet was kept)
 	Errors              uint64 // failed operations (write, flush, sync, close, open)
 	// RestoreOverflows: times a rotating file sink's fold outgrew its
 	// bounds, so a sequence started a rotated file without its state.
 	RestoreOverflows uint64
-	// Reconnects: outages of a network sink's destination that ended
-	// (info: what an outage lost is in PacketsDroppedError).
+	// Reconnects: outages of a network sink's destination that ended, or
+	// a file sink's full file system that had room again (info: what an
+	// outage lost is in PacketsDroppedError).
 	Reconnects uint64
 }
 

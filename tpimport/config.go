@@ -117,8 +117,11 @@ func (c *Checker) traceStats(b []byte, machine uint32) {
 		return // strict decoding reports malformed payloads
 	}
 	c.lastStats = &ts
-	if tp := ts.Tracepipe; tp != nil && tp.Receiver != nil {
-		c.receiverSection(tp.Receiver, machine)
+	if tp := ts.Tracepipe; tp != nil {
+		c.sinkSection(tp, machine)
+		if tp.Receiver != nil {
+			c.receiverSection(tp.Receiver, machine)
+		}
 	}
 	c.setStat("traced_flushes_failed", -1, SeverityDataLoss, int64(ts.FlushesFailed))
 	if ts.FinalFlushOutcome == tracefile.FlushOutcomeFailed {
