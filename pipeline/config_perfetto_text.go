@@ -48,6 +48,12 @@ type TraceConfigTextOptions struct {
 	// settings as traced: wait_for_producers, producer_socket, ...); the
 	// session itself is the text config's, and other keys are refused.
 	Sets []string
+	// Env is the environment (os.Environ()): its TRACEPIPE_* config
+	// variables come before Sets, under the same rule (only
+	// TRACEPIPE_PERFETTO__* may be set); Warn gets the warnings about
+	// TRACEPIPE_* variables that are not config (as Load's).
+	Env  []string
+	Warn func(string)
 }
 
 // DefaultTextConfigOutput is where a text config's trace goes without -o:
@@ -78,7 +84,7 @@ func traceConfigFromText(name string, data []byte, opts TraceConfigTextOptions) 
 	if opts.Duration > 0 {
 		cfg.Duration = opts.Duration
 	}
-	if err := cfg.applyPerfettoSets(opts.Sets); err != nil {
+	if err := cfg.applyPerfettoSets(envOverrides(opts.Env, opts.Warn), opts.Sets); err != nil {
 		return nil, err
 	}
 	out := opts.Output
@@ -222,13 +228,23 @@ func traceConfigFieldName(num protowire.Number) string {
 // producers, built-in names included.
 func (c *Config) FromPerfettoText() bool { return c.fromText }
 
-// applyPerfettoSets applies --set overrides of the perfetto: section to a
-// text config's session, with the loader's parsing and decoding.
-func (c *Config) applyPerfettoSets(sets []string) error {
-	if len(sets) == 0 {
+// applyPerfettoSets applies TRACEPIPE_* variables (envs), then --set
+// overrides, of the perfetto: section to a text config's session, with the
+// loader's parsing and decoding.
+func (c *Config) applyPerfettoSets(envs []override, sets []string) error {
+	if len(envs)+len(sets) == 0 {
 		return nil
 	}
 	raw := map[string]any{}
+	for _, o := range envs {
+		if o.path[0].key != "perfetto" || len(o.path) < 2 {
+			return fmt.Errorf("%s: a Perfetto text config is run as written; only tracepipe's perfetto.* settings may be set (%sPERFETTO__*): unset it, edit the text config, or write the session in YAML with data_sources[i].perfetto_config", o.source, EnvPrefix)
+		}
+		var err error
+		if raw, err = applyOverride(raw, o); err != nil {
+			return err
+		}
+	}
 	for _, s := range sets {
 		o, err := parseSet(s)
 		if err != nil {
@@ -247,7 +263,7 @@ func (c *Config) applyPerfettoSets(sets []string) error {
 	}{c.Perfetto}
 	d.decodeStruct("", raw, reflect.ValueOf(&section).Elem())
 	if len(d.problems) > 0 {
-		return &ValidationError{Problems: d.problems}
+		return &ValidationError{Problems: attributeEnv(d.problems, envs)}
 	}
 	c.Perfetto = section.Perfetto
 	return nil

@@ -255,3 +255,42 @@ func TestConfigFromTraceConfigRefusesMalformedSourceConfig(t *testing.T) {
 		t.Fatalf("well formed: %v", err)
 	}
 }
+
+// TRACEPIPE_* variables reach a text config as --set does: the perfetto.*
+// ones apply, any other config variable is refused by name (run's help
+// says the environment overrides the config: a variable silently ignored
+// would leave the user believing it took effect).
+func TestTraceConfigTextEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.pbtxt")
+	text := "buffers { size_kb: 1024 }\ndata_sources { config { name: \"linux.sys_stats\" } }\nduration_ms: 2000\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "x.pftrace")
+	cfg, err := LoadTraceConfigText(path, TraceConfigTextOptions{Output: out,
+		Env: []string{"TRACEPIPE_PERFETTO__WAIT_FOR_PRODUCERS=250ms", "HOME=/root"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Perfetto.WaitForProducers; got != 250*time.Millisecond {
+		t.Errorf("TRACEPIPE_PERFETTO__WAIT_FOR_PRODUCERS: wait_for_producers %v, want 250ms", got)
+	}
+	// --set comes after the environment.
+	cfg, err = LoadTraceConfigText(path, TraceConfigTextOptions{Output: out,
+		Env:  []string{"TRACEPIPE_PERFETTO__WAIT_FOR_PRODUCERS=250ms"},
+		Sets: []string{"perfetto.wait_for_producers=1s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Perfetto.WaitForProducers; got != time.Second {
+		t.Errorf("--set after the environment: wait_for_producers %v, want 1s", got)
+	}
+	for _, v := range []string{"TRACEPIPE_DURATION=1s", "TRACEPIPE_BUFFERS__0__SIZE_KB=3"} {
+		_, err := LoadTraceConfigText(path, TraceConfigTextOptions{Output: out, Env: []string{v}})
+		name, _, _ := strings.Cut(v, "=")
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want an error naming it", v, err)
+		}
+	}
+}
