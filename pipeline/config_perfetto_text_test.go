@@ -294,3 +294,45 @@ func TestTraceConfigTextEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// A text config's range problems name the text config's own fields
+// (duration_ms, not tracepipe's duration; data_sources[1].config.target_buffer)
+// at file:line, the line of the element the index names.
+func TestTraceConfigTextProblemsNameFieldAndLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bad.pbtxt")
+	text := `# two buffers, the second too large
+buffers { size_kb: 1024 }
+buffers {
+  size_kb: 4194304
+}
+data_sources { config { name: "linux.sys_stats" } }
+data_sources {
+  config {
+    name: "linux.process_stats"
+    target_buffer: 7
+  }
+}
+duration_ms: 4294967295
+write_into_file: true
+max_file_size_bytes: 1
+`
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadTraceConfigText(path, TraceConfigTextOptions{Output: filepath.Join(dir, "x.pftrace")})
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("want a ValidationError, got %v", err)
+	}
+	for _, w := range []string{
+		path + ":4: buffers[1].size_kb: ",
+		path + ":10: data_sources[1].config.target_buffer: ",
+		path + ":13: duration_ms: ",
+		path + ":15: max_file_size_bytes: ",
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("problems\n%v\ndo not say %q", err, w)
+		}
+	}
+}
