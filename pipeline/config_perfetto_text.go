@@ -186,6 +186,14 @@ func annotateLines(err error, data []byte) error {
 	lines := strings.Split(string(data), "\n")
 	var parts []string
 	for _, item := range strings.Split(s[i+len(marker):], ", ") {
+		// "buffers[1].fill_policy 77", "buffers[0] field 9": the path
+		// before the space, found element by element; else the first
+		// line that sets the field.
+		path, _, _ := strings.Cut(item, " ")
+		if n := textLine(data, path); n > 0 {
+			parts = append(parts, fmt.Sprintf("%s (line %d)", item, n))
+			continue
+		}
 		parts = append(parts, item+lineOf(lines, item))
 	}
 	return errors.New(s[:i+len(marker)] + strings.Join(parts, ", "))

@@ -170,6 +170,10 @@ func TestTraceConfigTextRefusals(t *testing.T) {
 			[]string{"data_sources[0].machine_name_filter (line 4)"}},
 		{"opaque.cfg", "buffers { size_kb: 1024 }\ndata_sources {\n  config {\n    name: \"org.chromium.trace_event\"\n    chrome_config {\n      trace_config: \"{}\"\n    }\n  }\n}\n",
 			[]string{"opaque.cfg:5:", "chrome_config is a data-source config tracepipe's schema does not model", "perfetto_config.chrome_config"}},
+		// An enum given by a number the schema does not know: refused at
+		// the line of that buffer's field, even mid-line.
+		{"enum_number.pbtxt", "buffers { size_kb: 1024 }\nbuffers { size_kb: 1024 fill_policy: 77 }\ndata_sources { config { name: \"linux.sys_stats\" } }\n",
+			[]string{"not supported by tracepipe: buffers[1].fill_policy 77 (line 2)"}},
 		{"syntax.textproto", "buffers {\n  size_kb: 1024\n", []string{"syntax.textproto: unexpected end of the file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
