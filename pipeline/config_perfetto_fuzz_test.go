@@ -43,8 +43,12 @@ func FuzzTraceConfigText(f *testing.F) {
 		}
 		cfg, err := traceConfigFromText(name, data, TraceConfigTextOptions{Output: dir + "/t-{timestamp}.pftrace"})
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), name+": ") || len(err.Error()) == len(name)+2 {
-				t.Fatalf("error does not name the file or says nothing: %q", err)
+			// Every line names the file (name: or name:line:) and says
+			// something.
+			for l := range strings.SplitSeq(err.Error(), "\n") {
+				if !strings.HasPrefix(l, name+":") || len(l) <= len(name)+2 {
+					t.Fatalf("error line %q does not name the file or says nothing: %q", l, err)
+				}
 			}
 			return
 		}

@@ -48,6 +48,12 @@ type TraceConfigTextOptions struct {
 	// settings as traced: wait_for_producers, producer_socket, ...); the
 	// session itself is the text config's, and other keys are refused.
 	Sets []string
+	// Env is the environment (os.Environ()): its TRACEPIPE_* config
+	// variables come before Sets, under the same rule (only
+	// TRACEPIPE_PERFETTO__* may be set); Warn gets the warnings about
+	// TRACEPIPE_* variables that are not config (as Load's).
+	Env  []string
+	Warn func(string)
 }
 
 // DefaultTextConfigOutput is where a text config's trace goes without -o:
@@ -73,12 +79,16 @@ func traceConfigFromText(name string, data []byte, opts TraceConfigTextOptions) 
 	}
 	cfg, err := ConfigFromTraceConfig(bin)
 	if err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			return nil, textProblems(name, data, ve)
+		}
 		return nil, fmt.Errorf("%s: %w", name, annotateLines(err, data))
 	}
 	if opts.Duration > 0 {
 		cfg.Duration = opts.Duration
 	}
-	if err := cfg.applyPerfettoSets(opts.Sets); err != nil {
+	if err := cfg.applyPerfettoSets(envOverrides(opts.Env, opts.Warn), opts.Sets); err != nil {
 		return nil, err
 	}
 	out := opts.Output
@@ -90,6 +100,10 @@ func traceConfigFromText(name string, data []byte, opts TraceConfigTextOptions) 
 	// trace goes to a file.
 	cfg.Sinks = []sinks.Config{{Type: sinks.SinkTypeFile, Path: out}}
 	if err := cfg.Validate(); err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			return nil, textProblems(name, data, ve)
+		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return cfg, nil
@@ -172,6 +186,14 @@ func annotateLines(err error, data []byte) error {
 	lines := strings.Split(string(data), "\n")
 	var parts []string
 	for _, item := range strings.Split(s[i+len(marker):], ", ") {
+		// "buffers[1].fill_policy 77", "buffers[0] field 9": the path
+		// before the space, found element by element; else the first
+		// line that sets the field.
+		path, _, _ := strings.Cut(item, " ")
+		if n := textLine(data, path); n > 0 {
+			parts = append(parts, fmt.Sprintf("%s (line %d)", item, n))
+			continue
+		}
 		parts = append(parts, item+lineOf(lines, item))
 	}
 	return errors.New(s[:i+len(marker)] + strings.Join(parts, ", "))
@@ -222,13 +244,23 @@ func traceConfigSchemaName(num protowire.Number) string {
 // producers, built-in names included.
 func (c *Config) FromPerfettoText() bool { return c.fromText }
 
-// applyPerfettoSets applies --set overrides of the perfetto: section to a
-// text config's session, with the loader's parsing and decoding.
-func (c *Config) applyPerfettoSets(sets []string) error {
-	if len(sets) == 0 {
+// applyPerfettoSets applies TRACEPIPE_* variables (envs), then --set
+// overrides, of the perfetto: section to a text config's session, with the
+// loader's parsing and decoding.
+func (c *Config) applyPerfettoSets(envs []override, sets []string) error {
+	if len(envs)+len(sets) == 0 {
 		return nil
 	}
 	raw := map[string]any{}
+	for _, o := range envs {
+		if o.path[0].key != "perfetto" || len(o.path) < 2 {
+			return fmt.Errorf("%s: a Perfetto text config is run as written; only tracepipe's perfetto.* settings may be set (%sPERFETTO__*): unset it, edit the text config, or write the session in YAML with data_sources[i].perfetto_config", o.source, EnvPrefix)
+		}
+		var err error
+		if raw, err = applyOverride(raw, o); err != nil {
+			return err
+		}
+	}
 	for _, s := range sets {
 		o, err := parseSet(s)
 		if err != nil {
@@ -247,8 +279,154 @@ func (c *Config) applyPerfettoSets(sets []string) error {
 	}{c.Perfetto}
 	d.decodeStruct("", raw, reflect.ValueOf(&section).Elem())
 	if len(d.problems) > 0 {
-		return &ValidationError{Problems: d.problems}
+		return &ValidationError{Problems: attributeEnv(d.problems, envs)}
 	}
 	c.Perfetto = section.Perfetto
 	return nil
+}
+
+// textFieldNames are the text config's names of the fields the mapping
+// (ConfigFromTraceConfig) validates under tracepipe's names.
+var textFieldNames = map[string]string{
+	"duration":                       "duration_ms",
+	"file_write_period":              "file_write_period_ms",
+	"max_file_size":                  "max_file_size_bytes",
+	"flush_period":                   "flush_period_ms",
+	"flush_timeout":                  "flush_timeout_ms",
+	"incremental_state.clear_period": "incremental_state_config.clear_period_ms",
+	"incremental_state":              "incremental_state_config",
+}
+
+// textDataSourceFields are data_sources[i]'s fields that the text config
+// writes inside data_sources[i].config (DataSourceConfig).
+var textDataSourceFields = map[string]bool{
+	"name": true, "target_buffer": true, "target_buffer_name": true, "buffer_exhausted_policy": true,
+}
+
+// textProblems renames the mapping's problems to the text config's
+// fields and puts each at name:line (the line of the field, or of the
+// element its index names), so that a range error reads as a syntax error
+// does: "t.pbtxt:13: duration_ms: must be ...".
+func textProblems(name string, data []byte, ve *ValidationError) error {
+	out := &ValidationError{Problems: make([]Problem, len(ve.Problems))}
+	for i, p := range ve.Problems {
+		path := textFieldPath(p.Path)
+		where := name
+		if n := textLine(data, path); n > 0 {
+			where = fmt.Sprintf("%s:%d", name, n)
+		}
+		if path == "" {
+			out.Problems[i] = Problem{Path: where, Message: p.Message}
+		} else {
+			out.Problems[i] = Problem{Path: where + ": " + path, Message: p.Message}
+		}
+	}
+	return out
+}
+
+// textFieldPath maps a tracepipe config path to the text config's.
+func textFieldPath(path string) string {
+	if n, ok := textFieldNames[path]; ok {
+		return n
+	}
+	if rest, ok := strings.CutPrefix(path, "data_sources["); ok {
+		if j := strings.Index(rest, "]."); j >= 0 && textDataSourceFields[rest[j+2:]] {
+			return "data_sources[" + rest[:j] + "].config." + rest[j+2:]
+		}
+	}
+	return path
+}
+
+// textLine returns the 1-based line of the field path names in a text
+// config (a.b[2].c: the third a.b block's c), the line of the deepest
+// element found when the field itself is not written (a default), or 0.
+// It follows the braces of the text format, skipping strings and comments;
+// the text has already parsed.
+func textLine(data []byte, path string) int {
+	type seg struct {
+		name  string
+		index int
+	}
+	var segs []seg
+	for part := range strings.SplitSeq(path, ".") {
+		sg := seg{name: part}
+		if j := strings.IndexByte(part, '['); j > 0 && strings.HasSuffix(part, "]") {
+			n, err := strconv.Atoi(part[j+1 : len(part)-1])
+			if err != nil {
+				return 0
+			}
+			sg = seg{name: part[:j], index: n}
+		}
+		segs = append(segs, sg)
+	}
+	line, found := 1, 0
+	depth, want := 0, 0 // want: the depth at which segs[matched] is looked for
+	matched := 0
+	seen := 0 // occurrences of segs[matched].name at depth want
+	for i := 0; i < len(data) && matched < len(segs); i++ {
+		c := data[i]
+		switch {
+		case c == '\n':
+			line++
+		case c == '#':
+			for i < len(data) && data[i] != '\n' {
+				i++
+			}
+			i-- // the newline is counted above
+		case c == '"' || c == '\'':
+			for i++; i < len(data) && data[i] != c; i++ {
+				if data[i] == '\\' {
+					i++
+				} else if data[i] == '\n' {
+					line++
+				}
+			}
+		case c == '{' || c == '<':
+			depth++
+		case c == '}' || c == '>':
+			depth--
+			if depth < want { // left the element being searched
+				return found
+			}
+		case isIdentStart(c):
+			j := i
+			for j < len(data) && isIdentPart(data[j]) {
+				j++
+			}
+			word := string(data[i:j])
+			i = j - 1
+			if depth != want || word != segs[matched].name || !fieldFollows(data[j:]) {
+				continue
+			}
+			if seen < segs[matched].index {
+				seen++
+				continue
+			}
+			found = line
+			matched++
+			want, seen = depth+1, 0
+		}
+	}
+	return found
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+}
+
+func isIdentPart(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') }
+
+// fieldFollows reports whether a field name is followed by ':' or a
+// message's '{' / '<' (not a value such as an enum name).
+func fieldFollows(rest []byte) bool {
+	for _, c := range rest {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case ':', '{', '<':
+			return true
+		}
+		return false
+	}
+	return false
 }

@@ -170,6 +170,10 @@ func TestTraceConfigTextRefusals(t *testing.T) {
 			[]string{"data_sources[0].machine_name_filter (line 4)"}},
 		{"opaque.cfg", "buffers { size_kb: 1024 }\ndata_sources {\n  config {\n    name: \"org.chromium.trace_event\"\n    chrome_config {\n      trace_config: \"{}\"\n    }\n  }\n}\n",
 			[]string{"opaque.cfg:5:", "chrome_config is a data-source config tracepipe's schema does not model", "perfetto_config.chrome_config"}},
+		// An enum given by a number the schema does not know: refused at
+		// the line of that buffer's field, even mid-line.
+		{"enum_number.pbtxt", "buffers { size_kb: 1024 }\nbuffers { size_kb: 1024 fill_policy: 77 }\ndata_sources { config { name: \"linux.sys_stats\" } }\n",
+			[]string{"not supported by tracepipe: buffers[1].fill_policy 77 (line 2)"}},
 		{"syntax.textproto", "buffers {\n  size_kb: 1024\n", []string{"syntax.textproto: unexpected end of the file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,5 +257,86 @@ func TestConfigFromTraceConfigRefusesMalformedSourceConfig(t *testing.T) {
 	tc = protowire.AppendBytes(protowire.AppendTag([]byte{0x0a, 0x03, 0x08, 0x80, 0x08}, 2, protowire.BytesType), ds)
 	if _, err := ConfigFromTraceConfig(tc); err != nil {
 		t.Fatalf("well formed: %v", err)
+	}
+}
+
+// TRACEPIPE_* variables reach a text config as --set does: the perfetto.*
+// ones apply, any other config variable is refused by name (run's help
+// says the environment overrides the config: a variable silently ignored
+// would leave the user believing it took effect).
+func TestTraceConfigTextEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.pbtxt")
+	text := "buffers { size_kb: 1024 }\ndata_sources { config { name: \"linux.sys_stats\" } }\nduration_ms: 2000\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "x.pftrace")
+	cfg, err := LoadTraceConfigText(path, TraceConfigTextOptions{Output: out,
+		Env: []string{"TRACEPIPE_PERFETTO__WAIT_FOR_PRODUCERS=250ms", "HOME=/root"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Perfetto.WaitForProducers; got != 250*time.Millisecond {
+		t.Errorf("TRACEPIPE_PERFETTO__WAIT_FOR_PRODUCERS: wait_for_producers %v, want 250ms", got)
+	}
+	// --set comes after the environment.
+	cfg, err = LoadTraceConfigText(path, TraceConfigTextOptions{Output: out,
+		Env:  []string{"TRACEPIPE_PERFETTO__WAIT_FOR_PRODUCERS=250ms"},
+		Sets: []string{"perfetto.wait_for_producers=1s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Perfetto.WaitForProducers; got != time.Second {
+		t.Errorf("--set after the environment: wait_for_producers %v, want 1s", got)
+	}
+	for _, v := range []string{"TRACEPIPE_DURATION=1s", "TRACEPIPE_BUFFERS__0__SIZE_KB=3"} {
+		_, err := LoadTraceConfigText(path, TraceConfigTextOptions{Output: out, Env: []string{v}})
+		name, _, _ := strings.Cut(v, "=")
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want an error naming it", v, err)
+		}
+	}
+}
+
+// A text config's range problems name the text config's own fields
+// (duration_ms, not tracepipe's duration; data_sources[1].config.target_buffer)
+// at file:line, the line of the element the index names.
+func TestTraceConfigTextProblemsNameFieldAndLine(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bad.pbtxt")
+	text := `# two buffers, the second too large
+buffers { size_kb: 1024 }
+buffers {
+  size_kb: 4194304
+}
+data_sources { config { name: "linux.sys_stats" } }
+data_sources {
+  config {
+    name: "linux.process_stats"
+    target_buffer: 7
+  }
+}
+duration_ms: 4294967295
+write_into_file: true
+max_file_size_bytes: 1
+`
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadTraceConfigText(path, TraceConfigTextOptions{Output: filepath.Join(dir, "x.pftrace")})
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("want a ValidationError, got %v", err)
+	}
+	for _, w := range []string{
+		path + ":4: buffers[1].size_kb: ",
+		path + ":10: data_sources[1].config.target_buffer: ",
+		path + ":13: duration_ms: ",
+		path + ":15: max_file_size_bytes: ",
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("problems\n%v\ndo not say %q", err, w)
+		}
 	}
 }

@@ -94,6 +94,11 @@ func TestPerfettoConfigYAMLProblems(t *testing.T) {
 			[]string{"print_filter.rules[0].prefix: atrace_msg and prefix are alternatives"}},
 		{"config for a producer", `{name: x.y, config: {meminfo_period_ms: 500}}`, true,
 			[]string{`data_sources[0].config: nothing reads it: "x.y" is served by Perfetto producers`, "data_sources[0].perfetto_config"}},
+		// A built-in's name with both sections: whichever serves it (a
+		// producer, or the built-in when none registers), one section has
+		// no reader, so validate says so instead of run failing later.
+		{"both sections", `{name: linux.sys_stats, config: {meminfo_period_ms: 100}, perfetto_config: {sys_stats_config: {meminfo_period_ms: 500}}}`, true,
+			[]string{"data_sources[0].config: nothing reads it", "data_sources[0].perfetto_config"}},
 		{"perfetto off", `{name: linux.sys_stats, perfetto_config: {sys_stats_config: {meminfo_period_ms: 500}}}`, false,
 			[]string{"data_sources[0].perfetto_config: nothing reads it: only Perfetto producers do, and perfetto.enabled is false"}},
 		{"plugin", `{name: x.y, plugin: /bin/true, perfetto_config: {}}`, true,

@@ -289,8 +289,14 @@ func (c *Config) checkPerfettoConfig(k *checker, i int, builtin bool) {
 	ds := &c.DataSources[i]
 	p := fmt.Sprintf("data_sources[%d]", i)
 	perfettoOnly := ds.Plugin == "" && !builtin && c.PluginDir == "" && c.Perfetto.Enabled
-	if len(ds.Config) > 0 && perfettoOnly {
+	switch {
+	case len(ds.Config) > 0 && perfettoOnly:
 		k.bad(p+".config", "nothing reads it: %q is served by Perfetto producers, which read no config section; their DataSourceConfig goes in %s.perfetto_config (e.g. perfetto_config: {sys_stats_config: {meminfo_period_ms: 500}})", ds.Name, p)
+	case len(ds.Config) > 0 && ds.PerfettoConfig != nil && ds.Plugin == "" && c.Perfetto.Enabled:
+		// A built-in's name: a Perfetto producer (reads perfetto_config)
+		// or the built-in (reads config) serves it, never both, so one
+		// section is always unread (buildProducers would refuse it).
+		k.bad(p+".config", "nothing reads it: %s.perfetto_config makes a Perfetto producer serve %q, and producers read no config section (give one of config, for the built-in, and perfetto_config, for a producer)", p, ds.Name)
 	}
 	switch {
 	case ds.PerfettoConfig != nil && ds.Plugin != "":

@@ -333,7 +333,9 @@ func Check(r io.Reader, opts Options) (*Report, error) {
 			return c.Finish(), nil
 		}
 		if err != nil {
-			return c.Finish(), err
+			rep := c.Finish()
+			rep.Unreadable = err.Error()
+			return rep, err
 		}
 		if rec.Elided > 0 {
 			c.elided(rec, keep)

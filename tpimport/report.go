@@ -112,16 +112,20 @@ type Report struct {
 	Imported int64 `json:"imported"`
 	// ProducerPackets / ProducerImported: the same over producer sequences
 	// (ids > 1: 1 is the service's, 0 means no sequence id).
-	ProducerPackets  int64            `json:"producer_packets"`
-	ProducerImported int64            `json:"producer_imported"`
-	Truncated        bool             `json:"truncated"`
-	Fatal            string           `json:"fatal,omitempty"`
-	ClockSnapshots   int              `json:"clock_snapshots"`
-	TraceClock       uint32           `json:"trace_clock,omitempty"`
-	ProtoVM          PatchStats       `json:"protovm"`
-	Sequences        []SequenceReport `json:"sequences"`
-	Stats            []Stat           `json:"stats"`
-	Findings         []Finding        `json:"findings"`
+	ProducerPackets  int64  `json:"producer_packets"`
+	ProducerImported int64  `json:"producer_imported"`
+	Truncated        bool   `json:"truncated"`
+	Fatal            string `json:"fatal,omitempty"`
+	// Unreadable is why the file stopped being a trace part way (a
+	// malformed record, a read error): the packets after it were not
+	// checked, so the report cannot say the trace is clean.
+	Unreadable     string           `json:"unreadable,omitempty"`
+	ClockSnapshots int              `json:"clock_snapshots"`
+	TraceClock     uint32           `json:"trace_clock,omitempty"`
+	ProtoVM        PatchStats       `json:"protovm"`
+	Sequences      []SequenceReport `json:"sequences"`
+	Stats          []Stat           `json:"stats"`
+	Findings       []Finding        `json:"findings"`
 	// MaxSequences is how many sequences were tracked one by one;
 	// SummarisedSequences estimates (within a few percent) how many more
 	// there were, whose SummarisedPackets were checked with less state.
@@ -135,8 +139,8 @@ type Report struct {
 }
 
 // Clean reports whether trace_processor will import the trace as written:
-// no findings.
-func (r *Report) Clean() bool { return len(r.Findings) == 0 }
+// no findings, and the whole file was read.
+func (r *Report) Clean() bool { return len(r.Findings) == 0 && r.Unreadable == "" }
 
 // StatValue returns the predicted value of stat name at index (-1 for a
 // non-indexed stat), 0 when it is not raised.
@@ -178,7 +182,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		name = "trace"
 	}
 	verdict := "clean"
-	if !r.Clean() {
+	switch {
+	case r.Unreadable != "":
+		verdict = fmt.Sprintf("%d problem(s) in the %d packet(s) before an unreadable record; the rest was not checked: %s", len(r.Findings), r.Packets, r.Unreadable)
+	case !r.Clean():
 		verdict = fmt.Sprintf("%d problem(s)", len(r.Findings))
 	}
 	fmt.Fprintf(w, "%s: %s\n", name, verdict)

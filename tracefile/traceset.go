@@ -79,15 +79,38 @@ func SplitRotatedFileName(name string) (path string, i int) {
 // without the rotation index, then by the index (t.pftrace before
 // t.2.pftrace before t.10.pftrace; a shell glob sorts .10 first). paths
 // is not modified.
+//
+// A name's last number is ambiguous: {timestamp}'s milliseconds
+// (trace-20261127-105711.454.pftrace) look like a rotation index. A file
+// that another file of paths names as its configured path is that set's
+// first file (index 0), whatever its name ends with.
 func RotationOrder(paths []string) []string {
+	type key struct {
+		path string
+		i    int
+	}
+	bases := map[string]bool{}
+	for _, p := range paths {
+		if b, i := SplitRotatedFileName(p); i > 0 {
+			bases[b] = true
+		}
+	}
+	keys := make(map[string]key, len(paths))
+	for _, p := range paths {
+		if bases[p] {
+			keys[p] = key{p, 0}
+		} else {
+			b, i := SplitRotatedFileName(p)
+			keys[p] = key{b, i}
+		}
+	}
 	out := slices.Clone(paths)
 	slices.SortStableFunc(out, func(a, b string) int {
-		ba, na := SplitRotatedFileName(a)
-		bb, nb := SplitRotatedFileName(b)
-		if c := strings.Compare(ba, bb); c != 0 {
+		ka, kb := keys[a], keys[b]
+		if c := strings.Compare(ka.path, kb.path); c != 0 {
 			return c
 		}
-		return na - nb
+		return ka.i - kb.i
 	})
 	return out
 }

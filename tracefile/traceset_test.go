@@ -39,3 +39,32 @@ func TestRotationOrder(t *testing.T) {
 		t.Errorf("rotation order %v", got)
 	}
 }
+
+// The default output name has {timestamp}'s milliseconds in it
+// (trace-20261127-105711.454.pftrace): ".454" is not a rotation index
+// when the set holds that file's own rotations, and the set still starts
+// with it (a glob sorts t-….454.1.pftrace before t-….454.pftrace, and the
+// set's last TraceStats came from its first file).
+func TestRotationOrderTimestampMilliseconds(t *testing.T) {
+	glob := []string{
+		"out/trace-20261127-105711.454.1.pftrace",
+		"out/trace-20261127-105711.454.10.pftrace",
+		"out/trace-20261127-105711.454.2.pftrace",
+		"out/trace-20261127-105711.454.pftrace",
+	}
+	want := []string{
+		"out/trace-20261127-105711.454.pftrace",
+		"out/trace-20261127-105711.454.1.pftrace",
+		"out/trace-20261127-105711.454.2.pftrace",
+		"out/trace-20261127-105711.454.10.pftrace",
+	}
+	if got := RotationOrder(glob); !slices.Equal(got, want) {
+		t.Errorf("rotation order\n got %v\nwant %v", got, want)
+	}
+	// Two sessions' sets given together stay apart, each in its order.
+	two := append([]string{"out/trace-20261127-105711.5.pftrace", "out/trace-20261127-105711.5.1.pftrace"}, glob...)
+	want2 := append(slices.Clone(want), "out/trace-20261127-105711.5.pftrace", "out/trace-20261127-105711.5.1.pftrace")
+	if got := RotationOrder(two); !slices.Equal(got, want2) {
+		t.Errorf("two sets\n got %v\nwant %v", got, want2)
+	}
+}

@@ -145,3 +145,19 @@ func compileYAML(t *testing.T, src []byte) []byte {
 	}
 	return prog
 }
+
+// A file that stops being a trace part way is not "clean": the report
+// says where checking stopped, and check exits 1.
+func TestCheckMalformedIsNotClean(t *testing.T) {
+	bad := writeFile(t, "bad.pftrace", append(goodTrace(), 0x74, 0x00)) // field 14, wire type 4
+	stdout, stderr, code := runCLI(t, "check", bad)
+	if code != exitError {
+		t.Fatalf("exit %d, want %d\n%s%s", code, exitError, stdout, stderr)
+	}
+	if strings.Contains(stdout, bad+": clean") {
+		t.Errorf("a malformed trace reported clean:\n%s", stdout)
+	}
+	if !strings.Contains(stdout, "not checked") || !strings.Contains(stdout, "wire type 4") {
+		t.Errorf("the report does not say where checking stopped and why:\n%s", stdout)
+	}
+}

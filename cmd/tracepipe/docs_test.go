@@ -17,6 +17,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/configs"
 	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/tpimport"
 )
 
 // The documentation's tests: README.md and docs/*.md are checked against
@@ -463,6 +464,20 @@ func TestREADMETourRuns(t *testing.T) {
 		if o := slices.Index(words, "-o"); o >= 0 && o+1 < len(words) {
 			if fi, err := os.Stat(words[o+1]); err != nil || fi.Size() == 0 {
 				t.Errorf("tour: %s: no output file %s (%v)", l, words[o+1], err)
+				continue
+			}
+			// What the tour records must open in Perfetto with its data:
+			// the filtered trace kept track_event packets but not the
+			// descriptors that start their sequences, and trace_processor
+			// would have imported none of them.
+			if words[1] == "run" {
+				r, err := tpimport.CheckFile(words[o+1], tpimport.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.ProducerPackets == 0 || r.ProducerImported == 0 {
+					t.Errorf("tour: %s: trace_processor would import %d of its %d producer packets:\n%+v", l, r.ProducerImported, r.ProducerPackets, r.Findings)
+				}
 			}
 		}
 	}

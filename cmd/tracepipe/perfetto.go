@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 
@@ -48,7 +49,7 @@ func startPerfetto(ctx context.Context, cfg *pipeline.Config, log *slog.Logger) 
 			optional = append(optional, ds.Name)
 		}
 	}
-	sinks.LogDetail(log, slog.LevelInfo, []any{"producer_socket", path}, "perfetto: producers connect to %s (PERFETTO_PRODUCER_SOCK_NAME)", path)
+	sinks.LogDetail(log, slog.LevelInfo, []any{"producer_socket", path}, "perfetto: producers connect to %s (%s)", path, producerSocketSource(cfg.Perfetto))
 	if len(names)+len(optional) > 0 {
 		wctx, cancel := context.WithTimeout(ctx, cfg.Perfetto.Wait())
 		missing := reg.WaitFor(wctx, append(names, optional...))
@@ -72,4 +73,17 @@ func startPerfetto(ctx context.Context, cfg *pipeline.Config, log *slog.Logger) 
 			"perfetto: %s from %q (pid %d, uid %d)", d.Name, d.Producer, d.PID, d.UID)
 	}
 	return reg, host, nil
+}
+
+// producerSocketSource says where the producer socket's path came from,
+// for the log line that names it (producers must be given the same path).
+func producerSocketSource(c pipeline.PerfettoConfig) string {
+	switch {
+	case c.ProducerSocket != "":
+		return "perfetto.producer_socket; producers find it in PERFETTO_PRODUCER_SOCK_NAME"
+	case os.Getenv("PERFETTO_PRODUCER_SOCK_NAME") != "":
+		return "PERFETTO_PRODUCER_SOCK_NAME"
+	default:
+		return "Perfetto's default, as producers find it without PERFETTO_PRODUCER_SOCK_NAME"
+	}
 }

@@ -57,8 +57,12 @@ func newProtoVMEvalCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			size, err := pipeline.ParseByteSize(bufSize)
-			if err != nil || size <= 0 {
+			switch {
+			case err != nil:
 				return usageError{fmt.Errorf("--buffer %q: want a size like 4MiB (%v)", bufSize, err)}
+			case size <= 0 || size > 4<<30:
+				// The ring is a TraceBuffer: at most 4 GiB (buffer.New).
+				return usageError{fmt.Errorf("--buffer %q: want a size > 0 and <= 4GiB, like 4MiB", bufSize)}
 			}
 			if memKB == 0 {
 				return usageError{fmt.Errorf("--memory-limit-kb must be > 0")}

@@ -90,3 +90,15 @@ func TestEvalPlotLayout(t *testing.T) {
 		}
 	}
 }
+
+// A --buffer out of range is a usage error naming the flag and the range,
+// without a Go "<nil>" in it; one above the ring's 4 GiB limit too.
+func TestProtoVMEvalBufferRange(t *testing.T) {
+	path := writeFile(t, "full.pftrace", InterningTrace(10))
+	for _, size := range []string{"0", "5GiB"} {
+		_, stderr, code := runCLI(t, "protovm", "eval", "--trace", path, "--buffer", size)
+		if code != exitUsage || !strings.Contains(stderr, "--buffer") || strings.Contains(stderr, "<nil>") {
+			t.Errorf("--buffer %s: exit %d, stderr %q", size, code, stderr)
+		}
+	}
+}

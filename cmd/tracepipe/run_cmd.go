@@ -30,7 +30,9 @@ traced would run it, its data sources served by Perfetto producers), or
 the embedded default (configs/default.yaml: 10 s, process tree,
 system counters and a synthetic load, streamed to
 out/trace-<timestamp>.pftrace). TRACEPIPE_* environment variables and --set
-flags override it, in that order.
+flags override it, in that order; a text config is run as written, so only
+its perfetto.* settings (TRACEPIPE_PERFETTO__*, --set perfetto.*), -o and
+--duration apply.
 
 On a terminal a status line shows elapsed time, bytes in and out, packets,
 losses and buffer fill; otherwise run is quiet until the summary. SIGINT or
@@ -62,6 +64,7 @@ func newRunCmd() *cobra.Command {
 		Long:  runLong,
 		Example: `  tracepipe run
   tracepipe run configs/long_streaming.yaml -o /tmp/long.pftrace
+  tracepipe run -c trace_config.pbtxt -o t.pftrace --set perfetto.wait_for_producers=10s
   tracepipe run --duration 1m --set data_sources[2].config.rate=50000`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -141,7 +144,7 @@ func loadTextRunConfig(path, output string, sets []string, durationSet bool, dur
 			return nil, usageError{fmt.Errorf("--set %s: a Perfetto text config (%s) is run as written; only tracepipe's perfetto.* settings may be set (edit the text config, or write the session in YAML with data_sources[i].perfetto_config)", s, path)}
 		}
 	}
-	opts := pipeline.TraceConfigTextOptions{Output: output, Sets: sets}
+	opts := pipeline.TraceConfigTextOptions{Output: output, Sets: sets, Env: os.Environ(), Warn: warnTo(stderr)}
 	if durationSet {
 		if duration <= 0 {
 			return nil, usageError{fmt.Errorf("--duration %v: a Perfetto text config's duration_ms cannot be replaced by \"until stopped\" (give a positive duration)", duration)}

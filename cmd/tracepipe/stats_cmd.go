@@ -85,7 +85,8 @@ func runStats(path string, opts statsOptions, stdout, stderr io.Writer) error {
 	if s == nil {
 		return readErr
 	}
-	if s.Truncated != nil {
+	last := s.Last()
+	if s.Truncated != nil && last != nil {
 		fmt.Fprintf(stderr, "tracepipe: warning: %s is truncated (%v); the stats below come from the last complete TraceStats packet, the session's final one may be missing\n", path, s.Truncated)
 	}
 	if s.BadPackets > 0 {
@@ -97,10 +98,12 @@ func runStats(path string, opts statsOptions, stdout, stderr io.Writer) error {
 	if s.BadStats > 0 {
 		fmt.Fprintf(stderr, "tracepipe: warning: %s: %d TraceStats packet(s) could not be decoded; first: %v\n", path, s.BadStats, s.BadStatsErr)
 	}
-	last := s.Last()
 	if last == nil {
 		if readErr != nil {
 			return readErr
+		}
+		if s.Truncated != nil {
+			return fmt.Errorf("%s is truncated (%v): no TraceStats packet in %d packet(s) read before the cut (the service writes one when the session stops)", path, s.Truncated, s.Packets)
 		}
 		if s.StatsPackets > 0 {
 			return fmt.Errorf("%s: none of its %d TraceStats packet(s) could be decoded: %w", path, s.StatsPackets, s.BadStatsErr)

@@ -16,13 +16,16 @@ import (
 const validateLong = `Load a tracepipe config the way 'tracepipe run' does and check it: the file
 given as the argument or with -c (YAML, TOML or JSON, or a Perfetto text
 TraceConfig: .pbtxt, .textproto, .cfg; the embedded default when none is
-given), then
-TRACEPIPE_ environment overrides, then --set flags, in that order.
+given), then TRACEPIPE_ environment overrides, then --set flags, in that
+order. A text config is checked as run runs it: only its perfetto.*
+settings may be overridden, and a problem names the file, line and field
+(t.pbtxt:13: duration_ms: ...).
 
 Prints "config OK: N buffers, M data sources, K sinks", or every problem
 found, one per line, and exits 1. With --print the effective config is
 printed as YAML, and the OK line follows as a YAML comment so that the
-output can be saved and used as a config.`
+output can be saved and used as a config (not for a text config, whose
+producers' DataSourceConfigs and filters have no YAML form).`
 
 // newValidateCmd builds `tracepipe validate`.
 func newValidateCmd() *cobra.Command {
@@ -36,7 +39,8 @@ func newValidateCmd() *cobra.Command {
 		Short: "Load and check a config; optionally print the effective config",
 		Long:  validateLong,
 		Example: `  tracepipe validate configs/default.yaml
-  tracepipe validate --set duration=10s --print`,
+  tracepipe validate --set duration=10s --print
+  tracepipe validate -c trace_config.pbtxt`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := configArg(cmd, &path, args); err != nil {

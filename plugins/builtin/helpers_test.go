@@ -34,6 +34,19 @@ type fakeWriter struct {
 	failEvery int           // if > 0, every failEvery-th WritePacket fails
 	blocked   chan struct{} // if not nil, WritePacket waits until it is closed
 	writes    int
+	// dropEvery > 0: every dropEvery-th WritePacket is dropped as a full
+	// SMB drops it (no error; Stats counts it); dropsAt holds, for each,
+	// the index in packets of the next packet kept.
+	dropEvery int
+	dropped   uint64
+	dropsAt   []int
+}
+
+// Stats reports the dropped packets, as smb.TraceWriter's does.
+func (w *fakeWriter) Stats() smb.WriterStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return smb.WriterStats{PacketsDropped: w.dropped}
 }
 
 var errFake = errors.New("fake write error")
@@ -67,6 +80,12 @@ func (w *fakeWriter) WritePacket(p []byte) error {
 	w.writes++
 	fail := w.failEvery > 0 && w.writes%w.failEvery == 0
 	blocked := w.blocked
+	if w.dropEvery > 0 && w.writes%w.dropEvery == 0 {
+		w.dropped++
+		w.dropsAt = append(w.dropsAt, len(w.packets))
+		w.mu.Unlock()
+		return nil
+	}
 	if !fail {
 		w.n++
 		if !w.discard {
@@ -121,6 +140,7 @@ type fakeHost struct {
 	failEvery int
 	blocked   chan struct{}
 	discard   bool
+	dropEvery int
 }
 
 func (h *fakeHost) NewWriter() (plugins.PacketWriter, error) {
@@ -129,7 +149,7 @@ func (h *fakeHost) NewWriter() (plugins.PacketWriter, error) {
 	if h.failAfter > 0 && len(h.writers) >= h.failAfter {
 		return nil, errors.New("no more writers")
 	}
-	w := &fakeWriter{failEvery: h.failEvery, blocked: h.blocked, discard: h.discard}
+	w := &fakeWriter{failEvery: h.failEvery, blocked: h.blocked, discard: h.discard, dropEvery: h.dropEvery}
 	h.writers = append(h.writers, w)
 	return w, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/smb"
 )
 
 // Synthetic is a running (or not yet started) tracepipe.synthetic
@@ -46,6 +47,9 @@ const (
 	ctlStop
 )
 
+// dropCounter is a PacketWriter that counts the packets it dropped.
+type dropCounter interface{ Stats() smb.WriterStats }
+
 // synthWriter is one writer goroutine's state.
 type synthWriter struct {
 	// ctl holds pending control bits; set by the controller, cleared by the
@@ -61,6 +65,10 @@ type synthWriter struct {
 	w         plugins.PacketWriter
 	gen       *SyntheticGenerator
 	finishErr error
+	// drops is w when it counts the packets it dropped (smb.TraceWriter
+	// under the drop policy); dropped is the count last seen.
+	drops   dropCounter
+	dropped uint64
 
 	c counters
 
@@ -114,6 +122,7 @@ func (s *Synthetic) Start(h plugins.Host) error {
 			w:       w,
 			gen:     NewSyntheticGenerator(s.cfg, i),
 		}
+		ws[i].drops, _ = w.(dropCounter)
 	}
 	if s.firer = newTriggerFirer(s.cfg.trigger, h); s.firer != nil {
 		ws[0].onPacket = s.firer.packet
@@ -282,6 +291,16 @@ func (sw *synthWriter) run(rate int64, finished func()) {
 					due = n + 1
 				}
 				continue
+			}
+		}
+		if sw.drops != nil {
+			// A dropped packet may have held the CLEARED descriptor or
+			// interned names the next ones use: trace_processor would skip
+			// the rest of the sequence (SEQ_NEEDS_INCREMENTAL_STATE after a
+			// loss). Start the incremental state again, as a clear does.
+			if d := sw.drops.Stats().PacketsDropped; d != sw.dropped {
+				sw.dropped = d
+				sw.gen.ClearIncrementalState()
 			}
 		}
 		buf = sw.gen.Next(buf[:0])

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // streamChecker re-states the synthetic stream's contract independently
@@ -784,4 +785,62 @@ func TestSyntheticDeterministicTimestampsOnRealClock(t *testing.T) {
 	if want := []uint64{base, base, base, base + 1000, base + 2000}; !slices.Equal(ts, want) {
 		t.Fatalf("timestamps %v, want %v", ts, want)
 	}
+}
+
+// A packet its writer dropped (a full SMB under the drop policy) may have
+// held interned names or the CLEARED descriptor: without a new CLEARED
+// packet trace_processor skips every later packet of the sequence (the
+// tour's filtered trace on a loaded machine imported 0 of 7122). The next
+// packet after a drop starts the incremental state again.
+func TestSyntheticClearsIncrementalStateAfterDrop(t *testing.T) {
+	cfg := DefaultSyntheticConfig()
+	cfg.MaxPackets = 400
+	cfg.PacketSize = 100
+	cfg.DeterministicTimestamps = true
+	h := &fakeHost{dropEvery: 37}
+	ds := startSynthetic(t, cfg, h)
+	select {
+	case <-ds.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Done not closed; stats %+v", ds.Stats())
+	}
+	if err := ds.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	w := h.writer(0)
+	w.mu.Lock()
+	packets, dropsAt := slices.Clone(w.packets), slices.Clone(w.dropsAt)
+	w.mu.Unlock()
+	if len(dropsAt) < 5 {
+		t.Fatalf("only %d drops", len(dropsAt))
+	}
+	for _, i := range dropsAt {
+		if i >= len(packets) {
+			continue // dropped at the very end
+		}
+		if f := sequenceFlags(packets[i]); f&seqIncrementalStateCleared == 0 {
+			t.Errorf("packet %d, the first after a drop, has sequence_flags %d, want CLEARED", i, f)
+		}
+	}
+}
+
+// sequenceFlags returns a TracePacket's sequence_flags (0 when absent).
+func sequenceFlags(p []byte) uint64 {
+	for len(p) > 0 {
+		num, typ, n := protowire.ConsumeTag(p)
+		if n < 0 {
+			return 0
+		}
+		p = p[n:]
+		if num == pktSequenceFlags && typ == protowire.VarintType {
+			v, _ := protowire.ConsumeVarint(p)
+			return v
+		}
+		n = protowire.ConsumeFieldValue(num, typ, p)
+		if n < 0 {
+			return 0
+		}
+		p = p[n:]
+	}
+	return 0
 }
