@@ -35,7 +35,16 @@ type PerfettoConsumers struct {
 	Producers *PerfettoProducers
 	Logger    *slog.Logger // warnings; nil discards them
 
+	// MaxMemory bounds what the running consumer sessions together may
+	// hold: their buffers, their data sources' SMBs and, for a session
+	// read with ReadBuffers, its bounded read queue. EnableTracing refuses
+	// a session that would go over it, naming the figures: any local user
+	// may connect to the consumer socket. 0: half of the machine's RAM;
+	// negative: no bound.
+	MaxMemory int64
+
 	mu       sync.Mutex
+	memInUse int64 // reserved by running sessions (MaxMemory)
 	active   int
 	started  int
 	lastID   uint64
@@ -102,6 +111,10 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		cs.mem = &memSink{limit: 2*limit + 1<<20}
 		sink = cs.mem
 	}
+	if err := pc.reserve(cs, cfg); err != nil {
+		_ = sink.Close(context.Background())
+		return nil, err
+	}
 	cs.clones = map[int]*memSink{}
 	cs.cloneLimit = 0
 	for _, b := range cfg.Buffers {
@@ -121,6 +134,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger, SnapshotSink: cs.cloneSink,
 		OnCloneTrigger: cs.cloneTriggerHit, tracingSessionID: cs.id})
 	if err != nil {
+		pc.release(cs)
 		_ = sink.Close(context.Background())
 		return nil, err
 	}
@@ -169,9 +183,41 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 
 // ended forgets a session whose Run returned (or that never ran).
 func (pc *PerfettoConsumers) ended(cs *consumerSession) {
+	pc.release(cs)
 	pc.mu.Lock()
 	pc.active--
 	delete(pc.sessions, cs.id)
+	pc.mu.Unlock()
+}
+
+// reserve takes what session cs can come to hold out of MaxMemory, or
+// says why it cannot.
+func (pc *PerfettoConsumers) reserve(cs *consumerSession, cfg *Config) error {
+	buffers, smbs := cfg.FixedMemory()
+	cost := buffers + smbs
+	if cs.mem != nil {
+		cost += int64(cs.mem.limit)
+	}
+	limit, what := pc.MaxMemory, "serve --max-consumer-memory"
+	if limit == 0 {
+		limit, what = PhysicalMemory()/2, "half of this machine's RAM; serve --max-consumer-memory"
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if limit > 0 && pc.memInUse+cost > limit {
+		return fmt.Errorf("trace_config.buffers: the session could hold %s (buffers %s, shared memory buffers %s, read queue %s) and running sessions hold %s, more than the consumer sessions' bound of %s (%s)",
+			mib(cost), mib(buffers), mib(smbs), mib(cost-buffers-smbs), mib(pc.memInUse), mib(limit), what)
+	}
+	pc.memInUse += cost
+	cs.memCost = cost
+	return nil
+}
+
+// release gives back what reserve took for cs (once).
+func (pc *PerfettoConsumers) release(cs *consumerSession) {
+	pc.mu.Lock()
+	pc.memInUse -= cs.memCost
+	cs.memCost = 0
 	pc.mu.Unlock()
 }
 
@@ -231,13 +277,15 @@ func (pc *PerfettoConsumers) QueryServiceState(peer perfettoipc.Peer, sessionsOn
 
 // consumerSession is one consumer's session (perfettoipc.ConsumerSession).
 type consumerSession struct {
-	svc    *Service
-	pc     *PerfettoConsumers
-	cancel context.CancelFunc
-	done   chan struct{}
-	file   bool
-	mem    *memSink
-	run    func() // starts Run (once)
+	svc *Service
+	pc  *PerfettoConsumers
+	// memCost is what the session reserved of pc.MaxMemory (pc.mu).
+	memCost int64
+	cancel  context.CancelFunc
+	done    chan struct{}
+	file    bool
+	mem     *memSink
+	run     func() // starts Run (once)
 
 	id          uint64 // tracing session id, as CloneSession names it
 	bufferKB    []uint32

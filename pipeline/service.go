@@ -51,6 +51,10 @@ type Options struct {
 	// Rotatable lets file sinks rotate on demand (Service.Rotate) even
 	// without rotate_period; `tracepipe run` sets it for its control socket.
 	Rotatable bool
+	// MaxMemory bounds what the session may map for its buffers and its
+	// data sources' SMBs (Config.FixedMemory): New refuses a config over
+	// it. 0: the machine's RAM; negative: no bound.
+	MaxMemory int64
 	// Perfetto, when non-nil, serves data sources that are neither built
 	// in nor plugins with the Perfetto producers connected to it.
 	Perfetto *PerfettoProducers
@@ -188,6 +192,9 @@ func New(cfg *Config, opts Options) (*Service, error) {
 		return nil, err
 	}
 	if err := ResolvePlugins(context.Background(), cfg, nil); err != nil {
+		return nil, err
+	}
+	if err := checkFixedMemory(cfg, opts.MaxMemory, "the session memory bound: run --max-memory"); err != nil {
 		return nil, err
 	}
 	s := &Service{

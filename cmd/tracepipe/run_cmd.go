@@ -57,6 +57,7 @@ func newRunCmd() *cobra.Command {
 		alertAddr    string // control_cmd.go: the Alertmanager webhook
 		alertToken   string // its bearer token file
 		perfetto     bool
+		maxMemory    string
 	)
 	c := &cobra.Command{
 		Use:   "run [CONFIG | -c CONFIG] [-o OUTPUT] [--duration D] [--set key=value]...",
@@ -98,7 +99,11 @@ func newRunCmd() *cobra.Command {
 			if writesStdout(cfg) && isTerminal(cmd.OutOrStdout()) {
 				return usageError{errors.New("refusing to write a binary trace to the terminal (a file sink's path is \"-\"): redirect standard output (tracepipe run -o - > t.pftrace, or | a program) or name a file with -o")}
 			}
-			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, alertToken, logFormat)
+			bound, err := parseMemoryBound("--max-memory", maxMemory)
+			if err != nil {
+				return err
+			}
+			return runSession(cmd.Context(), cfg, cmd.ErrOrStderr(), metricsAddr, alertAddr, alertToken, logFormat, bound)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "", "config file (YAML, TOML or JSON; or a Perfetto text TraceConfig: .pbtxt, .textproto, .cfg); default: the embedded default config")
@@ -108,6 +113,7 @@ func newRunCmd() *cobra.Command {
 	c.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics while the session runs")
 	c.Flags().StringVar(&alertAddr, "alert-addr", "", "serve Prometheus Alertmanager's webhook on this address (POST /alertmanager; \":9466\" means loopback, name the host to listen elsewhere): each firing alert activates the trigger named by its alertname (or tracepipe_trigger label)")
 	c.Flags().StringVar(&alertToken, "alert-token-file", "", "with --alert-addr: every webhook request must carry \"Authorization: Bearer <the file's content>\" (others get 401, counted and logged)")
+	c.Flags().StringVar(&maxMemory, "max-memory", "", "refuse a config whose buffers and data sources' shared memory buffers add up to more than this, e.g. 8GiB (default: this machine's RAM; \"none\": no bound)")
 	c.Flags().StringArrayVar(&sets, "set", nil, "override one config key, e.g. --set buffers[0].size_kb=65536 (repeatable; applied last)")
 	addLogFormatFlag(c, &logFormat)
 	return c
@@ -215,7 +221,7 @@ func (r *stopRequests) on(now time.Time) int {
 }
 
 // runSession runs one session with a status line on a terminal.
-func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, alertToken, logFormat string) error {
+func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, alertToken, logFormat string, maxMemory int64) error {
 	tty := isTerminal(stderr)
 	console := &syncWriter{w: stderr, tty: tty} // sinks log from their own goroutines
 	stderr = console
@@ -232,7 +238,7 @@ func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, met
 	if err != nil {
 		return err
 	}
-	opts := pipeline.Options{Logger: logger, Rotatable: true}
+	opts := pipeline.Options{Logger: logger, Rotatable: true, MaxMemory: maxMemory}
 	if cfg.Perfetto.Enabled {
 		reg, host, err := startPerfetto(ctx, cfg, logger)
 		if err != nil {
@@ -539,4 +545,20 @@ func limitHeap(svc *pipeline.Service, userLimit string) {
 		return
 	}
 	debug.SetMemoryLimit(svc.HeapBudget())
+}
+
+// parseMemoryBound reads a --max-memory style flag: "" is 0 (the
+// default bound), "none" is -1 (no bound), else a size like 8GiB.
+func parseMemoryBound(flag, v string) (int64, error) {
+	switch v {
+	case "":
+		return 0, nil
+	case "none":
+		return -1, nil
+	}
+	n, err := pipeline.ParseByteSize(v)
+	if err != nil || n <= 0 {
+		return 0, usageError{fmt.Errorf("%s %q: want a size like 8GiB, or none", flag, v)}
+	}
+	return n, nil
 }

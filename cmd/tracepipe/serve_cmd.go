@@ -54,7 +54,8 @@ type serveFlags struct {
 	tlsCert, tlsKey, tlsClientCA string
 	metricsAddr                  string
 	natsURL, subject, durable    string
-	perfetto                     bool // serve_perfetto.go: a drop-in traced
+	maxConsumerMemory            string // --perfetto: what consumer sessions may hold together
+	perfetto                     bool   // serve_perfetto.go: a drop-in traced
 	logFormat                    string
 	limits                       serveLimits
 }
@@ -105,7 +106,11 @@ func newServeCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.perfetto {
-				return servePerfetto(cmd.Context(), cmd.ErrOrStderr())
+				bound, err := parseMemoryBound("--max-consumer-memory", f.maxConsumerMemory)
+				if err != nil {
+					return err
+				}
+				return servePerfetto(cmd.Context(), cmd.ErrOrStderr(), bound)
 			}
 			if f.out == "" {
 				return usageError{errors.New("serve needs --out DIR (or --perfetto)")}
@@ -135,6 +140,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics")
 	addServeNATSFlags(fl, &f)
 	addServeLimitFlags(fl, &f.limits)
+	fl.StringVar(&f.maxConsumerMemory, "max-consumer-memory", "", "with --perfetto: refuse a consumer's session when the running sessions' buffers, shared memory buffers and read queues would add up to more than this, e.g. 8GiB (default: half of this machine's RAM; \"none\": no bound)")
 	fl.BoolVar(&f.perfetto, "perfetto", false, "act as Perfetto's traced instead: serve Perfetto producers and the perfetto command on Perfetto's sockets (see README)")
 	addLogFormatFlag(c, &f.logFormat)
 	return c

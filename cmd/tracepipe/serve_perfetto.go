@@ -19,7 +19,7 @@ import (
 // host per socket as traced (service id 1 on each), so that programs
 // built for Perfetto produce into tracepipe and the perfetto command
 // drives its sessions, until ctx ends or SIGINT/SIGTERM.
-func servePerfetto(ctx context.Context, stderr io.Writer) error {
+func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	stderr = &syncWriter{w: stderr} // connections log from their own goroutines
@@ -30,7 +30,7 @@ func servePerfetto(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&pipeline.PerfettoConsumers{Producers: reg, Logger: logger}))
+	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&pipeline.PerfettoConsumers{Producers: reg, Logger: logger, MaxMemory: maxMemory}))
 	prod.Logf, cons.Logf = logf, logf
 	defer prod.Close()
 	defer cons.Close()
