@@ -196,6 +196,8 @@ const (
 	MaxFlushTimeout        = 5 * time.Minute        // flush_timeout
 	MaxDuration            = 7 * 24 * time.Hour     // duration
 	MaxBuffers             = 128                    // len(buffers)
+	MaxDataSources         = 1024                   // len(data_sources): each runs a producer with its own SMB
+	MaxSinks               = 64                     // len(sinks): each has its own lane and queue
 	MaxBufferSizeKB        = 4194303                // buffers[i].size_kb (< 4 GiB)
 	MaxSMBSizeKB           = 32768                  // producers.smb_size_kb (32 MiB, kMaxShmSize)
 	MaxSMBPageSizeKB       = 32                     // producers.smb_page_size_kb (largest page the service accepts)

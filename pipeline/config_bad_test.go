@@ -436,3 +436,48 @@ sinks:
 		t.Fatalf("duration %v, flush_period %v, fsync_period %v: want 0, 0, the default", cfg.Duration, cfg.FlushPeriod, cfg.Sinks[0].FsyncPeriod)
 	}
 }
+
+// A config file over 4 MiB is refused by its size before it is parsed
+// (the YAML loader holds about 100 times a file's size), naming the file.
+func TestConfigFileSizeBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	big := "buffers: [{size_kb: 4096}]\n# " + strings.Repeat("x", 4<<20) + "\n"
+	if err := os.WriteFile(path, []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(LoadOptions{Path: path})
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "too large") {
+		t.Fatalf("Load of a %d-byte config: %v; want it refused as too large, naming the file", len(big), err)
+	}
+}
+
+// More data sources or sinks than a session may run are one problem each,
+// not one per entry.
+func TestConfigCountBounds(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("buffers: [{size_kb: 4096}]\ndata_sources:\n")
+	for range MaxDataSources + 1 {
+		b.WriteString("  - {name: tracepipe.synthetic}\n")
+	}
+	b.WriteString("sinks:\n")
+	for i := range MaxSinks + 1 {
+		fmt.Fprintf(&b, "  - {type: file, path: /tmp/t%d.pftrace}\n", i)
+	}
+	path := filepath.Join(t.TempDir(), "many.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(LoadOptions{Path: path})
+	if err == nil {
+		t.Fatal("a config of 1025 data sources and 65 sinks loaded")
+	}
+	msg := err.Error()
+	for _, want := range []string{"data_sources: at most 1024 data sources are allowed, got 1025", "sinks: at most 64 sinks are allowed, got 65"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not say %q:\n%s", want, msg)
+		}
+	}
+	if n := strings.Count(msg, "\n"); n > 5 {
+		t.Errorf("%d lines of problems, want the two bounds alone:\n%.2000s", n+1, msg)
+	}
+}

@@ -114,11 +114,20 @@ func (c *Config) check(skip []Problem) []Problem {
 	c.checkProducers(k)
 	c.Perfetto.check(k) // config_perfetto.go
 	c.checkBuffers(k)
-	for i := range c.DataSources {
-		c.checkDataSource(k, i)
-	}
-	if len(c.DataSources) == 0 {
+	switch n := len(c.DataSources); {
+	case n == 0:
 		k.bad("data_sources", "at least one data source is required")
+	case n > MaxDataSources:
+		// Not checked one by one: that would be as many problems.
+		k.bad("data_sources", "at most %d data sources are allowed, got %d", MaxDataSources, n)
+	default:
+		for i := range c.DataSources {
+			c.checkDataSource(k, i)
+		}
+	}
+	if n := len(c.Sinks); n > MaxSinks {
+		k.bad("sinks", "at most %d sinks are allowed, got %d", MaxSinks, n)
+		return k.problems
 	}
 	c.checkSinks(k)
 	c.checkTriggers(k) // triggers.go
