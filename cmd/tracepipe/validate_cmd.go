@@ -66,7 +66,7 @@ func runValidate(path string, sets []string, printCfg bool, stdout, stderr io.Wr
 	if pipeline.IsTraceConfigText(path) {
 		// As `run -c x.pbtxt` loads it (run_cmd.go).
 		if printCfg {
-			return usageError{fmt.Errorf("--print: %s is a Perfetto text config; its producer filters have no YAML form, so an effective YAML config would leave them out", path)}
+			return usageError{fmt.Errorf("--print: %s is a Perfetto text config, which has no faithful YAML form (its data sources wait for Perfetto producers before a built-in stands in, and producer_name_filter/producer_name_regex_filter have no YAML key); validate it without --print", path)}
 		}
 		cfg, err = loadTextRunConfig(path, "", sets, false, 0, stderr)
 	} else {

@@ -22,3 +22,17 @@ func TestRunMaxMemory(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q: want a usage error (2) naming --max-consumer-memory", code, stderr)
 	}
 }
+
+// validate --print of a text config says why it has no YAML form, without
+// claiming producer filters the file does not have, and points at
+// validate without --print, which passes.
+func TestValidatePrintTextConfig(t *testing.T) {
+	path := writeFile(t, "t.pbtxt", []byte("buffers { size_kb: 1024 }\ndata_sources { config { name: \"linux.sys_stats\" } }\nduration_ms: 1000\n"))
+	_, stderr, code := runCLI(t, "validate", "--print", path)
+	if code != 2 || !strings.Contains(stderr, "no faithful YAML form") || !strings.Contains(stderr, "without --print") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, "validate", path); code != 0 {
+		t.Fatalf("validate without --print: exit %d, stderr %q", code, stderr)
+	}
+}
