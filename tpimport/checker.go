@@ -950,6 +950,10 @@ func (c *Checker) Finish() *Report {
 				r.SummarisedSequences, c.opts.MaxSequences, r.SummarisedPackets))
 	}
 	r.MaxSequences = c.opts.MaxSequences
+	if r.Packets == 0 && r.Unreadable == "" {
+		c.finding(CodeEmptyTrace, SeverityCheck, seqKey{}, -1, 1, -1,
+			"the trace holds no packet: trace_processor imports nothing (a session that wrote nothing, or a file cut before its first packet)")
+	}
 	for _, s := range c.order {
 		c.closeGeneration(s)
 	}

@@ -40,6 +40,7 @@ const (
 	CodeTruncated              = "truncated_file"                           // the file ends inside a packet
 	CodeNotModelled            = "not_modelled"                             // the trace uses something check does not predict
 	CodeSequencesSummarised    = "sequences_summarised"                     // sequences beyond Options.MaxSequences, checked with less state
+	CodeEmptyTrace             = "empty_trace"                              // no packet at all: nothing to import
 	CodePacketFieldsSkipped    = "packet_fields_skipped"                    // fields of packets beyond Options.MaxPacketBuffer, skipped unread
 	CodeNeedsOnSequenceZero    = "needs_incremental_state_on_sequence_zero" // fatal in trace_processor
 	CodeSeqClockOnSequenceZero = "sequence_clock_on_sequence_zero"          // fatal in trace_processor

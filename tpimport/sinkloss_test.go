@@ -25,3 +25,15 @@ func TestSinkPacketsDroppedFinding(t *testing.T) {
 		}
 	}
 }
+
+// A file with no packet is not clean: trace_processor imports nothing
+// from it (check used to call an empty file "clean").
+func TestEmptyTraceFinding(t *testing.T) {
+	r, err := Check(strings.NewReader(""), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Clean() || len(r.Findings) != 1 || r.Findings[0].Code != CodeEmptyTrace {
+		t.Fatalf("findings %+v, want one %s", r.Findings, CodeEmptyTrace)
+	}
+}
