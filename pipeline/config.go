@@ -394,3 +394,12 @@ func scalarNode(v any) (*yaml.Node, error) {
 	}
 	return n, nil
 }
+
+const (
+	// maxNameLen bounds a data source's name (every log line and status
+	// row repeats it; Perfetto's names are a few dozen bytes).
+	maxNameLen = 1024
+	// maxRegexLen bounds a producer name regex: compiling a 4 MB one took
+	// 6 s, and a real one is a few dozen bytes.
+	maxRegexLen = 4096
+)

@@ -481,3 +481,24 @@ func TestConfigCountBounds(t *testing.T) {
 		t.Errorf("%d lines of problems, want the two bounds alone:\n%.2000s", n+1, msg)
 	}
 }
+
+// A data source's name and a trigger's producer_name_regex are bounded,
+// each refused at its field.
+func TestConfigNameAndRegexBounds(t *testing.T) {
+	long := strings.Repeat("a", maxNameLen+1)
+	re := strings.Repeat("a", maxRegexLen+1)
+	path := filepath.Join(t.TempDir(), "long.yaml")
+	yaml := fmt.Sprintf("buffers: [{size_kb: 4096}]\ndata_sources: [{name: tracepipe.synthetic}, {name: %s}]\nsinks: [{type: file, path: /tmp/x.pftrace}]\ntrigger_config: {trigger_mode: stop_tracing, trigger_timeout: 10s, triggers: [{name: t, producer_name_regex: %s}]}\n", long, re)
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(LoadOptions{Path: path})
+	if err == nil {
+		t.Fatal("a 1025-byte name and a 4097-byte regex loaded")
+	}
+	for _, want := range []string{"data_sources[1].name: 1025 bytes, at most 1024", "producer_name_regex: 4097 bytes, at most 4096"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%.1500s", want, err)
+		}
+	}
+}

@@ -194,6 +194,9 @@ func (c *Config) checkDataSource(k *checker, i int) {
 	var factory plugins.Factory
 	if ds.Name == "" {
 		k.bad(p+".name", "required")
+	} else if len(ds.Name) > maxNameLen {
+		k.bad(p+".name", "%d bytes, at most %d", len(ds.Name), maxNameLen)
+		return // every other problem would quote the name
 	}
 	if ds.Plugin != "" {
 		// The name is whatever the plugin registers; it is checked when

@@ -89,3 +89,22 @@ func TestPerfettoConsumersMemoryBound(t *testing.T) {
 		t.Errorf("%d bytes still reserved after every session ended", pc.memInUse)
 	}
 }
+
+// A consumer's producer_name_regex_filter is bounded before it is compiled
+// (a 4 MB one took 6 s).
+func TestConsumerRegexFilterBound(t *testing.T) {
+	dsc := protowire.AppendTag(nil, 1, protowire.BytesType)
+	dsc = protowire.AppendString(dsc, "tracepipe.synthetic")
+	ds := protowire.AppendTag(nil, 1, protowire.BytesType)
+	ds = protowire.AppendBytes(ds, dsc)
+	ds = protowire.AppendTag(ds, 3, protowire.BytesType) // producer_name_regex_filter
+	ds = protowire.AppendString(ds, strings.Repeat("a", maxRegexLen+1))
+	tc := protowire.AppendTag(nil, 1, protowire.BytesType)
+	tc = protowire.AppendBytes(tc, protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1024))
+	tc = protowire.AppendTag(tc, 2, protowire.BytesType)
+	tc = protowire.AppendBytes(tc, ds)
+	_, err := ConfigFromTraceConfig(tc)
+	if err == nil || !strings.Contains(err.Error(), "producer_name_regex_filter[0]: 4097 bytes, at most 4096") {
+		t.Fatalf("ConfigFromTraceConfig: %v; want the regex refused by its length", err)
+	}
+}

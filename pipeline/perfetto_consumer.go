@@ -703,6 +703,9 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 					filter.names = append(filter.names, string(p))
 				case 3:
 					// A full match, as traced's std::regex_match.
+					if len(p) > maxRegexLen {
+						return fmt.Errorf("producer_name_regex_filter[%d]: %d bytes, at most %d", len(filter.regexes), len(p), maxRegexLen)
+					}
 					re, err := regexp.Compile(`^(?:` + string(p) + `)$`)
 					if err != nil {
 						return fmt.Errorf("producer_name_regex_filter[%d]: %w", len(filter.regexes), err)

@@ -91,7 +91,9 @@ func (c *Config) checkTriggers(k *checker) {
 			k.bad(p+".name", "%q is defined twice", t.Name)
 		}
 		seen[t.Name] = true
-		if t.ProducerNameRegex != "" {
+		if n := len(t.ProducerNameRegex); n > maxRegexLen {
+			k.bad(p+".producer_name_regex", "%d bytes, at most %d", n, maxRegexLen)
+		} else if t.ProducerNameRegex != "" {
 			if _, err := regexp.Compile(t.ProducerNameRegex); err != nil {
 				k.bad(p+".producer_name_regex", "%v", err)
 			}
