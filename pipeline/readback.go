@@ -198,6 +198,9 @@ func (b *batch) stamp(rs *restoreSet, p *buffer.Packet, start int, seqID uint32)
 // buffer's provenance.
 func (s *Service) sequenceID(bs *bufferState, producer, writer uint16) uint32 {
 	key := uint32(producer)<<16 | uint32(writer)
+	if bs.lastSeqKey == uint64(key)+1 {
+		return bs.lastSeqID
+	}
 	id, ok := s.seqIDs[key]
 	if !ok {
 		id = s.nextSeqID
@@ -208,5 +211,6 @@ func (s *Service) sequenceID(bs *bufferState, producer, writer uint16) uint32 {
 		bs.seqSeen[key] = true
 		bs.provenance = append(bs.provenance, tracefile.ProvenanceSequence{ID: id, ProducerID: int32(producer)})
 	}
+	bs.lastSeqKey, bs.lastSeqID = uint64(key)+1, id
 	return id
 }

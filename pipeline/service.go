@@ -179,6 +179,11 @@ type bufferState struct {
 	// seqSeen marks (producer, writer) keys already listed in provenance.
 	seqSeen    map[uint32]bool
 	provenance []tracefile.ProvenanceSequence
+	// The last (producer, writer) key sequenceID resolved for this buffer
+	// (+1, so that 0 is none) and its id: a chunk's packets come out one
+	// after another, and a key once assigned and seen stays so.
+	lastSeqKey uint64
+	lastSeqID  uint32
 	vms        *protovm.Instances // nil without ProtoVM programs
 	vmGen      uint64             // vms.Generation() when its states were last written
 	restore    *restoreSet        // nil without restore-path programs (restore.go)

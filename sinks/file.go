@@ -300,10 +300,19 @@ func (s *FileSink) keepReserve() error {
 	if s.reserveOff || s.lastChance || s.f == os.Stdout || s.reservedTo-s.disk >= ReserveSize/2+held {
 		return nil
 	}
-	err := s.allocate(s.disk, ReserveSize+held)
+	// Extend in steps of several flushes, so that fallocate runs once
+	// every few writes rather than before each; when the file system has
+	// no room for a step, the reserve itself is what counts.
+	from := max(s.disk, s.reservedTo)
+	to := s.disk + s.reserveStep() + held
+	err := s.allocate(from, to-from)
+	if err != nil && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EFBIG)) {
+		to = s.disk + ReserveSize + held // > from: the reserve ran short
+		err = s.allocate(from, to-from)
+	}
 	switch {
 	case err == nil:
-		s.reservedTo = s.disk + ReserveSize + held
+		s.reservedTo = to
 		return nil
 	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.EFBIG):
 		s.fail(fmt.Errorf("sinks: file sink: %s: no room left on the file system (%w); the sink stopped taking packets, keeping its reserve for the final TraceStats%s", FileName(s.opts.Path, s.index), err, s.resumeNote()))
@@ -312,6 +321,15 @@ func (s *FileSink) keepReserve() error {
 		s.reserveOff = true
 		return nil
 	}
+}
+
+// reserveStepMax bounds the step the reserve is extended by.
+const reserveStepMax = 4 << 20
+
+// reserveStep is how far past the end of the file keepReserve allocates:
+// the reserve plus room for four buffer flushes, at most reserveStepMax.
+func (s *FileSink) reserveStep() int64 {
+	return int64(min(max(ReserveSize, ReserveSize+4*s.opts.BufferSize), reserveStepMax))
 }
 
 // allocate allocates n bytes of the current file from off on, without
@@ -333,6 +351,7 @@ func (s *FileSink) writeFailed(err error) {
 		s.broken = true
 		return
 	}
+	s.reservedTo = min(s.reservedTo, s.good) // truncating frees what was allocated past the end
 	if terr := s.f.Truncate(s.good); terr != nil {
 		s.broken = true
 		return
