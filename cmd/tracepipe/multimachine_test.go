@@ -48,10 +48,10 @@ func TestServeTwoMachinesCheckClean(t *testing.T) {
 				return
 			}
 			// The same trace without clock sync (remote_clock_sync removed, so
-			// trace_processor bridges each machine by assumption), and as serve
-			// wrote it before clock sync (none of the receiver's packets: the
-			// first machine is adopted as the host and the second's clock
-			// snapshot takes the trace clock): check flags both.
+			// trace_processor bridges each machine by assumption), and without
+			// the receiver's packets (its clock snapshot is the trace's only
+			// one since the senders' are left out of a merged file, so no
+			// trace clock is left): check flags both.
 			syncs := map[uint32]int{}
 			var noSync, before []byte
 			for _, p := range readTracePackets(t, filepath.Join(out, remote.MergedName)) {
@@ -74,7 +74,7 @@ func TestServeTwoMachinesCheckClean(t *testing.T) {
 				code string
 			}{
 				"without remote_clock_sync": {noSync, "remote_clock_assumed_aligned"},
-				"as before clock sync":      {before, "trace_clock_moved_to_remote_machine"},
+				"without the receiver's":    {before, "missing_clock_snapshot"},
 			} {
 				name := filepath.Join(t.TempDir(), "variant.pftrace")
 				if err := os.WriteFile(name, tc.data, 0o644); err != nil {

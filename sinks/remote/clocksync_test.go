@@ -340,3 +340,34 @@ func TestRoundBeforeFirstBatchWaitsForIt(t *testing.T) {
 		t.Fatalf("merged file's packets %v, want %v then the batch", kinds, want)
 	}
 }
+
+// A sender's own clock_snapshot stays out of a merged file (the host's
+// is its first packet): trace_processor lost every packet of a relayed
+// machine whose stream carried one (clock_sync_failure_no_path, 16,008 of
+// 16,040 packets of a one-sender merged trace), and imported the same
+// trace whole without it. The sender's other packets are all kept.
+func TestMergedDropsSenderClockSnapshots(t *testing.T) {
+	s, st := mergedStream(t) // batch 1: 5 packets
+	snap := tracefile.AppendServiceHeader(nil, 0)
+	snap = tracefile.AppendClockSnapshot(snap, []tracefile.Clock{{ID: tracefile.ClockBoottime, Timestamp: 1000}, {ID: tracefile.ClockMonotonic, Timestamp: 900}}, tracefile.ClockBoottime)
+	data := tracefile.AppendRecord(nil, snap)
+	d, n, b := batchOf(7, 8)
+	data = append(data, d...)
+	if ok, err := st.Append(2, data, n+1, b+uint64(len(snap))); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	var remote, remoteSnaps, hostSnaps int
+	for _, p := range packetsOf(t, s.FileName(Identity{})) {
+		switch {
+		case p.MachineID != 0 && p.PayloadField == tracefile.FieldClockSnapshot:
+			remoteSnaps++
+		case p.MachineID != 0:
+			remote++
+		case p.PayloadField == tracefile.FieldClockSnapshot:
+			hostSnaps++
+		}
+	}
+	if remoteSnaps != 0 || hostSnaps != 1 || remote < 3 {
+		t.Fatalf("merged file: %d clock snapshots of the sender, %d of the host, %d other sender packets; want 0, 1 and the 3 sent", remoteSnaps, hostSnaps, remote)
+	}
+}
