@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 // fakeUIDs makes h see every connection it is handed next as coming from
@@ -68,15 +70,8 @@ func TestHost300IdleConnectionsOfOneUIDLeaveRoomForAnother(t *testing.T) {
 	for _, c := range hog {
 		c.close()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, of := h.Open(1000); of == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("uid 1000's slots were not freed after its connections closed")
-		}
-		time.Sleep(time.Millisecond)
+	if !testsupport.WaitFor(10*time.Second, func() bool { _, of := h.Open(1000); return of == 0 }) {
+		t.Fatal("uid 1000's slots were not freed after its connections closed")
 	}
 }
 

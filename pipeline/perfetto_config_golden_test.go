@@ -115,7 +115,14 @@ sinks: [{type: file, path: %q}]
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() {
-		for runCtx.Err() == nil {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-tick.C:
+			}
 			all := true
 			for _, pd := range doubles {
 				pd.mu.Lock()
@@ -126,7 +133,6 @@ sinks: [{type: file, path: %q}]
 				stop()
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}()
 	if _, err := s.Run(runCtx); err != nil {

@@ -187,23 +187,21 @@ func (md *multiDouble) handleMulti(cmd *ipc.GetAsyncCommandResponse, fds []int) 
 // waitLog waits until the double's command log has n entries with prefix.
 func (md *multiDouble) waitLog(t *testing.T, prefix string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	seen := func() bool {
 		md.mu.Lock()
+		defer md.mu.Unlock()
 		got := 0
 		for _, l := range md.log {
 			if len(l) >= len(prefix) && l[:len(prefix)] == prefix {
 				got++
 			}
 		}
-		md.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the producer never saw %d %q commands: %q", n, prefix, md.log)
-		}
-		time.Sleep(time.Millisecond)
+		return got >= n
+	}
+	if !testsupport.WaitFor(30*time.Second, seen) {
+		md.mu.Lock()
+		defer md.mu.Unlock()
+		t.Fatalf("the producer never saw %d %q commands: %q", n, prefix, md.log)
 	}
 }
 
@@ -457,12 +455,8 @@ func TestPerfettoFlushLateJoiner(t *testing.T) {
 	}
 	first := make(chan error, 1)
 	go func() { first <- sides[0].flush(7, 0) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for pending() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first instance's flush never went out")
-		}
-		time.Sleep(time.Millisecond)
+	if !testsupport.WaitFor(10*time.Second, func() bool { return pending() == 1 }) {
+		t.Fatal("the first instance's flush never went out")
 	}
 	c.mu.Lock()
 	ids, req := c.flushes[0].ids, c.flushes[0].req

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/smb"
 )
 
@@ -104,23 +105,22 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 // spawned reads the pids the fault plugin's spawn mode wrote.
 func spawned(t *testing.T, pidfile string) []int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, _ := os.ReadFile(pidfile)
-		var pids []int
+	var b []byte
+	var pids []int
+	written := func() bool {
+		b, _ = os.ReadFile(pidfile)
+		pids = pids[:0]
 		for _, f := range strings.Fields(string(b)) {
 			if n, err := strconv.Atoi(f); err == nil {
 				pids = append(pids, n)
 			}
 		}
-		if len(pids) == 2 && bytes.HasSuffix(b, []byte("\n")) {
-			return pids
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the plugin did not write two pids to %s within 30s (%q)", pidfile, b)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(pids) == 2 && bytes.HasSuffix(b, []byte("\n"))
 	}
+	if !testsupport.WaitFor(30*time.Second, written) {
+		t.Fatalf("the plugin did not write two pids to %s within 30s (%q)", pidfile, b)
+	}
+	return pids
 }
 
 // sleeping reports whether pid is a live (not zombie) `sleep tag`.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 // The budget lets a waiter in when room is released, refuses one whose
@@ -22,14 +24,13 @@ func TestMemBudget(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() { got <- b.acquire(30, time.Now().Add(time.Hour)) }()
-	for {
+	waiting := func() bool {
 		b.mu.Lock()
-		w := b.waiters
-		b.mu.Unlock()
-		if w == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
+		defer b.mu.Unlock()
+		return b.waiters == 1
+	}
+	if !testsupport.WaitFor(10*time.Second, waiting) {
+		t.Fatal("the second acquire never waited for frame memory")
 	}
 	b.release(80)
 	select {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/internal/wire"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -299,16 +300,14 @@ func TestStoreBusyStreamStallsNoOther(t *testing.T) {
 		again <- st
 	}()
 	// Let the reconnect reach the busy file's lock first.
-	deadline := time.Now().Add(10 * time.Second)
-	for attached := 0; attached < 2; {
-		if time.Now().After(deadline) {
-			sa.t.mu.Unlock()
-			t.Fatal("the reconnect never attached")
-		}
+	attached := func() bool {
 		s.mu.Lock()
-		attached = s.attached[keyOf(a)]
-		s.mu.Unlock()
-		time.Sleep(time.Millisecond)
+		defer s.mu.Unlock()
+		return s.attached[keyOf(a)] >= 2
+	}
+	if !testsupport.WaitFor(10*time.Second, attached) {
+		sa.t.mu.Unlock()
+		t.Fatal("the reconnect never attached")
 	}
 	done := make(chan error, 1)
 	go func() {
