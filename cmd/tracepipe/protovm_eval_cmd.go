@@ -60,9 +60,15 @@ func newProtoVMEvalCmd() *cobra.Command {
 			switch {
 			case err != nil:
 				return usageError{fmt.Errorf("--buffer %q: want a size like 4MiB (%v)", bufSize, err)}
-			case size <= 0 || size > 4<<30:
-				// The ring is a TraceBuffer: at most 4 GiB (buffer.New).
-				return usageError{fmt.Errorf("--buffer %q: want a size > 0 and <= 4GiB, like 4MiB", bufSize)}
+			case size < evalMinBuffer || size > 4<<30:
+				// The ring is a TraceBuffer: at most 4 GiB (buffer.New),
+				// and it must hold one replayed chunk (4 KiB).
+				return usageError{fmt.Errorf("--buffer %q: want a size from 4KiB (one chunk) to 4GiB, like 4MiB", bufSize)}
+			case size%evalMinBuffer != 0:
+				// buffer.New rounds up to whole pages, as traced does; say
+				// so rather than replay a ring other than the one asked for.
+				rounded := (size + evalMinBuffer - 1) / evalMinBuffer * evalMinBuffer
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: --buffer %s is rounded up to whole 4 KiB pages: %d bytes\n", bufSize, rounded)
 			}
 			if memKB == 0 {
 				return usageError{fmt.Errorf("--memory-limit-kb must be > 0")}
@@ -122,6 +128,10 @@ func writeEvalTable(w io.Writer, res []eval.Result) error {
 	}
 	return tw.Flush()
 }
+
+// evalMinBuffer is the smallest ring eval replays through: one 4 KiB
+// chunk, which is also the page size TraceBuffer sizes round up to.
+const evalMinBuffer = 4 << 10
 
 // plotEval draws the importable share of the full trace and of the
 // survivors, per variant, as SVG or PNG (by path's extension).

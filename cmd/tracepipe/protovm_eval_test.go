@@ -92,13 +92,19 @@ func TestEvalPlotLayout(t *testing.T) {
 }
 
 // A --buffer out of range is a usage error naming the flag and the range,
-// without a Go "<nil>" in it; one above the ring's 4 GiB limit too.
+// without a Go "<nil>" in it; one above the ring's 4 GiB limit too, and
+// one below a chunk (a 1-byte ring used to become 4 KiB without a word).
 func TestProtoVMEvalBufferRange(t *testing.T) {
 	path := writeFile(t, "full.pftrace", InterningTrace(10))
-	for _, size := range []string{"0", "5GiB"} {
+	for _, size := range []string{"0", "1", "4095", "5GiB"} {
 		_, stderr, code := runCLI(t, "protovm", "eval", "--trace", path, "--buffer", size)
 		if code != exitUsage || !strings.Contains(stderr, "--buffer") || strings.Contains(stderr, "<nil>") {
 			t.Errorf("--buffer %s: exit %d, stderr %q", size, code, stderr)
 		}
+	}
+	// A size between whole pages runs, with a note of the size replayed.
+	_, stderr, code := runCLI(t, "protovm", "eval", "--trace", path, "--buffer", "6000")
+	if code != 0 || !strings.Contains(stderr, "rounded up") || !strings.Contains(stderr, "8192 bytes") {
+		t.Errorf("--buffer 6000: exit %d, stderr %q", code, stderr)
 	}
 }
