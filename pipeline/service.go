@@ -13,6 +13,7 @@ import (
 	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
+	"github.com/tracepipe/tracepipe/restore"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/smb"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -186,7 +187,7 @@ type bufferState struct {
 	lastSeqID  uint32
 	vms        *protovm.Instances // nil without ProtoVM programs
 	vmGen      uint64             // vms.Generation() when its states were last written
-	restore    *restoreSet        // nil without restore-path programs (restore.go)
+	restore    *restore.Set       // nil without restore-path programs (package restore)
 }
 
 // New builds a session from a validated config: buffers, sinks and one
@@ -441,9 +442,9 @@ func (s *Service) buildProtoVMs() error {
 		}
 		if pc.Path != ProtoVMPathPerfetto {
 			if bs.restore == nil {
-				bs.restore = newRestoreSet()
+				bs.restore = restore.NewSet()
 			}
-			bs.restore.programs[p.id] = newRestoreProgram(pc.ProgramBytes, int(pc.MemoryLimitKB)*1024)
+			bs.restore.AddProgram(p.id, restore.NewProgram(pc.ProgramBytes, int(pc.MemoryLimitKB)*1024))
 			continue
 		}
 		if bs.vms == nil {
@@ -454,9 +455,34 @@ func (s *Service) buildProtoVMs() error {
 		}
 	}
 	for _, bs := range s.buffers {
-		bs.observeOverwrites() // restore.go
+		bs.observeOverwrites()
 	}
 	return nil
+}
+
+// observeOverwrites installs the buffer's overwrite observer: packets of
+// producers with a restore program go to their sequence's fold, the others
+// to the buffer's perfetto-path VMs (protovm.Instances), if any.
+func (bs *bufferState) observeOverwrites() {
+	vms, rs := bs.vms, bs.restore
+	switch {
+	case rs == nil && vms == nil:
+	case rs == nil:
+		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
+			vms.Observe(int32(seq.ProducerID), packet)
+		})
+	default:
+		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
+			switch {
+			case rs.Serves(seq.ProducerID):
+				rs.Observe(seq, packet)
+			case vms != nil:
+				vms.Observe(int32(seq.ProducerID), packet)
+			default:
+				rs.CountUnrouted()
+			}
+		})
+	}
 }
 
 // finish ends the session (reference/service.md §3 FlushAndDisableTracing

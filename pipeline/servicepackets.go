@@ -223,11 +223,12 @@ func (s *Service) traceStats() tracefile.TraceStats {
 			tp.ProtoVMPatchesFailed += st.PatchesAbort // Error is a program's normal "not mine"
 			tp.ProtoVMPacketsUnrouted += st.PacketsUnrouted
 		}
-		if r := bs.restore; r != nil {
-			tp.ProtoVMPatchesOK += r.foldOK
-			tp.ProtoVMPatchesFailed += r.foldAborted + r.foldNewFailed
-			tp.ProtoVMPacketsUnrouted += r.unrouted
-			tp.SequenceRestores += r.restores
+		if bs.restore != nil {
+			r := bs.restore.Stats()
+			tp.ProtoVMPatchesOK += r.FoldOK
+			tp.ProtoVMPatchesFailed += r.FoldAborted + r.FoldNewFailed
+			tp.ProtoVMPacketsUnrouted += r.Unrouted
+			tp.SequenceRestores += r.Restores
 		}
 	}
 	trig := s.TriggerStats()

@@ -1,4 +1,4 @@
-package pipeline
+package restore
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 )
 
 // newTestRestoreSet gives producer 1 the interned_data.yaml program.
-func newTestRestoreSet(t *testing.T) *restoreSet {
+func newTestRestoreSet(t *testing.T) *Set {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join("..", "configs", "protovm", "interned_data.yaml"))
 	if err != nil {
@@ -26,8 +26,8 @@ func newTestRestoreSet(t *testing.T) *restoreSet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newRestoreSet()
-	r.programs[1] = newRestoreProgram(prog, 64<<10)
+	r := NewSet()
+	r.programs[1] = NewProgram(prog, 64<<10)
 	if !r.programs[1].filtered {
 		t.Fatal("interned_data.yaml cannot be prefiltered")
 	}
@@ -56,10 +56,10 @@ func eventPacket(iid uint64) []byte {
 
 // readBack runs the readback's restore step for one packet of (1, writer)
 // and returns the packets it put into the batch.
-func readBack(t *testing.T, r *restoreSet, writer uint16, pkt []byte, loss uint32) []tracePacket {
+func readBack(t *testing.T, r *Set, writer uint16, pkt []byte, loss uint32) []tracePacket {
 	t.Helper()
 	var b batch
-	q := r.seq(1, writer)
+	q := r.Seq(1, writer)
 	if q == nil {
 		t.Fatal("no fold for producer 1")
 	}
@@ -105,8 +105,8 @@ func eventNames(t *testing.T, pkt []byte) map[uint64]string {
 	return out
 }
 
-func overwrite(r *restoreSet, writer uint16, pkt []byte) {
-	r.observe(buffer.SequenceProperties{ProducerID: 1, WriterID: writer}, [][]byte{pkt[:3], pkt[3:]})
+func overwrite(r *Set, writer uint16, pkt []byte) {
+	r.Observe(buffer.SequenceProperties{ProducerID: 1, WriterID: writer}, [][]byte{pkt[:3], pkt[3:]})
 }
 
 // Two writers of one data source intern iid 1 with different names: each
@@ -175,7 +175,7 @@ func TestRestoreFoldRules(t *testing.T) {
 		t.Fatalf("fold did not restart at CLEARED: %v", eventNames(t, out[0].raw))
 	}
 	// Producers without a program are not folded.
-	if r.seq(2, 1) != nil {
+	if r.Seq(2, 1) != nil {
 		t.Fatal("fold for a producer without program")
 	}
 }
@@ -185,7 +185,7 @@ func TestRestoreFoldRules(t *testing.T) {
 // sequence.
 func TestRestoreStepNoAlloc(t *testing.T) {
 	r := newTestRestoreSet(t)
-	q := r.seq(1, 1)
+	q := r.Seq(1, 1)
 	var b batch
 	ev := eventPacket(1)
 	names := namesPacket(0, map[uint64]string{1: "a"})
@@ -203,7 +203,7 @@ func TestRestoreStepNoAlloc(t *testing.T) {
 func BenchmarkRestoreStep(b *testing.B) {
 	t := &testing.T{}
 	r := newTestRestoreSet(t)
-	q := r.seq(1, 1)
+	q := r.Seq(1, 1)
 	var bt batch
 	ev := eventPacket(1)
 	bt.data = append(bt.data, namesPacket(1, map[uint64]string{1: "a"})...)
@@ -232,7 +232,7 @@ func FuzzRestore(f *testing.F) {
 			}
 			pkt := chunk[1:]
 			if chunk[0]%2 == 0 {
-				r.observe(buffer.SequenceProperties{ProducerID: 1, WriterID: 1}, [][]byte{pkt})
+				r.Observe(buffer.SequenceProperties{ProducerID: 1, WriterID: 1}, [][]byte{pkt})
 				continue
 			}
 			if tracefile.ValidateProducerPacket(pkt) != nil {
