@@ -100,49 +100,98 @@ const (
 type Service struct {
 	cfg  *Config
 	opts Options
-	uid  int32
+	uid  int32 // this process's, stamped on the service's own packets
 	pid  int32
+	ran  bool // Run was called (service.go)
 
-	buffers   []*bufferState
+	buffers []*bufferState // the trace buffers, in config order (bufferState below)
+
+	// Each group below is owned by the file its comment names: the
+	// fields are promoted, so that file's code reads s.field, and a
+	// reader finds who writes a field by its group.
+	producerSet    // the data sources' producers, their commits and lifecycle (producer.go, restart.go)
+	loopState      // the event loop's phase, timers and stop conditions (loop.go)
+	flushState     // the flush in flight (flush.go)
+	readState      // sequence ids and the packet being read (readback.go)
+	statsState     // counters and what the service writes itself (servicepackets.go)
+	outputStage    // batches on their way to the sink lanes (fanout.go)
+	flightRecorder // clone snapshots and triggers (snapshot.go, triggers.go)
+	loopCalls      // calls from other goroutines (loopcall.go)
+
+	status  statusCell // the published status line (status.go)
+	refused refusals   // requests from outside turned down (refusals.go)
+}
+
+// producerSet holds the producers and what reaches the loop from them
+// (producer.go; restarts: restart.go; Perfetto producers:
+// perfetto_producer.go).
+type producerSet struct {
 	producers []*producer
 	perfetto  *perfettoSession // its identity for Perfetto producers (nil: none yet)
-	lanes     []*sinks.Lane    // one per sink (fanout.go)
 
 	commits  chan commitMsg
 	notes    chan note     // producers' lifecycle reports
 	finished chan struct{} // closed when Run stops accepting commits
 
-	// Service-goroutine state.
-	seqIDs    map[uint32]uint32 // producer<<16|writer → trusted_packet_sequence_id
-	nextSeqID uint32
-	flush     *pendingFlush
-	flushID   uint64
-	// finalFlushOK is the final flush's outcome.
-	finalFlushOK bool
-	timers       loopTimers
-	phase        int
+	// neverStart: the session was disabled before it started
+	// (DisableBeforeStart); Run starts no data source.
+	neverStart      bool
+	allStarted      bool
+	startErrs       []error        // data sources that failed to start, in order
+	abort           error          // a start failure with on_start_error: abort
+	restartC        chan *producer // dead plugins whose restart backoff elapsed
+	restartsPending int
+}
+
+// loopState is the event loop's own state (loop.go), on the service
+// goroutine.
+type loopState struct {
+	timers loopTimers
+	phase  int
 	// stopRecording fires when the duration elapsed or Run's ctx ended;
 	// recordingStopped records that it did.
 	stopRecording    <-chan struct{}
 	recordingStopped bool
 	sinkStopped      bool // sinkStop was seen (a sink with on_error: stop failed)
-	allStarted       bool
-	startErrs        []error        // data sources that failed to start, in order
-	abort            error          // a start failure with on_start_error: abort
-	restartC         chan *producer // dead plugins whose restart backoff elapsed
-	restartsPending  int
-	counters         counters
-	events           []serviceEvent // lifecycle events not yet written
-	firstPass        bool           // the first read pass has been written
-	traceUUID        [2]int64
-	startClock       []tracefile.Clock
-	lastStats        time.Time
-	pkt              buffer.Packet
 	readSoon         bool
-	scratch          []byte // service packets are built here
 	start            time.Time
+}
 
-	// Output stage (fanout.go).
+// flushState is the flush in flight and the final flush's outcome
+// (flush.go), on the service goroutine.
+type flushState struct {
+	flush   *pendingFlush
+	flushID uint64
+	// finalFlushOK is the final flush's outcome.
+	finalFlushOK bool
+}
+
+// readState is the read pass's state (readback.go), on the service
+// goroutine.
+type readState struct {
+	seqIDs    map[uint32]uint32 // producer<<16|writer → trusted_packet_sequence_id
+	nextSeqID uint32
+	pkt       buffer.Packet
+}
+
+// statsState is the session's counters and the packets the service
+// writes itself: TraceStats, lifecycle events, clock snapshots, the trace
+// uuid (servicepackets.go), on the service goroutine.
+type statsState struct {
+	counters   counters
+	events     []serviceEvent // lifecycle events not yet written
+	firstPass  bool           // the first read pass has been written
+	traceUUID  [2]int64
+	startClock []tracefile.Clock
+	lastStats  time.Time
+	scratch    []byte // service packets are built here
+}
+
+// outputStage hands read batches to the sinks' lanes (fanout.go): the
+// service goroutine fills cur and sends it on out; the output goroutine
+// writes it to every lane.
+type outputStage struct {
+	lanes        []*sinks.Lane // one per sink
 	free         *batchPool
 	out          chan *batch
 	cur          *batch
@@ -154,21 +203,22 @@ type Service struct {
 	sinkStop     chan struct{} // closed when a sink with on_error: stop failed
 	sinkStopOnce sync.Once
 	sinkErr      error
+}
 
-	// neverStart: the session was disabled before it started
-	// (DisableBeforeStart); Run starts no data source.
-	neverStart bool
+// flightRecorder is the session's flight recorder: clone snapshots
+// (snapshot.go, snapshot_transfer.go) and triggers (triggers.go).
+type flightRecorder struct {
+	snap snapState
+	trig triggerState
+}
 
-	status  statusCell
-	ran     bool
-	snap    snapState    // clone snapshots (snapshot.go)
-	trig    triggerState // triggers (triggers.go)
-	refused refusals     // requests from outside turned down (refusals.go)
-	// Calls from other goroutines and the flushes they asked for
-	// (loopcall.go).
+// loopCalls are calls from other goroutines and the flushes they asked
+// for (loopcall.go), and Perfetto consumers observing the session
+// (observe.go).
+type loopCalls struct {
 	calls     chan func()
 	flushWant []*flushRequest
-	observers []*observer // observe.go
+	observers []*observer
 }
 
 // bufferState is one configured buffer and what the service tracks of it.
@@ -206,15 +256,21 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	s := &Service{
 		cfg: cfg, opts: opts,
 		uid: int32(os.Getuid()), pid: int32(os.Getpid()),
-		commits:   make(chan commitMsg, commitQueueLen),
-		notes:     make(chan note, 4*len(cfg.DataSources)+1),
-		restartC:  make(chan *producer, 1),
-		finished:  make(chan struct{}),
-		seqIDs:    map[uint32]uint32{},
-		nextSeqID: 2, // 1 is the service's own sequence
-		outDone:   make(chan struct{}),
-		sinkStop:  make(chan struct{}),
-		calls:     make(chan func(), loopCallQueue),
+		producerSet: producerSet{
+			commits:  make(chan commitMsg, commitQueueLen),
+			notes:    make(chan note, 4*len(cfg.DataSources)+1),
+			restartC: make(chan *producer, 1),
+			finished: make(chan struct{}),
+		},
+		readState: readState{
+			seqIDs:    map[uint32]uint32{},
+			nextSeqID: 2, // 1 is the service's own sequence
+		},
+		outputStage: outputStage{
+			outDone:  make(chan struct{}),
+			sinkStop: make(chan struct{}),
+		},
+		loopCalls: loopCalls{calls: make(chan func(), loopCallQueue)},
 	}
 	s.outCtx, s.outCancel = context.WithCancel(context.Background())
 	s.snap.init()
