@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/flightrec"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/restore"
 	"github.com/tracepipe/tracepipe/sinks"
@@ -30,7 +31,7 @@ import (
 // memory costs ~750 ms for 256 MiB here, nearly all page faults, which
 // would stall commits and make producers lose data. So:
 //   - the clone's memory is mmapped with MAP_POPULATE on a goroutine of
-//     its own (snapshotMem) before the clone begins: the faults happen
+//     its own (flightrec.CloneMem) before the clone begins: the faults happen
 //     there, never on the service goroutine;
 //   - the clone captures cursors, sequence states, ProtoVM and restore
 //     state at once (O(sequences + chunks), not O(bytes)), then copies the
@@ -189,7 +190,7 @@ func (s *Service) snapRequested(sn *snapshot) {
 	}
 	go func() {
 		for _, n := range sizes {
-			m, rel, err := snapshotMem(n)
+			m, rel, err := flightrec.CloneMem(n)
 			if err != nil {
 				sn.err = fmt.Errorf("allocating %d bytes for the clone: %w", n, err)
 				break
@@ -298,7 +299,7 @@ func (s *Service) snapCapture(sn *snapshot) {
 				return
 			}
 			sn.moved[i] = moved
-			bs.restore.BeginTransfer() // snapshot_transfer.go
+			bs.restore.BeginTransfer() // flightrec_transfer.go
 			sn.pending = append(sn.pending, nil)
 			if bs.vms != nil && bs.vms.Len() > 0 {
 				add(bs.vms.CloneReadOnly().AppendProtoVMsField(s.servicePacket()))

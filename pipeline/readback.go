@@ -102,7 +102,7 @@ func (s *Service) readPass(final, early bool) {
 			break // trigger_timeout: the session returns no data
 		}
 		if !final && bs.restore.HoldsReadback() {
-			continue // its states come back with a snapshot (snapshot_transfer.go)
+			continue // its states come back with a snapshot (flightrec_transfer.go)
 		}
 		complete := true
 		bs.buf.BeginRead()

@@ -36,7 +36,7 @@ type Options struct {
 	Logger *slog.Logger
 	// SnapshotSink, if set, opens one more destination for each clone
 	// snapshot (n: its number, trigger: its trigger's name), besides the
-	// files next to the file sinks (snapshot.go). For embedding and tests.
+	// files next to the file sinks (flightrec_snapshot.go). For embedding and tests.
 	SnapshotSink func(n int, trigger string) (sinks.Sink, error)
 	// OnCloneTrigger, if set, is called (from any goroutine, stop_delay
 	// after the trigger acted) for each clone_snapshot trigger instead of
@@ -115,7 +115,7 @@ type Service struct {
 	readState      // sequence ids and the packet being read (readback.go)
 	statsState     // counters and what the service writes itself (servicepackets.go)
 	outputStage    // batches on their way to the sink lanes (fanout.go)
-	flightRecorder // clone snapshots and triggers (snapshot.go, triggers.go)
+	flightRecorder // clone snapshots and triggers (flightrec_snapshot.go, flightrec_triggers.go)
 	loopCalls      // calls from other goroutines (loopcall.go)
 
 	status  statusCell // the published status line (status.go)
@@ -206,7 +206,9 @@ type outputStage struct {
 }
 
 // flightRecorder is the session's flight recorder: clone snapshots
-// (snapshot.go, snapshot_transfer.go) and triggers (triggers.go).
+// (flightrec_snapshot.go, flightrec_transfer.go) and triggers
+// (flightrec_triggers.go); what needs none of the loop is package
+// flightrec.
 type flightRecorder struct {
 	snap snapState
 	trig triggerState
@@ -389,7 +391,7 @@ func (s *Service) buildProducer(i int, id uint16) (*producer, error) {
 		}
 	}
 	p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
-	p.onTriggers = func(names []string) { s.ActivateTriggers(p.name, names...) } // triggers.go
+	p.onTriggers = func(names []string) { s.ActivateTriggers(p.name, names...) } // flightrec_triggers.go
 	p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
 	return p, nil
 }
@@ -419,7 +421,7 @@ type Result struct {
 	// whose error Run also returns), each as
 	// "data_sources[i] (source): <why>".
 	StartErrors []error
-	// Snapshots counts the session's clone snapshots (snapshot.go).
+	// Snapshots counts the session's clone snapshots (flightrec_snapshot.go).
 	Snapshots SnapshotStats
 	// Triggers counts the triggers received; TriggerTimedOut: no trigger
 	// acted within trigger_timeout or before the session ended

@@ -144,7 +144,7 @@ func (s *Service) appendEvents(b *batch) {
 		s.emit(b, tracefile.AppendServiceEvent(p, e.kind, 0))
 	}
 	s.events = s.events[:0]
-	s.appendTriggers(b) // triggers.go
+	s.appendTriggers(b) // flightrec_triggers.go
 }
 
 // appendSystemInfo appends a system_info (45) field: utsname, service

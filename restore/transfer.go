@@ -20,7 +20,7 @@ import (
 //
 // Until then, for at most transferHold, the live session does not read
 // that buffer back (HoldsReadback), so no live packet goes out without
-// the state it needs. The session's side is pipeline/snapshot_transfer.go.
+// the state it needs. The session's side is pipeline/flightrec_transfer.go.
 
 // MaxTransferLog bounds the packets kept per buffer while a transfer is
 // pending (overwrites in the live buffer during the snapshot's readback).
