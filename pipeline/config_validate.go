@@ -13,7 +13,6 @@ import (
 	"github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
-	"github.com/tracepipe/tracepipe/restore"
 	"github.com/tracepipe/tracepipe/sinks"
 )
 
@@ -378,7 +377,7 @@ func (c *Config) checkProtoVM(k *checker, p string, vm *ProtoVMConfig) {
 		}
 	}
 	vm.ProgramBytes = b
-	resolveProtoVMPath(k, p, vm, src)
+	resolveProtoVMPath(k, p, vm, src) // protovm_path.go
 }
 
 // resolve makes a relative path relative to the config file's directory.
@@ -444,41 +443,4 @@ func sinkFilePath(s *sinks.Config) (path, key string) {
 	}
 	p, _ := s.Sections[sinks.SinkTypeFile]["path"].(string)
 	return p, "file.path"
-}
-
-// resolveProtoVMPath sets vm.Path from the config or from what the YAML
-// program declares (src, nil for compiled programs), and checks a
-// "perfetto" program against the probe packets (restore/path.go: a
-// program that returns Ok for an event packet would make trace_processor
-// replace that event by the VM's state).
-func resolveProtoVMPath(k *checker, p string, vm *ProtoVMConfig, src []byte) {
-	declared := ""
-	if src != nil {
-		d, err := protovm.Serves(src)
-		if err != nil {
-			k.bad(p+".program", "%q: %v", vm.Program, err)
-			return
-		}
-		declared = d
-	}
-	switch vm.Path {
-	case "":
-		vm.Path = declared
-		if vm.Path == "" {
-			vm.Path = ProtoVMPathRestore
-		}
-	case ProtoVMPathRestore, ProtoVMPathPerfetto:
-		if declared != "" && declared != vm.Path {
-			k.bad(p+".path", "%s, but program %q declares serves: %s", vm.Path, vm.Program, declared)
-			return
-		}
-	default:
-		k.bad(p+".path", "%q: want %s or %s", vm.Path, ProtoVMPathRestore, ProtoVMPathPerfetto)
-		return
-	}
-	if vm.Path == ProtoVMPathPerfetto {
-		if err := restore.CheckReplacementSafe(vm.ProgramBytes, int(vm.MemoryLimitKB)*1024); err != nil {
-			k.bad(p+".path", "perfetto: program %q: %v", vm.Program, err)
-		}
-	}
 }

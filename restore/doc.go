@@ -7,8 +7,9 @@
 // so trace_processor imports the packets that survived (restore.go). It
 // also owns the folds' side of transfer_on_clone (transfer.go: a
 // snapshot's copy of the folds and the live folds' adoption of what the
-// snapshot read) and the check that keeps a "perfetto"-path program from
-// destroying events (path.go), which config validation calls.
+// snapshot read). Which path a program serves, and the check that keeps a
+// "perfetto"-path program from destroying events, are config validation
+// (protovm_path.go, with the configuration).
 //
 // The session core (package pipeline) drives it, on its one goroutine:
 // it builds a Set per buffer (NewSet, AddProgram), routes the buffer's

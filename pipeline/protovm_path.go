@@ -1,4 +1,4 @@
-package restore
+package pipeline
 
 import (
 	"fmt"
@@ -11,14 +11,48 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-// This file holds the check behind a data source's ProtoVM path choice
-// (the config's protovm.path; the session core folds "restore" programs
-// here and hands "perfetto" ones to protovm.Instances): at config load it
-// refuses a program that would destroy events on the "perfetto" path: trace_processor applies every
+// This file decides which path a data source's ProtoVM program serves
+// (ProtoVMConfig.Path) and refuses, at config load, a program that would
+// destroy events on the "perfetto" path: trace_processor applies every
 // packet of a registered sequence to the VM and replaces each packet whose
 // patch returns Ok by the VM's state (trace-processor-import.md §5), so a
 // program that returns Ok for a packet carrying an event makes that event
 // vanish from the imported trace.
+
+// resolveProtoVMPath sets vm.Path from the config or from what the YAML
+// program declares (src, nil for compiled programs), and checks a
+// "perfetto" program against the probe packets.
+func resolveProtoVMPath(k *checker, p string, vm *ProtoVMConfig, src []byte) {
+	declared := ""
+	if src != nil {
+		d, err := protovm.Serves(src)
+		if err != nil {
+			k.bad(p+".program", "%q: %v", vm.Program, err)
+			return
+		}
+		declared = d
+	}
+	switch vm.Path {
+	case "":
+		vm.Path = declared
+		if vm.Path == "" {
+			vm.Path = ProtoVMPathRestore
+		}
+	case ProtoVMPathRestore, ProtoVMPathPerfetto:
+		if declared != "" && declared != vm.Path {
+			k.bad(p+".path", "%s, but program %q declares serves: %s", vm.Path, vm.Program, declared)
+			return
+		}
+	default:
+		k.bad(p+".path", "%q: want %s or %s", vm.Path, ProtoVMPathRestore, ProtoVMPathPerfetto)
+		return
+	}
+	if vm.Path == ProtoVMPathPerfetto {
+		if err := checkReplacementSafe(vm.ProgramBytes, int(vm.MemoryLimitKB)*1024); err != nil {
+			k.bad(p+".path", "perfetto: program %q: %v", vm.Program, err)
+		}
+	}
+}
 
 // replacementProbe is a packet a "perfetto" program must return Error (or
 // Abort) for.
@@ -70,11 +104,11 @@ func replacementProbes() []replacementProbe {
 	}
 }
 
-// CheckReplacementSafe returns an error naming the first probe event packet
+// checkReplacementSafe returns an error naming the first probe event packet
 // the program returns Ok for. The probes are offered to one VM in turn, as
 // a trace's packets are, so a program that needs an earlier packet to
 // accept a later one is caught too.
-func CheckReplacementSafe(program []byte, limit int) error {
+func checkReplacementSafe(program []byte, limit int) error {
 	vm, err := protovm.New(program, limit)
 	if err != nil {
 		return err
