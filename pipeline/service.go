@@ -36,7 +36,8 @@ type Options struct {
 	Logger *slog.Logger
 	// SnapshotSink, if set, opens one more destination for each clone
 	// snapshot (n: its number, trigger: its trigger's name), besides the
-	// files next to the file sinks (flightrec_snapshot.go). For embedding and tests.
+	// files next to the file sinks (flightrec_snapshot.go). For
+	// embedding and tests.
 	SnapshotSink func(n int, trigger string) (sinks.Sink, error)
 	// OnCloneTrigger, if set, is called (from any goroutine, stop_delay
 	// after the trigger acted) for each clone_snapshot trigger instead of
@@ -100,9 +101,8 @@ const (
 type Service struct {
 	cfg  *Config
 	opts Options
-	uid  int32 // this process's, stamped on the service's own packets
+	uid  int32
 	pid  int32
-	ran  bool // Run was called (service.go)
 
 	buffers []*bufferState // the trace buffers, in config order (bufferState below)
 
@@ -120,6 +120,7 @@ type Service struct {
 
 	status  statusCell // the published status line (status.go)
 	refused refusals   // requests from outside turned down (refusals.go)
+	ran     bool       // Run was called (service.go)
 }
 
 // producerSet holds the producers and what reaches the loop from them
