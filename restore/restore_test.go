@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/internal/wire"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -38,20 +39,20 @@ func newTestRestoreSet(t *testing.T) *Set {
 func namesPacket(flags uint64, names map[uint64]string) []byte {
 	var id []byte
 	for _, iid := range slices.Sorted(maps.Keys(names)) {
-		id = appendMessage(id, 2, appendString(appendVarint(nil, 1, iid), 2, names[iid]))
+		id = wire.AppendBytes(id, 2, wire.AppendString(wire.AppendVarint(nil, 1, iid), 2, names[iid]))
 	}
-	p := appendVarint(nil, tracefile.FieldTimestamp, 5)
+	p := wire.AppendVarint(nil, tracefile.FieldTimestamp, 5)
 	if flags != 0 {
-		p = appendVarint(p, tracefile.FieldSequenceFlags, flags)
+		p = wire.AppendVarint(p, tracefile.FieldSequenceFlags, flags)
 	}
-	return appendMessage(p, tracefile.FieldInternedData, id)
+	return wire.AppendBytes(p, tracefile.FieldInternedData, id)
 }
 
 // eventPacket is a NEEDS slice packet using name iid.
 func eventPacket(iid uint64) []byte {
-	p := appendVarint(nil, tracefile.FieldTimestamp, 7)
-	p = appendVarint(p, tracefile.FieldSequenceFlags, tracefile.SeqNeedsIncrementalState)
-	return appendMessage(p, tracefile.FieldTrackEvent, appendVarint(appendVarint(nil, 9, 1), 10, iid))
+	p := wire.AppendVarint(nil, tracefile.FieldTimestamp, 7)
+	p = wire.AppendVarint(p, tracefile.FieldSequenceFlags, tracefile.SeqNeedsIncrementalState)
+	return wire.AppendBytes(p, tracefile.FieldTrackEvent, wire.AppendVarint(wire.AppendVarint(nil, 9, 1), 10, iid))
 }
 
 // readBack runs the readback's restore step for one packet of (1, writer)
@@ -261,7 +262,7 @@ func TestRestoreOnProducerLoss(t *testing.T) {
 	if out := readBack(t, r, 1, namesPacket(1, map[uint64]string{1: "a"}), 0); len(out) != 1 {
 		t.Fatalf("clearing packet: %d packets", len(out))
 	}
-	withLoss := appendVarint(eventPacket(1), tracefile.FieldPreviousPacketDropped, tracefile.LossPresent|tracefile.LossSMBFull)
+	withLoss := wire.AppendVarint(eventPacket(1), tracefile.FieldPreviousPacketDropped, tracefile.LossPresent|tracefile.LossSMBFull)
 	out := readBack(t, r, 1, withLoss, 0) // no buffer loss, nothing overwritten
 	if len(out) != 2 || out[0].info.PreviousPacketDropped != tracefile.LossPresent|tracefile.LossSMBFull {
 		t.Fatalf("%d packets, restore loss %d", len(out), out[0].info.PreviousPacketDropped)
