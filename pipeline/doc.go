@@ -7,7 +7,12 @@
 // incremental-state clearing and duration. With ProtoVM programs on the
 // restore path it also folds each sequence's incremental state and writes a
 // restore packet ahead of a sequence's first packet after a loss
-// (restore.go), so ring-wrapped traces import in trace_processor.
+// (package restore, driven from the loop: service.go builds the folds and
+// routes overwrites to them, readback.go asks for a restore ahead of each
+// packet), so ring-wrapped traces import in trace_processor. Its flight
+// recorder (clone snapshots, transfer_on_clone, triggers, rotation) runs
+// on the same loop, in the files named flightrec_*.go; trigger matching
+// and clone memory, which need none of the loop, are package flightrec.
 //
 // Goroutines of a running Service:
 //   - the service goroutine (the caller of Run) owns every TraceBuffer and

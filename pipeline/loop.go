@@ -16,7 +16,7 @@ const (
 // loopTimers are the session's periodic timers; nil channels never fire.
 type loopTimers struct {
 	read, flush, clear <-chan time.Time
-	rotate             <-chan time.Time // rotate_period (rotate.go)
+	rotate             <-chan time.Time // rotate_period (flightrec_rotate.go)
 	status             *time.Ticker
 	start              *time.Timer // bounds the data sources' Start
 	stop               []*time.Ticker

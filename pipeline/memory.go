@@ -10,7 +10,7 @@ import (
 
 // The session's large fixed allocations live outside the Go heap: the
 // buffers (buffer.New maps them), plugin and Perfetto SMBs (shared
-// memory) and snapshot clones (snapshotMem). What stays on the heap is
+// memory) and snapshot clones (flightrec.CloneMem). What stays on the heap is
 // bounded by the configuration: the SMBs of in-process data sources
 // (smb.NewHeapSMB: a lagging in-process writer must never fault on an
 // unmapped SMB), the output batches on their way to the sinks, ProtoVM

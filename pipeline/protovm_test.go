@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -14,35 +15,7 @@ import (
 // payload, varints their value). Malformed input fails the test.
 func fields(t *testing.T, b []byte, fn func(num protowire.Number, v uint64, payload []byte)) {
 	t.Helper()
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			t.Fatalf("bad tag in %x", b)
-		}
-		b = b[n:]
-		switch typ {
-		case protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				t.Fatal("bad varint")
-			}
-			fn(num, v, nil)
-			b = b[n:]
-		case protowire.BytesType:
-			p, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				t.Fatal("bad bytes")
-			}
-			fn(num, 0, p)
-			b = b[n:]
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				t.Fatal("bad field")
-			}
-			b = b[n:]
-		}
-	}
+	testsupport.Fields(t, b, fn)
 }
 
 // internedNames returns the event-name iids a TracePacket (or a ProtoVM

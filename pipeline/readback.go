@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/restore"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -100,8 +101,8 @@ func (s *Service) readPass(final, early bool) {
 		if s.trig.timedOut {
 			break // trigger_timeout: the session returns no data
 		}
-		if !final && bs.restore.holdsReadback() {
-			continue // its states come back with a snapshot (snapshot_transfer.go)
+		if !final && bs.restore.HoldsReadback() {
+			continue // its states come back with a snapshot (flightrec_transfer.go)
 		}
 		complete := true
 		bs.buf.BeginRead()
@@ -175,7 +176,7 @@ func (b *batch) appendValid(p *buffer.Packet) (start int, ok bool) {
 
 // stamp ends the packet appendValid appended at start: a sequence state
 // restore ahead of it when rs says so, then its trusted fields.
-func (b *batch) stamp(rs *restoreSet, p *buffer.Packet, start int, seqID uint32) {
+func (b *batch) stamp(rs *restore.Set, p *buffer.Packet, start int, seqID uint32) {
 	tr := tracefile.Trusted{
 		UID:                   p.Seq.Client.UID,
 		SequenceID:            seqID,
@@ -184,8 +185,8 @@ func (b *batch) stamp(rs *restoreSet, p *buffer.Packet, start int, seqID uint32)
 		PreviousPacketDropped: p.PreviousPacketDropped,
 	}
 	if rs != nil {
-		if q := rs.seq(p.Seq.ProducerID, p.Seq.WriterID); q != nil {
-			tr = rs.restoreAhead(b, q, start, tr) // restore.go
+		if q := rs.Seq(p.Seq.ProducerID, p.Seq.WriterID); q != nil {
+			b.data, b.ends, tr = rs.Ahead(b.data, b.ends, q, start, tr) // package restore
 		}
 	}
 	b.data = tracefile.AppendTrusted(b.data, tr)

@@ -10,7 +10,7 @@ import (
 // sequence, keys alternating between buffers and keys coming back all get
 // the id assigned on first use, and each buffer lists each sequence once.
 func TestSequenceIDCache(t *testing.T) {
-	s := &Service{seqIDs: map[uint32]uint32{}, nextSeqID: 2}
+	s := &Service{readState: readState{seqIDs: map[uint32]uint32{}, nextSeqID: 2}}
 	a := &bufferState{seqSeen: map[uint32]bool{}}
 	b := &bufferState{seqSeen: map[uint32]bool{}}
 	type call struct {

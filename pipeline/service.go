@@ -13,6 +13,7 @@ import (
 	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
+	"github.com/tracepipe/tracepipe/restore"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/smb"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -35,7 +36,8 @@ type Options struct {
 	Logger *slog.Logger
 	// SnapshotSink, if set, opens one more destination for each clone
 	// snapshot (n: its number, trigger: its trigger's name), besides the
-	// files next to the file sinks (snapshot.go). For embedding and tests.
+	// files next to the file sinks (flightrec_snapshot.go). For
+	// embedding and tests.
 	SnapshotSink func(n int, trigger string) (sinks.Sink, error)
 	// OnCloneTrigger, if set, is called (from any goroutine, stop_delay
 	// after the trigger acted) for each clone_snapshot trigger instead of
@@ -102,46 +104,95 @@ type Service struct {
 	uid  int32
 	pid  int32
 
-	buffers   []*bufferState
+	buffers []*bufferState // the trace buffers, in config order (bufferState below)
+
+	// Each group below is owned by the file its comment names: the
+	// fields are promoted, so that file's code reads s.field, and a
+	// reader finds who writes a field by its group.
+	producerSet    // the data sources' producers, their commits and lifecycle (producer.go, restart.go)
+	loopState      // the event loop's phase, timers and stop conditions (loop.go)
+	flushState     // the flush in flight (flush.go)
+	readState      // sequence ids and the packet being read (readback.go)
+	statsState     // counters and what the service writes itself (servicepackets.go)
+	outputStage    // batches on their way to the sink lanes (fanout.go)
+	flightRecorder // clone snapshots and triggers (flightrec_snapshot.go, flightrec_triggers.go)
+	loopCalls      // calls from other goroutines (loopcall.go)
+
+	status  statusCell // the published status line (status.go)
+	refused refusals   // requests from outside turned down (refusals.go)
+	ran     bool       // Run was called (service.go)
+}
+
+// producerSet holds the producers and what reaches the loop from them
+// (producer.go; restarts: restart.go; Perfetto producers:
+// perfetto_producer.go).
+type producerSet struct {
 	producers []*producer
 	perfetto  *perfettoSession // its identity for Perfetto producers (nil: none yet)
-	lanes     []*sinks.Lane    // one per sink (fanout.go)
 
 	commits  chan commitMsg
 	notes    chan note     // producers' lifecycle reports
 	finished chan struct{} // closed when Run stops accepting commits
 
-	// Service-goroutine state.
-	seqIDs    map[uint32]uint32 // producer<<16|writer → trusted_packet_sequence_id
-	nextSeqID uint32
-	flush     *pendingFlush
-	flushID   uint64
-	// finalFlushOK is the final flush's outcome.
-	finalFlushOK bool
-	timers       loopTimers
-	phase        int
+	// neverStart: the session was disabled before it started
+	// (DisableBeforeStart); Run starts no data source.
+	neverStart      bool
+	allStarted      bool
+	startErrs       []error        // data sources that failed to start, in order
+	abort           error          // a start failure with on_start_error: abort
+	restartC        chan *producer // dead plugins whose restart backoff elapsed
+	restartsPending int
+}
+
+// loopState is the event loop's own state (loop.go), on the service
+// goroutine.
+type loopState struct {
+	timers loopTimers
+	phase  int
 	// stopRecording fires when the duration elapsed or Run's ctx ended;
 	// recordingStopped records that it did.
 	stopRecording    <-chan struct{}
 	recordingStopped bool
 	sinkStopped      bool // sinkStop was seen (a sink with on_error: stop failed)
-	allStarted       bool
-	startErrs        []error        // data sources that failed to start, in order
-	abort            error          // a start failure with on_start_error: abort
-	restartC         chan *producer // dead plugins whose restart backoff elapsed
-	restartsPending  int
-	counters         counters
-	events           []serviceEvent // lifecycle events not yet written
-	firstPass        bool           // the first read pass has been written
-	traceUUID        [2]int64
-	startClock       []tracefile.Clock
-	lastStats        time.Time
-	pkt              buffer.Packet
 	readSoon         bool
-	scratch          []byte // service packets are built here
 	start            time.Time
+}
 
-	// Output stage (fanout.go).
+// flushState is the flush in flight and the final flush's outcome
+// (flush.go), on the service goroutine.
+type flushState struct {
+	flush   *pendingFlush
+	flushID uint64
+	// finalFlushOK is the final flush's outcome.
+	finalFlushOK bool
+}
+
+// readState is the read pass's state (readback.go), on the service
+// goroutine.
+type readState struct {
+	seqIDs    map[uint32]uint32 // producer<<16|writer → trusted_packet_sequence_id
+	nextSeqID uint32
+	pkt       buffer.Packet
+}
+
+// statsState is the session's counters and the packets the service
+// writes itself: TraceStats, lifecycle events, clock snapshots, the trace
+// uuid (servicepackets.go), on the service goroutine.
+type statsState struct {
+	counters   counters
+	events     []serviceEvent // lifecycle events not yet written
+	firstPass  bool           // the first read pass has been written
+	traceUUID  [2]int64
+	startClock []tracefile.Clock
+	lastStats  time.Time
+	scratch    []byte // service packets are built here
+}
+
+// outputStage hands read batches to the sinks' lanes (fanout.go): the
+// service goroutine fills cur and sends it on out; the output goroutine
+// writes it to every lane.
+type outputStage struct {
+	lanes        []*sinks.Lane // one per sink
 	free         *batchPool
 	out          chan *batch
 	cur          *batch
@@ -153,21 +204,24 @@ type Service struct {
 	sinkStop     chan struct{} // closed when a sink with on_error: stop failed
 	sinkStopOnce sync.Once
 	sinkErr      error
+}
 
-	// neverStart: the session was disabled before it started
-	// (DisableBeforeStart); Run starts no data source.
-	neverStart bool
+// flightRecorder is the session's flight recorder: clone snapshots
+// (flightrec_snapshot.go, flightrec_transfer.go) and triggers
+// (flightrec_triggers.go); what needs none of the loop is package
+// flightrec.
+type flightRecorder struct {
+	snap snapState
+	trig triggerState
+}
 
-	status  statusCell
-	ran     bool
-	snap    snapState    // clone snapshots (snapshot.go)
-	trig    triggerState // triggers (triggers.go)
-	refused refusals     // requests from outside turned down (refusals.go)
-	// Calls from other goroutines and the flushes they asked for
-	// (loopcall.go).
+// loopCalls are calls from other goroutines and the flushes they asked
+// for (loopcall.go), and Perfetto consumers observing the session
+// (observe.go).
+type loopCalls struct {
 	calls     chan func()
 	flushWant []*flushRequest
-	observers []*observer // observe.go
+	observers []*observer
 }
 
 // bufferState is one configured buffer and what the service tracks of it.
@@ -186,7 +240,7 @@ type bufferState struct {
 	lastSeqID  uint32
 	vms        *protovm.Instances // nil without ProtoVM programs
 	vmGen      uint64             // vms.Generation() when its states were last written
-	restore    *restoreSet        // nil without restore-path programs (restore.go)
+	restore    *restore.Set       // nil without restore-path programs (package restore)
 }
 
 // New builds a session from a validated config: buffers, sinks and one
@@ -205,15 +259,21 @@ func New(cfg *Config, opts Options) (*Service, error) {
 	s := &Service{
 		cfg: cfg, opts: opts,
 		uid: int32(os.Getuid()), pid: int32(os.Getpid()),
-		commits:   make(chan commitMsg, commitQueueLen),
-		notes:     make(chan note, 4*len(cfg.DataSources)+1),
-		restartC:  make(chan *producer, 1),
-		finished:  make(chan struct{}),
-		seqIDs:    map[uint32]uint32{},
-		nextSeqID: 2, // 1 is the service's own sequence
-		outDone:   make(chan struct{}),
-		sinkStop:  make(chan struct{}),
-		calls:     make(chan func(), loopCallQueue),
+		producerSet: producerSet{
+			commits:  make(chan commitMsg, commitQueueLen),
+			notes:    make(chan note, 4*len(cfg.DataSources)+1),
+			restartC: make(chan *producer, 1),
+			finished: make(chan struct{}),
+		},
+		readState: readState{
+			seqIDs:    map[uint32]uint32{},
+			nextSeqID: 2, // 1 is the service's own sequence
+		},
+		outputStage: outputStage{
+			outDone:  make(chan struct{}),
+			sinkStop: make(chan struct{}),
+		},
+		loopCalls: loopCalls{calls: make(chan func(), loopCallQueue)},
 	}
 	s.outCtx, s.outCancel = context.WithCancel(context.Background())
 	s.snap.init()
@@ -332,7 +392,7 @@ func (s *Service) buildProducer(i int, id uint16) (*producer, error) {
 		}
 	}
 	p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
-	p.onTriggers = func(names []string) { s.ActivateTriggers(p.name, names...) } // triggers.go
+	p.onTriggers = func(names []string) { s.ActivateTriggers(p.name, names...) } // flightrec_triggers.go
 	p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
 	return p, nil
 }
@@ -362,7 +422,7 @@ type Result struct {
 	// whose error Run also returns), each as
 	// "data_sources[i] (source): <why>".
 	StartErrors []error
-	// Snapshots counts the session's clone snapshots (snapshot.go).
+	// Snapshots counts the session's clone snapshots (flightrec_snapshot.go).
 	Snapshots SnapshotStats
 	// Triggers counts the triggers received; TriggerTimedOut: no trigger
 	// acted within trigger_timeout or before the session ended
@@ -441,9 +501,9 @@ func (s *Service) buildProtoVMs() error {
 		}
 		if pc.Path != ProtoVMPathPerfetto {
 			if bs.restore == nil {
-				bs.restore = newRestoreSet()
+				bs.restore = restore.NewSet()
 			}
-			bs.restore.programs[p.id] = newRestoreProgram(pc.ProgramBytes, int(pc.MemoryLimitKB)*1024)
+			bs.restore.AddProgram(p.id, restore.NewProgram(pc.ProgramBytes, int(pc.MemoryLimitKB)*1024))
 			continue
 		}
 		if bs.vms == nil {
@@ -454,9 +514,34 @@ func (s *Service) buildProtoVMs() error {
 		}
 	}
 	for _, bs := range s.buffers {
-		bs.observeOverwrites() // restore.go
+		bs.observeOverwrites()
 	}
 	return nil
+}
+
+// observeOverwrites installs the buffer's overwrite observer: packets of
+// producers with a restore program go to their sequence's fold, the others
+// to the buffer's perfetto-path VMs (protovm.Instances), if any.
+func (bs *bufferState) observeOverwrites() {
+	vms, rs := bs.vms, bs.restore
+	switch {
+	case rs == nil && vms == nil:
+	case rs == nil:
+		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
+			vms.Observe(int32(seq.ProducerID), packet)
+		})
+	default:
+		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
+			switch {
+			case rs.Serves(seq.ProducerID):
+				rs.Observe(seq, packet)
+			case vms != nil:
+				vms.Observe(int32(seq.ProducerID), packet)
+			default:
+				rs.CountUnrouted()
+			}
+		})
+	}
 }
 
 // finish ends the session (reference/service.md §3 FlushAndDisableTracing

@@ -144,7 +144,7 @@ func (s *Service) appendEvents(b *batch) {
 		s.emit(b, tracefile.AppendServiceEvent(p, e.kind, 0))
 	}
 	s.events = s.events[:0]
-	s.appendTriggers(b) // triggers.go
+	s.appendTriggers(b) // flightrec_triggers.go
 }
 
 // appendSystemInfo appends a system_info (45) field: utsname, service
@@ -223,11 +223,12 @@ func (s *Service) traceStats() tracefile.TraceStats {
 			tp.ProtoVMPatchesFailed += st.PatchesAbort // Error is a program's normal "not mine"
 			tp.ProtoVMPacketsUnrouted += st.PacketsUnrouted
 		}
-		if r := bs.restore; r != nil {
-			tp.ProtoVMPatchesOK += r.foldOK
-			tp.ProtoVMPatchesFailed += r.foldAborted + r.foldNewFailed
-			tp.ProtoVMPacketsUnrouted += r.unrouted
-			tp.SequenceRestores += r.restores
+		if bs.restore != nil {
+			r := bs.restore.Stats()
+			tp.ProtoVMPatchesOK += r.FoldOK
+			tp.ProtoVMPatchesFailed += r.FoldAborted + r.FoldNewFailed
+			tp.ProtoVMPacketsUnrouted += r.Unrouted
+			tp.SequenceRestores += r.Restores
 		}
 	}
 	trig := s.TriggerStats()

@@ -2,13 +2,11 @@ package pipeline
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"regexp"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tracepipe/tracepipe/control"
+	"github.com/tracepipe/tracepipe/flightrec"
 )
 
 // Triggers with Perfetto's semantics (reference/service.md §3, TraceConfig
@@ -20,11 +18,12 @@ import (
 //   - stop_tracing: the session records; the first trigger that acts
 //     ends it stop_delay later. None within trigger_timeout: no data.
 //   - clone_snapshot: the session goes on; each trigger that acts takes a
-//     snapshot stop_delay later (snapshot.go).
+//     snapshot stop_delay later (flightrec_snapshot.go).
 // A trigger is checked in this order: known name, producer_name_regex
 // (full match against the activating producer's name), skip_probability,
-// max_per_24h; each refusal is counted. Every trigger that acted is
-// written into the trace as a `trigger` packet (46).
+// max_per_24h; each refusal is counted (flightrec.Matcher). Every trigger
+// that acted is written into the trace as a `trigger` packet (46). This
+// file is what a trigger that acted does to the session, on its loop.
 
 // Trigger modes (trigger_config.trigger_mode).
 const (
@@ -108,15 +107,7 @@ func (c *Config) checkTriggers(k *checker) {
 }
 
 // TriggerStats counts what became of the triggers a session received.
-type TriggerStats struct {
-	Received         uint64 // names activated
-	Acted            uint64 // acted (and written as trigger packets)
-	Unknown          uint64 // not in trigger_config (or no trigger_config)
-	ProducerMismatch uint64 // producer_name_regex did not match
-	Skipped          uint64 // skip_probability
-	RateLimited      uint64 // max_per_24h
-	Dropped          uint64 // acted while the service's queue of actions was full
-}
+type TriggerStats = flightrec.TriggerStats
 
 type triggerAct struct {
 	name, producer string
@@ -138,11 +129,7 @@ type CloneTriggerHit struct {
 // triggerState is the session's trigger bookkeeping.
 type triggerState struct {
 	cfg   *TriggerConfig
-	re    []*regexp.Regexp // per spec; nil = any producer
-	mu    sync.Mutex       // guards rng and fired
-	rng   *rand.Rand
-	fired map[string][]time.Time
-	now   func() time.Time
+	match *flightrec.Matcher // whether an activated trigger acts; its counters
 
 	acts     chan triggerAct
 	pkts     []triggerAct // acted, not yet written (service goroutine)
@@ -153,26 +140,19 @@ type triggerState struct {
 	timeoutC <-chan time.Time
 	timers   []*time.Timer
 	timedOut bool
-
-	received, acted, unknown, mismatch, skipped, limited, dropped atomic.Uint64
 }
 
 func (t *triggerState) init(cfg *TriggerConfig, seed uint64) {
 	t.cfg = cfg
 	t.acts = make(chan triggerAct, 64)
-	t.fired = map[string][]time.Time{}
-	t.now = time.Now
-	t.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	if cfg == nil {
-		return
-	}
-	for _, sp := range cfg.Triggers {
-		var re *regexp.Regexp
-		if sp.ProducerNameRegex != "" {
-			re = regexp.MustCompile("^(?:" + sp.ProducerNameRegex + ")$") // validated
+	var rules []flightrec.Rule
+	if cfg != nil {
+		for _, sp := range cfg.Triggers {
+			rules = append(rules, flightrec.Rule{Name: sp.Name, ProducerNameRegex: sp.ProducerNameRegex,
+				StopDelay: sp.StopDelay, MaxPer24h: sp.MaxPer24h, SkipProbability: sp.SkipProbability})
 		}
-		t.re = append(t.re, re)
 	}
+	t.match = flightrec.NewMatcher(rules, seed)
 }
 
 func (t *triggerState) mode() string {
@@ -207,63 +187,18 @@ func (s *Service) ActivateTriggers(producer string, names ...string) (acted []st
 func (s *Service) activateTriggers(producer string, uid int64, names []string) (acted []string) {
 	t := &s.trig
 	for _, name := range names {
-		t.received.Add(1)
-		i := -1
-		if t.cfg != nil {
-			for j, sp := range t.cfg.Triggers {
-				if sp.Name == name {
-					i = j
-					break
-				}
-			}
-		}
-		if i < 0 {
-			t.unknown.Add(1)
+		sp, ok := t.match.Match(name, producer)
+		if !ok {
 			continue
 		}
-		sp := t.cfg.Triggers[i]
-		if re := t.re[i]; re != nil && !re.MatchString(producer) {
-			t.mismatch.Add(1)
-			continue
-		}
-		if !t.admit(sp) {
-			continue
-		}
-		t.acted.Add(1)
 		select {
 		case t.acts <- triggerAct{name: name, producer: producer, producerUID: uid, delay: sp.StopDelay, ts: bootNanos()}:
 			acted = append(acted, name)
 		default:
-			t.dropped.Add(1)
+			t.match.CountDropped()
 		}
 	}
 	return acted
-}
-
-// admit applies skip_probability, then max_per_24h.
-func (t *triggerState) admit(sp TriggerSpec) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if sp.SkipProbability > 0 && t.rng.Float64() < sp.SkipProbability {
-		t.skipped.Add(1)
-		return false
-	}
-	if sp.MaxPer24h > 0 {
-		now := t.now()
-		kept := t.fired[sp.Name][:0]
-		for _, at := range t.fired[sp.Name] {
-			if now.Sub(at) < 24*time.Hour {
-				kept = append(kept, at)
-			}
-		}
-		t.fired[sp.Name] = kept
-		if len(kept) >= int(sp.MaxPer24h) {
-			t.limited.Add(1)
-			return false
-		}
-		t.fired[sp.Name] = append(kept, now)
-	}
-	return true
 }
 
 // triggerStart arms the trigger timeout; it reports whether the data
@@ -372,7 +307,5 @@ func (s *Service) appendTriggers(b *batch) {
 
 // TriggerStats returns the trigger counters so far.
 func (s *Service) TriggerStats() TriggerStats {
-	t := &s.trig
-	return TriggerStats{Received: t.received.Load(), Acted: t.acted.Load(), Unknown: t.unknown.Load(),
-		ProducerMismatch: t.mismatch.Load(), Skipped: t.skipped.Load(), RateLimited: t.limited.Load(), Dropped: t.dropped.Load()}
+	return s.trig.match.Stats()
 }

@@ -249,20 +249,6 @@ func TestTriggerSkipProbabilityIsSeeded(t *testing.T) {
 	}
 }
 
-func TestTriggerRateLimitWindowIs24h(t *testing.T) {
-	var st triggerState
-	st.init(&TriggerConfig{Mode: TriggerModeClone, Triggers: []TriggerSpec{{Name: "t", MaxPer24h: 2}}}, 1)
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	st.now = func() time.Time { return now }
-	sp := st.cfg.Triggers[0]
-	got := []bool{st.admit(sp), st.admit(sp), st.admit(sp)}
-	now = now.Add(24*time.Hour + time.Second)
-	got = append(got, st.admit(sp))
-	if fmt.Sprint(got) != "[true true false true]" {
-		t.Fatalf("admits %v", got)
-	}
-}
-
 func TestTriggerConfigErrorsNameFields(t *testing.T) {
 	cases := map[string]string{
 		"trigger_config.trigger_mode":                    "trigger_config: {trigger_mode: sometimes, triggers: [{name: a}]}",

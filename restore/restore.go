@@ -1,4 +1,4 @@
-package pipeline
+package restore
 
 import (
 	"slices"
@@ -12,7 +12,7 @@ import (
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-// This file holds sequence state restore, tracepipe's answer to ring wrap
+// This file holds the fold and the restore packet, tracepipe's answer to ring wrap
 // (trace-processor-import.md §7 item 7, §8 t2/t4): a data source whose
 // protovm program serves the "restore" path gets, for every one of its
 // sequences, a fold of everything the sequence wrote since its last
@@ -33,8 +33,9 @@ import (
 // trace_processor's state does, which also bounds its memory to one
 // incremental-state generation.
 
-// restoreProgram is the restore-path program of one data source instance.
-type restoreProgram struct {
+// Program is the restore-path program of one data source instance.
+// One Program may serve several Sets (a snapshot's copy shares it).
+type Program struct {
 	program []byte
 	limit   int // bytes
 	// fields, when filtered, are the top-level fields a packet needs for
@@ -45,17 +46,19 @@ type restoreProgram struct {
 	filtered bool
 }
 
-func newRestoreProgram(program []byte, limitBytes int) *restoreProgram {
-	rp := &restoreProgram{program: program, limit: limitBytes}
+// NewProgram returns the restore-path program of a validated ProtoVM
+// program (its bytes) with a memory limit in bytes.
+func NewProgram(program []byte, limitBytes int) *Program {
+	rp := &Program{program: program, limit: limitBytes}
 	if p, err := protovm.ParseProgram(program); err == nil {
 		rp.fields, rp.filtered = p.TopLevelSrcFields()
 	}
 	return rp
 }
 
-// restoreSeq is the fold of one sequence.
-type restoreSeq struct {
-	prog *restoreProgram
+// Seq is the fold of one sequence (Set.Seq).
+type Seq struct {
+	prog *Program
 	vm   *protovm.VM // nil until the sequence's first packet, and after a failed New
 	// pending: packets of the sequence were overwritten since its last
 	// read packet, so the next one read needs a restore.
@@ -64,19 +67,21 @@ type restoreSeq struct {
 	// snapshot's copy: the sequence had moved packets).
 	read bool
 	// sinceTransfer: packets folded while a transfer_on_clone is pending
-	// (snapshot_transfer.go).
+	// (transfer.go).
 	sinceTransfer [][]byte
 }
 
-// restoreSet is the sequence state restore of one buffer. It is used only
-// on the service goroutine (the overwrite observer runs there too).
-type restoreSet struct {
-	programs map[uint16]*restoreProgram // producer id → program
-	seqs     map[uint32]*restoreSeq     // producer<<16|writer
-	join     []byte                     // fragments of an overwritten packet
-	state    []byte                     // serialised state
-	body     []byte                     // the state's incremental fields
-	survivor []byte                     // the packet a restore goes ahead of
+// Set is the sequence state restore of one buffer. It is not safe for
+// concurrent use: the session core uses it only on its goroutine (the
+// buffer's overwrite observer runs there too); a snapshot's copy
+// (CloneForSnapshot) is used only on the snapshot's goroutine.
+type Set struct {
+	programs map[uint16]*Program // producer id → program
+	seqs     map[uint32]*Seq     // producer<<16|writer
+	join     []byte              // fragments of an overwritten packet
+	state    []byte              // serialised state
+	body     []byte              // the state's incremental fields
+	survivor []byte              // the packet a restore goes ahead of
 
 	restores      uint64 // restore packets written
 	foldOK        uint64 // overwritten packets the program returned Ok for
@@ -84,16 +89,42 @@ type restoreSet struct {
 	foldNewFailed uint64 // VMs that could not be created (never for a validated program)
 	unrouted      uint64 // overwritten packets of producers without any program
 
-	transfer *restoreTransfer // a transfer_on_clone pending (snapshot_transfer.go)
+	transfer *transfer // a transfer_on_clone pending (transfer.go)
 }
 
-func newRestoreSet() *restoreSet {
-	return &restoreSet{programs: map[uint16]*restoreProgram{}, seqs: map[uint32]*restoreSeq{}}
+// NewSet returns the restore of one buffer, without programs yet.
+func NewSet() *Set {
+	return &Set{programs: map[uint16]*Program{}, seqs: map[uint32]*Seq{}}
 }
 
-// seq returns the fold of (producer, writer), or nil when the producer
+// AddProgram makes producer's sequences fold with prog.
+func (r *Set) AddProgram(producer uint16, prog *Program) { r.programs[producer] = prog }
+
+// Serves reports whether producer's sequences are folded here (it has a
+// restore program); the overwrite observer routes the others elsewhere.
+func (r *Set) Serves(producer uint16) bool { return r.programs[producer] != nil }
+
+// CountUnrouted counts an overwritten packet that neither this set nor
+// any other ProtoVM took (its producer has no program).
+func (r *Set) CountUnrouted() { r.unrouted++ }
+
+// Stats counts what a Set did, for the TraceStats packet.
+type Stats struct {
+	Restores      uint64 // restore packets written
+	FoldOK        uint64 // overwritten packets the program returned Ok for
+	FoldAborted   uint64 // patches (overwritten or read) the program aborted
+	FoldNewFailed uint64 // VMs that could not be created (never for a validated program)
+	Unrouted      uint64 // overwritten packets of producers without any program
+}
+
+// Stats returns the set's counters.
+func (r *Set) Stats() Stats {
+	return Stats{Restores: r.restores, FoldOK: r.foldOK, FoldAborted: r.foldAborted, FoldNewFailed: r.foldNewFailed, Unrouted: r.unrouted}
+}
+
+// Seq returns the fold of (producer, writer), or nil when the producer
 // has no restore program.
-func (r *restoreSet) seq(producer, writer uint16) *restoreSeq {
+func (r *Set) Seq(producer, writer uint16) *Seq {
 	key := uint32(producer)<<16 | uint32(writer)
 	if q, ok := r.seqs[key]; ok {
 		return q
@@ -102,17 +133,17 @@ func (r *restoreSet) seq(producer, writer uint16) *restoreSeq {
 	if prog == nil {
 		return nil
 	}
-	q := &restoreSeq{prog: prog}
+	q := &Seq{prog: prog}
 	r.seqs[key] = q
 	return q
 }
 
 // fold applies one packet of the sequence (producer bytes, without the
 // trusted suffix) to its state; a CLEARED packet first starts a new state.
-func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
+func (r *Set) fold(q *Seq, packet []byte) protovm.Code {
 	sc := scanPacket(packet, q.prog)
 	if r.transfer != nil && (sc.relevant || sc.cleared) {
-		r.logFold(q, packet) // snapshot_transfer.go
+		r.logFold(q, packet) // transfer.go
 	}
 	if q.vm == nil || sc.cleared {
 		vm, err := protovm.New(q.prog.program, q.prog.limit)
@@ -133,34 +164,11 @@ func (r *restoreSet) fold(q *restoreSeq, packet []byte) protovm.Code {
 	return st.Code
 }
 
-// observeOverwrites installs the buffer's overwrite observer: packets of
-// producers with a restore program go to their sequence's fold, the others
-// to the buffer's perfetto-path VMs (protovm.Instances), if any.
-func (bs *bufferState) observeOverwrites() {
-	vms, rs := bs.vms, bs.restore
-	switch {
-	case rs == nil && vms == nil:
-	case rs == nil:
-		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
-			vms.Observe(int32(seq.ProducerID), packet)
-		})
-	default:
-		bs.buf.SetOverwriteObserver(func(seq buffer.SequenceProperties, packet [][]byte) {
-			switch {
-			case rs.programs[seq.ProducerID] != nil:
-				rs.observe(seq, packet)
-			case vms != nil:
-				vms.Observe(int32(seq.ProducerID), packet)
-			default:
-				rs.unrouted++
-			}
-		})
-	}
-}
-
-// observe is the overwrite observer's part for restore sequences.
-func (r *restoreSet) observe(seq buffer.SequenceProperties, fragments [][]byte) {
-	q := r.seq(seq.ProducerID, seq.WriterID)
+// Observe folds one overwritten packet (its fragments, in order) of a
+// sequence: the buffer's overwrite observer calls it for producers the set
+// Serves. The packet was never validated: malformed bytes end its scan.
+func (r *Set) Observe(seq buffer.SequenceProperties, fragments [][]byte) {
+	q := r.Seq(seq.ProducerID, seq.WriterID)
 	if q == nil {
 		return
 	}
@@ -199,7 +207,7 @@ type packetScan struct {
 // scanPacket reads a producer packet's top level. Malformed bytes end the
 // scan (the packet was validated before it is read back; an overwritten
 // one may not have been).
-func scanPacket(b []byte, prog *restoreProgram) packetScan {
+func scanPacket(b []byte, prog *Program) packetScan {
 	sc := packetScan{relevant: prog == nil || !prog.filtered}
 	for it := wire.Fields(b); it.Next(); {
 		f := it.Field()
@@ -221,15 +229,18 @@ func scanPacket(b []byte, prog *restoreProgram) packetScan {
 	return sc
 }
 
-// restoreAhead runs for each validated packet of a restore sequence read
-// back into b (its producer bytes at b.data[start:]), before the trusted
-// suffix is stamped. If the packet follows a loss — the buffer's (tr) or
+// Ahead runs for each validated packet of a restore sequence read back
+// into data (its producer bytes at data[start:]; ends holds the end offset
+// of each earlier packet), before the trusted suffix is stamped. If the packet follows a loss — the buffer's (tr) or
 // the producer's own previous_packet_dropped (SMB_FULL) — and does not
 // clear the state itself, a restore is inserted ahead of it and the loss
 // moves onto the restore: the packet then carries previous_packet_dropped
 // = 0 (appended, so it overrides the producer's). The packet is then
-// folded. It returns the trusted fields to stamp on the packet.
-func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefile.Trusted) tracefile.Trusted {
+// folded. It returns data and ends with the restore packets appended and
+// the packet (unstamped) after them, and the trusted fields to stamp on
+// the packet. In steady state (no restore due) it does not allocate.
+func (r *Set) Ahead(data []byte, ends []int, q *Seq, start int, tr tracefile.Trusted) ([]byte, []int, tracefile.Trusted) {
+	b := out{data: data, ends: ends}
 	pkt := b.data[start:]
 	sc := scanPacket(pkt, nil)
 	if (tr.PreviousPacketDropped != 0 || sc.loss != 0 || q.pending) && q.vm != nil && !sc.cleared {
@@ -237,7 +248,7 @@ func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefi
 		b.data = b.data[:start]
 		rt := tr
 		rt.PreviousPacketDropped |= sc.loss
-		r.appendRestore(b, q, r.survivor, rt)
+		r.appendRestore(&b, q, r.survivor, rt)
 		tr.PreviousPacketDropped = 0
 		start = len(b.data)
 		b.data = append(b.data, r.survivor...)
@@ -251,7 +262,13 @@ func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefi
 	}
 	q.pending, q.read = false, true
 	r.fold(q, pkt)
-	return tr
+	return b.data, b.ends, tr
+}
+
+// out is where Ahead appends: packets back to back and their ends.
+type out struct {
+	data []byte
+	ends []int
 }
 
 // appendRestore writes the restore of q ahead of survivor: the restore
@@ -260,7 +277,7 @@ func (r *restoreSet) restoreAhead(b *batch, q *restoreSeq, start int, tr tracefi
 // state, TrackEvent last (a counter event needs its track's descriptor
 // before it in file order), each with the survivor's timestamp (and
 // clock) when it has one.
-func (r *restoreSet) appendRestore(b *batch, q *restoreSeq, survivor []byte, tr tracefile.Trusted) {
+func (r *Set) appendRestore(b *out, q *Seq, survivor []byte, tr tracefile.Trusted) {
 	r.state = q.vm.SerializeIncrementalState(r.state[:0])
 	r.body = r.body[:0]
 	var events bool

@@ -1,4 +1,4 @@
-package pipeline
+package restore
 
 import (
 	"bytes"
@@ -11,12 +11,13 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/internal/wire"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
 // newTestRestoreSet gives producer 1 the interned_data.yaml program.
-func newTestRestoreSet(t *testing.T) *restoreSet {
+func newTestRestoreSet(t *testing.T) *Set {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join("..", "configs", "protovm", "interned_data.yaml"))
 	if err != nil {
@@ -26,8 +27,8 @@ func newTestRestoreSet(t *testing.T) *restoreSet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newRestoreSet()
-	r.programs[1] = newRestoreProgram(prog, 64<<10)
+	r := NewSet()
+	r.programs[1] = NewProgram(prog, 64<<10)
 	if !r.programs[1].filtered {
 		t.Fatal("interned_data.yaml cannot be prefiltered")
 	}
@@ -38,28 +39,28 @@ func newTestRestoreSet(t *testing.T) *restoreSet {
 func namesPacket(flags uint64, names map[uint64]string) []byte {
 	var id []byte
 	for _, iid := range slices.Sorted(maps.Keys(names)) {
-		id = appendMessage(id, 2, appendString(appendVarint(nil, 1, iid), 2, names[iid]))
+		id = wire.AppendBytes(id, 2, wire.AppendString(wire.AppendVarint(nil, 1, iid), 2, names[iid]))
 	}
-	p := appendVarint(nil, tracefile.FieldTimestamp, 5)
+	p := wire.AppendVarint(nil, tracefile.FieldTimestamp, 5)
 	if flags != 0 {
-		p = appendVarint(p, tracefile.FieldSequenceFlags, flags)
+		p = wire.AppendVarint(p, tracefile.FieldSequenceFlags, flags)
 	}
-	return appendMessage(p, tracefile.FieldInternedData, id)
+	return wire.AppendBytes(p, tracefile.FieldInternedData, id)
 }
 
 // eventPacket is a NEEDS slice packet using name iid.
 func eventPacket(iid uint64) []byte {
-	p := appendVarint(nil, tracefile.FieldTimestamp, 7)
-	p = appendVarint(p, tracefile.FieldSequenceFlags, tracefile.SeqNeedsIncrementalState)
-	return appendMessage(p, tracefile.FieldTrackEvent, appendVarint(appendVarint(nil, 9, 1), 10, iid))
+	p := wire.AppendVarint(nil, tracefile.FieldTimestamp, 7)
+	p = wire.AppendVarint(p, tracefile.FieldSequenceFlags, tracefile.SeqNeedsIncrementalState)
+	return wire.AppendBytes(p, tracefile.FieldTrackEvent, wire.AppendVarint(wire.AppendVarint(nil, 9, 1), 10, iid))
 }
 
 // readBack runs the readback's restore step for one packet of (1, writer)
 // and returns the packets it put into the batch.
-func readBack(t *testing.T, r *restoreSet, writer uint16, pkt []byte, loss uint32) []tracePacket {
+func readBack(t *testing.T, r *Set, writer uint16, pkt []byte, loss uint32) []tracePacket {
 	t.Helper()
 	var b batch
-	q := r.seq(1, writer)
+	q := r.Seq(1, writer)
 	if q == nil {
 		t.Fatal("no fold for producer 1")
 	}
@@ -105,8 +106,8 @@ func eventNames(t *testing.T, pkt []byte) map[uint64]string {
 	return out
 }
 
-func overwrite(r *restoreSet, writer uint16, pkt []byte) {
-	r.observe(buffer.SequenceProperties{ProducerID: 1, WriterID: writer}, [][]byte{pkt[:3], pkt[3:]})
+func overwrite(r *Set, writer uint16, pkt []byte) {
+	r.Observe(buffer.SequenceProperties{ProducerID: 1, WriterID: writer}, [][]byte{pkt[:3], pkt[3:]})
 }
 
 // Two writers of one data source intern iid 1 with different names: each
@@ -175,7 +176,7 @@ func TestRestoreFoldRules(t *testing.T) {
 		t.Fatalf("fold did not restart at CLEARED: %v", eventNames(t, out[0].raw))
 	}
 	// Producers without a program are not folded.
-	if r.seq(2, 1) != nil {
+	if r.Seq(2, 1) != nil {
 		t.Fatal("fold for a producer without program")
 	}
 }
@@ -185,7 +186,7 @@ func TestRestoreFoldRules(t *testing.T) {
 // sequence.
 func TestRestoreStepNoAlloc(t *testing.T) {
 	r := newTestRestoreSet(t)
-	q := r.seq(1, 1)
+	q := r.Seq(1, 1)
 	var b batch
 	ev := eventPacket(1)
 	names := namesPacket(0, map[uint64]string{1: "a"})
@@ -203,7 +204,7 @@ func TestRestoreStepNoAlloc(t *testing.T) {
 func BenchmarkRestoreStep(b *testing.B) {
 	t := &testing.T{}
 	r := newTestRestoreSet(t)
-	q := r.seq(1, 1)
+	q := r.Seq(1, 1)
 	var bt batch
 	ev := eventPacket(1)
 	bt.data = append(bt.data, namesPacket(1, map[uint64]string{1: "a"})...)
@@ -232,7 +233,7 @@ func FuzzRestore(f *testing.F) {
 			}
 			pkt := chunk[1:]
 			if chunk[0]%2 == 0 {
-				r.observe(buffer.SequenceProperties{ProducerID: 1, WriterID: 1}, [][]byte{pkt})
+				r.Observe(buffer.SequenceProperties{ProducerID: 1, WriterID: 1}, [][]byte{pkt})
 				continue
 			}
 			if tracefile.ValidateProducerPacket(pkt) != nil {
@@ -261,7 +262,7 @@ func TestRestoreOnProducerLoss(t *testing.T) {
 	if out := readBack(t, r, 1, namesPacket(1, map[uint64]string{1: "a"}), 0); len(out) != 1 {
 		t.Fatalf("clearing packet: %d packets", len(out))
 	}
-	withLoss := appendVarint(eventPacket(1), tracefile.FieldPreviousPacketDropped, tracefile.LossPresent|tracefile.LossSMBFull)
+	withLoss := wire.AppendVarint(eventPacket(1), tracefile.FieldPreviousPacketDropped, tracefile.LossPresent|tracefile.LossSMBFull)
 	out := readBack(t, r, 1, withLoss, 0) // no buffer loss, nothing overwritten
 	if len(out) != 2 || out[0].info.PreviousPacketDropped != tracefile.LossPresent|tracefile.LossSMBFull {
 		t.Fatalf("%d packets, restore loss %d", len(out), out[0].info.PreviousPacketDropped)

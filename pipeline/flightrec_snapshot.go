@@ -12,8 +12,9 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/flightrec"
 	"github.com/tracepipe/tracepipe/plugins"
-	"github.com/tracepipe/tracepipe/protovm"
+	"github.com/tracepipe/tracepipe/restore"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -30,7 +31,7 @@ import (
 // memory costs ~750 ms for 256 MiB here, nearly all page faults, which
 // would stall commits and make producers lose data. So:
 //   - the clone's memory is mmapped with MAP_POPULATE on a goroutine of
-//     its own (snapshotMem) before the clone begins: the faults happen
+//     its own (flightrec.CloneMem) before the clone begins: the faults happen
 //     there, never on the service goroutine;
 //   - the clone captures cursors, sequence states, ProtoVM and restore
 //     state at once (O(sequences + chunks), not O(bytes)), then copies the
@@ -109,7 +110,7 @@ type snapshot struct {
 
 	pending  []*buffer.PendingClone // nil for a buffer moved into the snapshot
 	moved    []*buffer.TraceBuffer  // transfer_on_clone: the buffer itself
-	restores []*restoreSet
+	restores []*restore.Set
 	preamble [][]byte // service packets, in order
 	stats    tracefile.TraceStats
 	seqIDs   map[uint32]uint32
@@ -189,7 +190,7 @@ func (s *Service) snapRequested(sn *snapshot) {
 	}
 	go func() {
 		for _, n := range sizes {
-			m, rel, err := snapshotMem(n)
+			m, rel, err := flightrec.CloneMem(n)
 			if err != nil {
 				sn.err = fmt.Errorf("allocating %d bytes for the clone: %w", n, err)
 				break
@@ -298,12 +299,12 @@ func (s *Service) snapCapture(sn *snapshot) {
 				return
 			}
 			sn.moved[i] = moved
-			bs.restore.beginTransfer() // snapshot_transfer.go
+			bs.restore.BeginTransfer() // flightrec_transfer.go
 			sn.pending = append(sn.pending, nil)
 			if bs.vms != nil && bs.vms.Len() > 0 {
 				add(bs.vms.CloneReadOnly().AppendProtoVMsField(s.servicePacket()))
 			}
-			sn.restores = append(sn.restores, bs.restore.cloneForSnapshot())
+			sn.restores = append(sn.restores, bs.restore.CloneForSnapshot())
 			continue
 		}
 		pc, err := bs.buf.BeginClone(sn.mems[i])
@@ -315,7 +316,7 @@ func (s *Service) snapCapture(sn *snapshot) {
 		if bs.vms != nil && bs.vms.Len() > 0 {
 			add(bs.vms.CloneReadOnly().AppendProtoVMsField(s.servicePacket()))
 		}
-		sn.restores = append(sn.restores, bs.restore.cloneForSnapshot())
+		sn.restores = append(sn.restores, bs.restore.CloneForSnapshot())
 	}
 	s.scratch = s.scratch[:0]
 	sn.preamble = pre
@@ -474,33 +475,6 @@ func appendTriggerPacket(dst []byte, field protowire.Number, ts uint64, name, pr
 	}
 	dst = protowire.AppendTag(dst, field, protowire.BytesType)
 	return protowire.AppendBytes(dst, t)
-}
-
-// cloneForSnapshot copies the restore set for a snapshot's readback:
-// each sequence's fold becomes a VM of its own holding the state as of
-// now (the live one keeps folding), so a snapshot's restores describe
-// exactly what its window lost. nil for a buffer without restore.
-func (r *restoreSet) cloneForSnapshot() *restoreSet {
-	if r == nil {
-		return nil
-	}
-	c := newRestoreSet()
-	for k, v := range r.programs {
-		c.programs[k] = v
-	}
-	for k, q := range r.seqs {
-		cq := &restoreSeq{prog: q.prog, pending: q.pending}
-		if q.vm != nil {
-			vm, _, err := protovm.NewWithState(q.prog.program, q.prog.limit, q.vm.SerializeIncrementalState(nil))
-			if err == nil {
-				cq.vm = vm
-			} else {
-				c.foldNewFailed++
-			}
-		}
-		c.seqs[k] = cq
-	}
-	return c
 }
 
 // snapshotLanes opens where a snapshot goes, each sink in a lane of its
@@ -711,7 +685,7 @@ func (r *snapReader) read(emit func(*sinks.Item)) {
 			}
 		}
 		if rs != nil {
-			r.restores += rs.restores
+			r.restores += rs.Stats().Restores
 		}
 	}
 	flush()

@@ -1,13 +1,14 @@
-package pipeline
+package flightrec
 
 import "golang.org/x/sys/unix"
 
-// snapshotMem allocates n bytes for a clone, pre-faulted (MAP_POPULATE),
+// CloneMem allocates n bytes for a clone, pre-faulted (MAP_POPULATE),
 // outside the Go heap so that releasing it gives the pages back to the
-// OS at once: memory is 2× the buffers only while a snapshot runs. It is
-// called on the snapshot's goroutine, never on the service's, because
+// OS at once: memory is 2× the buffers only while a snapshot runs. Call
+// it on the snapshot's goroutine, never on the session core's, because
 // faulting in a 256 MiB buffer takes far longer than the pause budget.
-func snapshotMem(n int) ([]byte, func(), error) {
+// The returned func unmaps the memory; call it once, after the last use.
+func CloneMem(n int) ([]byte, func(), error) {
 	if n == 0 {
 		return nil, func() {}, nil
 	}
