@@ -241,7 +241,7 @@ func (s *Service) startFailed(p *producer, err error) {
 func (s *Service) startTimedOut() {
 	for _, p := range s.producers {
 		if p.state == stateStarting {
-			p.side.close() // a plugin hung in its handshake or Start
+			p.side.Close() // a plugin hung in its handshake or Start
 			// An in-process Start that returns after all is stopped then,
 			// not left running into an SMB nobody reads.
 			p.requestStop()

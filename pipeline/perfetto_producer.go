@@ -597,6 +597,8 @@ func (s *Service) newPerfettoProducer(spec producerSpec, c *perfettoConn, desc *
 	return p, nil
 }
 
+var _ Transport = (*perfettoSide)(nil)
+
 // perfettoSide is one data source instance served by a Perfetto producer
 // over IPC: commands go on the connection's GetAsyncCommand stream, its
 // commits and notifications come back through PerfettoProducers.
@@ -689,7 +691,7 @@ func stopPerfettoInstances(ps []*producer) {
 	}
 }
 
-func (ps *perfettoSide) start(*producer) error {
+func (ps *perfettoSide) Start(Link) error {
 	if err := ps.begin(); err != nil {
 		return err
 	}
@@ -735,12 +737,12 @@ func (ps *perfettoSide) scrapes(w uint16) bool {
 	return target == ps.p.wire && c.routeLocked(target) == ps
 }
 
-// flush makes the producer commit what the instance wrote: the first
+// Flush makes the producer commit what the instance wrote: the first
 // instance of a session asked for flush id sends one flush command for
 // every live instance of that session on the connection (traced's one
-// flush per producer); the others wait on the same acknowledgement. Each
+// Flush per producer); the others wait on the same acknowledgement. Each
 // then hands its service the acknowledgement of id, after the data.
-func (ps *perfettoSide) flush(id uint64, flags plugins.FlushFlags) error {
+func (ps *perfettoSide) Flush(id uint64, flags plugins.FlushFlags) error {
 	ack := func() {
 		var cd smb.CommitData
 		cd.FlushRequestID = id
@@ -800,13 +802,13 @@ func (ps *perfettoSide) flush(id uint64, flags plugins.FlushFlags) error {
 	}
 }
 
-func (ps *perfettoSide) clearIncrementalState() {
+func (ps *perfettoSide) ClearIncrementalState() {
 	if ps.desc.GetHandlesIncrementalStateClear() {
 		ps.conn.pp.ClearIncrementalState([]uint64{ps.instance})
 	}
 }
 
-func (ps *perfettoSide) stop() error {
+func (ps *perfettoSide) Stop() error {
 	ps.sendStop()
 	if !ps.desc.GetWillNotifyOnStop() {
 		return nil
@@ -820,20 +822,20 @@ func (ps *perfettoSide) stop() error {
 	return nil
 }
 
-// packetsDropped: the producer's own losses reach the service through its
+// PacketsDropped: the producer's own losses reach the service through its
 // chunks (dropped-packet sentinels), not through a counter it could trust.
-func (ps *perfettoSide) packetsDropped() uint64 { return 0 }
-func (ps *perfettoSide) done() <-chan struct{}  { return nil }
-func (ps *perfettoSide) exited() <-chan struct{} {
+func (ps *perfettoSide) PacketsDropped() uint64 { return 0 }
+func (ps *perfettoSide) Done() <-chan struct{}  { return nil }
+func (ps *perfettoSide) Exited() <-chan struct{} {
 	return ps.conn.gone
 }
-func (ps *perfettoSide) exitErr() error {
+func (ps *perfettoSide) ExitErr() error {
 	return fmt.Errorf("Perfetto producer %q (pid %d) disconnected", ps.conn.pp.Name(), ps.conn.pp.Peer().PID)
 }
 
-// close unbinds the instance: chunks for its buffer go to the next
+// Close unbinds the instance: chunks for its buffer go to the next
 // instance writing it, or nowhere (counted, dropped).
-func (ps *perfettoSide) close() {
+func (ps *perfettoSide) Close() {
 	c := ps.conn
 	c.mu.Lock()
 	if c.instances[ps.instance] == ps {

@@ -454,7 +454,7 @@ func TestPerfettoFlushLateJoiner(t *testing.T) {
 		return len(c.flushes)
 	}
 	first := make(chan error, 1)
-	go func() { first <- sides[0].flush(7, 0) }()
+	go func() { first <- sides[0].Flush(7, 0) }()
 	if !testsupport.WaitFor(10*time.Second, func() bool { return pending() == 1 }) {
 		t.Fatal("the first instance's flush never went out")
 	}
@@ -469,7 +469,7 @@ func TestPerfettoFlushLateJoiner(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ps := range sides[1:] {
-		if err := ps.flush(7, 0); err != nil {
+		if err := ps.Flush(7, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

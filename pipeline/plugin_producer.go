@@ -15,7 +15,9 @@ import (
 	"github.com/tracepipe/tracepipe/smb"
 )
 
-// pluginSide is the side of a data source served by a plugin process: the
+var _ Transport = (*pluginSide)(nil)
+
+// pluginSide is the Transport of a data source served by a plugin process: the
 // service creates the SMB as a memfd, the plugin maps it and runs the same
 // producer runtime as an in-process source on it, and its commits arrive
 // over the plugin's gRPC stream. The plugin is untrusted: its commits go
@@ -73,7 +75,7 @@ func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIde
 	return p, nil
 }
 
-func (ps *pluginSide) start(p *producer) error {
+func (ps *pluginSide) Start(link Link) error {
 	pl, err := host.Launch(ps.ctx, ps.cfg)
 	if err != nil {
 		return ps.describe(err)
@@ -87,7 +89,7 @@ func (ps *pluginSide) start(p *producer) error {
 		return fmt.Errorf("plugin %s: ended by the service during Start", ps.cfg.Path)
 	}
 	// The pid the service itself started, whatever the plugin claims.
-	p.pid.Store(int32(pl.Pid()))
+	link.SetPID(int32(pl.Pid()))
 	if err := pl.Start(); err != nil {
 		return ps.describe(err)
 	}
@@ -139,21 +141,21 @@ func (ps *pluginSide) configError(e *host.ConfigError) error {
 	return errors.New(strings.Join(lines, "\n"))
 }
 
-func (ps *pluginSide) flush(flushID uint64, flags plugins.FlushFlags) error {
+func (ps *pluginSide) Flush(flushID uint64, flags plugins.FlushFlags) error {
 	return ps.plugin.FlushWithFlags(flushID, uint64(flags))
 }
 
-func (ps *pluginSide) clearIncrementalState() { _ = ps.plugin.ClearIncrementalState() }
+func (ps *pluginSide) ClearIncrementalState() { _ = ps.plugin.ClearIncrementalState() }
 
-// stop asks the plugin to stop. If the plugin process exited meanwhile,
+// Stop asks the plugin to stop. If the plugin process exited meanwhile,
 // the error says how it exited (and what it wrote last), not what the
 // dead connection made of the Stop call.
 //
 // Once the data source stopped and every commit arrived, the child's exit
 // (gRPC shutdown, process exit, reaping: a few milliseconds) goes on in
 // the background while the session scrapes, reads and closes its sinks;
-// close waits for it, so no plugin process outlives the session.
-func (ps *pluginSide) stop() error {
+// Close waits for it, so no plugin process outlives the session.
+func (ps *pluginSide) Stop() error {
 	if ps.plugin == nil {
 		return nil
 	}
@@ -166,23 +168,23 @@ func (ps *pluginSide) stop() error {
 	// A process that broke the connection by dying is reaped within
 	// moments; a hung one is not waited for.
 	if _, exited := ps.plugin.WaitExit(stopExitWait); exited {
-		return ps.exitErr()
+		return ps.ExitErr()
 	}
 	return err
 }
 
-// packetsDropped is 0: a plugin's own writer counters are not trusted; its
+// PacketsDropped is 0: a plugin's own writer counters are not trusted; its
 // losses show up in the buffer (trace_writer_packet_loss) and in the
 // previous_packet_dropped flags of its sequences.
-func (ps *pluginSide) packetsDropped() uint64 { return 0 }
+func (ps *pluginSide) PacketsDropped() uint64 { return 0 }
 
-func (ps *pluginSide) done() <-chan struct{} { return ps.plugin.Finished() }
+func (ps *pluginSide) Done() <-chan struct{} { return ps.plugin.Finished() }
 
-func (ps *pluginSide) exited() <-chan struct{} { return ps.plugin.Done() }
+func (ps *pluginSide) Exited() <-chan struct{} { return ps.plugin.Done() }
 
-// exitErr says how the plugin went: its exit status when it exited, the
+// ExitErr says how the plugin went: its exit status when it exited, the
 // stream error otherwise, and the last lines of its stderr.
-func (ps *pluginSide) exitErr() error {
+func (ps *pluginSide) ExitErr() error {
 	msg := "commit stream ended"
 	if err := ps.plugin.Err(); err != nil {
 		msg = err.Error()
@@ -199,10 +201,10 @@ func (ps *pluginSide) exitErr() error {
 	return fmt.Errorf("%s", msg)
 }
 
-// close ends the plugin process if it is still running: at once, unless
+// Close ends the plugin process if it is still running: at once, unless
 // it is already exiting after a successful stop, which is waited for
 // (bounded by host's graceful exit timeout).
-func (ps *pluginSide) close() {
+func (ps *pluginSide) Close() {
 	ps.cancel()
 	ps.mu.Lock()
 	pl := ps.plugin

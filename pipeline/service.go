@@ -493,7 +493,7 @@ func (s *Service) finish() (*Result, error) {
 	final.Tracepipe = withSinkTotals(final.Tracepipe, s.sinkTotals())
 	final.Tracepipe.PeerSinks = s.peerStats()
 	for _, p := range s.producers {
-		p.side.close()
+		p.side.Close()
 		_ = p.smb.Close()
 	}
 	s.closeBuffers() // everything was read; the sinks hold copies

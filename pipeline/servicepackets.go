@@ -207,7 +207,7 @@ func (s *Service) traceStats() tracefile.TraceStats {
 	}
 	tp := &tracefile.TracepipeStats{CommitsMalformed: c.commitsMalformed, ReadbackDeferred: c.readbackDeferred, Producers: s.producerStats()}
 	for _, p := range s.producers {
-		tp.ProducerPacketsDropped += p.side.packetsDropped()
+		tp.ProducerPacketsDropped += p.side.PacketsDropped()
 		tp.SMBChunksRejected += p.reader.Stats().TotalRejected()
 		tp.CommitsAfterStop += p.commitsLate.Load()
 		tp.DataSourceErrors += p.dataSourceErrs.Load()

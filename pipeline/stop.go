@@ -41,7 +41,7 @@ func (s *Service) stopProducers() {
 		if starting[p] {
 			// Its Stop waits behind a Start that never returned: that is
 			// a start failure, and is reported as one.
-			p.side.close()
+			p.side.Close()
 			s.startFailed(p, fmt.Errorf("its Start had not returned %v after the session stopped", stopTimeout))
 			continue
 		}
@@ -50,7 +50,7 @@ func (s *Service) stopProducers() {
 		if p.faults.err == "" {
 			p.faults.err = fmt.Sprintf("%v (after %v): killed", errStopTimeout, stopTimeout)
 		}
-		p.side.close()
+		p.side.Close()
 		p.state = stateStopped
 	}
 }
