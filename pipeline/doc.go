@@ -29,4 +29,9 @@
 // the service goroutine must never wait on a sink or a data source: a
 // slow sink makes reads back off (the ring buffer wraps and counts the
 // loss), a stuck data source makes its flush time out (counted).
+//
+// Clients drive sessions through the exported API only: the CLI, and the
+// Perfetto consumer service (package perfettosvc, a layer above this
+// one, which this package must not import). Producers reach a session
+// through a Transport (transport.go).
 package pipeline

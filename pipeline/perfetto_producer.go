@@ -126,7 +126,7 @@ type perfettoSession struct {
 func (s *Service) perfettoSession() *perfettoSession {
 	if s.perfetto == nil {
 		r := s.opts.Perfetto
-		ps := &perfettoSession{id: s.opts.tracingSessionID}
+		ps := &perfettoSession{id: s.opts.TracingSessionID}
 		if ps.id == 0 {
 			ps.id = r.nextSession.Add(1)
 		}
@@ -495,6 +495,45 @@ func (r *PerfettoProducers) serves(name string) bool {
 	}
 	conns, _ := r.matching(name, producerFilter{})
 	return len(conns) > 0
+}
+
+// HasProducerFor says whether a connected producer that dc's
+// producer_name_filter and producer_name_regex_filter admit registered
+// dc.Name (false for a nil set): whether a Perfetto consumer's session
+// has a producer for the data source.
+func (r *PerfettoProducers) HasProducerFor(dc *DataSourceConfig) bool {
+	return r.has(dc.Name, dc.perfettoProducers)
+}
+
+// NewSessionID hands out a tracing_session_id, unique among the sessions
+// of this set's producers (traced's): a Perfetto consumer's session takes
+// one before New (Options.TracingSessionID).
+func (r *PerfettoProducers) NewSessionID() uint64 { return r.nextSession.Add(1) }
+
+// AppendServiceState adds the connected producers, and the data sources
+// they registered (sorted by name, then producer id), to st as traced's
+// QueryServiceState lists them.
+func (r *PerfettoProducers) AppendServiceState(st *perfettoipc.TracingServiceState) {
+	r.mu.Lock()
+	conns := append([]*perfettoConn(nil), r.conns...)
+	r.mu.Unlock()
+	for _, c := range conns {
+		peer := c.pp.Peer()
+		st.Producers = append(st.Producers, &perfettoipc.TracingServiceState_Producer{
+			Id: proto.Int32(c.id), Name: proto.String(c.pp.Name()), Uid: proto.Int32(int32(peer.UID)),
+			SdkVersion: proto.String(c.pp.SDKVersion()), Pid: proto.Int32(peer.PID), Frozen: proto.Bool(false),
+		})
+		for _, d := range c.pp.DataSources() {
+			st.DataSources = append(st.DataSources, &perfettoipc.TracingServiceState_DataSource{DsDescriptor: d, ProducerId: proto.Int32(c.id)})
+		}
+	}
+	sort.SliceStable(st.DataSources, func(i, j int) bool {
+		a, b := st.DataSources[i], st.DataSources[j]
+		if a.GetDsDescriptor().GetName() != b.GetDsDescriptor().GetName() {
+			return a.GetDsDescriptor().GetName() < b.GetDsDescriptor().GetName()
+		}
+		return a.GetProducerId() < b.GetProducerId()
+	})
 }
 
 // has says whether a connected producer (named in filter, if any)

@@ -42,9 +42,9 @@ type Options struct {
 	// the service taking the snapshot itself: a Perfetto consumer's
 	// session tells its consumer (TYPE_CLONE_TRIGGER_HIT), which clones.
 	OnCloneTrigger func(CloneTriggerHit)
-	// tracingSessionID is the session's id for Perfetto producers, when
+	// TracingSessionID is the session's id for Perfetto producers, when
 	// a Perfetto consumer's session has one already (0: made on first use).
-	tracingSessionID uint64
+	TracingSessionID uint64
 	// TriggerSeed seeds skip_probability's random draws (0: random), so
 	// that tests can reproduce them.
 	TriggerSeed uint64

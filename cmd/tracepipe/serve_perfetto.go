@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/perfettosvc"
 	"github.com/tracepipe/tracepipe/pipeline"
 )
 
@@ -30,7 +31,7 @@ func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error
 	if err != nil {
 		return err
 	}
-	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&pipeline.PerfettoConsumers{Producers: reg, Logger: logger, MaxMemory: maxMemory}))
+	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&perfettosvc.PerfettoConsumers{Producers: reg, Logger: logger, MaxMemory: maxMemory}))
 	prod.Logf, cons.Logf = logf, logf
 	defer prod.Close()
 	defer cons.Close()
