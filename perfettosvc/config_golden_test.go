@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"github.com/tracepipe/tracepipe/pipeline"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -60,7 +62,7 @@ func TestPerfettoConfigYAMLMatchesGoldenSetup(t *testing.T) {
 
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
-	reg := pipeline.NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	host.Logf = t.Logf
 	if err := host.Listen(sock); err != nil {

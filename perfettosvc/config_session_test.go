@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"github.com/tracepipe/tracepipe/pipeline"
 
 	"google.golang.org/protobuf/encoding/prototext"
@@ -64,7 +66,7 @@ func runGoldenTextConfig(t *testing.T, path string) {
 	cfg.Duration = 300 * time.Millisecond
 
 	sock := filepath.Join(tmp, "producer.sock")
-	reg := pipeline.NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	host.Logf = t.Logf
 	if err := host.Listen(sock); err != nil {
@@ -153,7 +155,7 @@ func runGoldenTextConfig(t *testing.T, path string) {
 func TestPerfettoConfigReaderAtBind(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
-	reg := pipeline.NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	if err := host.Listen(sock); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -30,7 +32,7 @@ import (
 // producers; its one sink is the consumer: the file descriptor it passed
 // (write_into_file) or a bounded in-memory queue that ReadBuffers drains.
 type PerfettoConsumers struct {
-	Producers *pipeline.PerfettoProducers
+	Producers *perfetto.Producers
 	Logger    *slog.Logger // warnings; nil discards them
 
 	// MaxMemory bounds what the running consumer sessions together may
@@ -129,7 +131,11 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		cs.id = pc.lastID
 		pc.mu.Unlock()
 	}
-	svc, err := pipeline.New(cfg, pipeline.Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger, SnapshotSink: cs.cloneSink,
+	var remote pipeline.RemoteProducers // nil unless there are producers (no typed nil)
+	if pc.Producers != nil {
+		remote = pc.Producers
+	}
+	svc, err := pipeline.New(cfg, pipeline.Options{Sinks: []sinks.Sink{sink}, Perfetto: remote, Logger: pc.Logger, SnapshotSink: cs.cloneSink,
 		OnCloneTrigger: cs.cloneTriggerHit, TracingSessionID: cs.id})
 	if err != nil {
 		pc.release(cs)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"github.com/tracepipe/tracepipe/pipeline"
 
 	"golang.org/x/sys/unix"
@@ -125,11 +127,11 @@ func traceConfig(durationMs uint64, writeIntoFile bool, names ...string) []byte 
 }
 
 // perfettoService listens on a producer and a consumer socket.
-func perfettoService(t *testing.T) (prodSock, consSock string, reg *pipeline.PerfettoProducers) {
+func perfettoService(t *testing.T) (prodSock, consSock string, reg *perfetto.Producers) {
 	t.Helper()
 	dir := t.TempDir()
 	prodSock, consSock = filepath.Join(dir, "p.sock"), filepath.Join(dir, "c.sock")
-	reg = pipeline.NewPerfettoProducers()
+	reg = perfetto.NewProducers()
 	// One host per socket, as traced: each socket's service has id 1.
 	prodHost := ipc.NewHost(ipc.NewProducerPort(reg))
 	consHost := ipc.NewHost(ipc.NewConsumerPort(&PerfettoConsumers{Producers: reg, Logger: testsupport.Logger(t)}))
@@ -424,7 +426,7 @@ func TestPerfettoGoldenQueryServiceState(t *testing.T) {
 // another uid, and the port's passing of the socket's peer is tested in
 // perfettoipc (TestQueryServiceStateGetsThePeer).
 func TestPerfettoQueryServiceStateByUID(t *testing.T) {
-	pc := &PerfettoConsumers{Producers: pipeline.NewPerfettoProducers(), Logger: testsupport.Logger(t)}
+	pc := &PerfettoConsumers{Producers: perfetto.NewProducers(), Logger: testsupport.Logger(t)}
 	deferred := func(name string) []byte {
 		tc := traceConfig(60_000, false, "tracepipe.synthetic")
 		tc = protowire.AppendTag(tc, 12, protowire.VarintType) // deferred_start: nothing runs

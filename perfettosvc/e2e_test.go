@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/pipeline"
 
@@ -254,7 +256,7 @@ func (pd *perfettoDouble) close() {
 func TestPerfettoProducerEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
-	reg := pipeline.NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	host.Logf = t.Logf
 	if err := host.Listen(sock); err != nil {
@@ -337,7 +339,7 @@ sinks: [{type: file, path: %q}]
 func TestPerfettoProducerDisconnectMidSession(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
-	reg := pipeline.NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	if err := host.Listen(sock); err != nil {
 		t.Fatal(err)

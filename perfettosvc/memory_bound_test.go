@@ -4,11 +4,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
-	"github.com/tracepipe/tracepipe/pipeline"
 )
 
 // Consumer sessions share one bound (any local user may connect to the
@@ -18,7 +19,7 @@ import (
 func TestPerfettoConsumersMemoryBound(t *testing.T) {
 	// traceConfig: one 4 MiB buffer, a built-in source (256 KiB SMB) and,
 	// read with ReadBuffers, a read queue of 2 × 4 MiB + 1 MiB: 13.25 MiB.
-	pc := &PerfettoConsumers{Producers: pipeline.NewPerfettoProducers(), Logger: testsupport.Logger(t), MaxMemory: 20 << 20}
+	pc := &PerfettoConsumers{Producers: perfetto.NewProducers(), Logger: testsupport.Logger(t), MaxMemory: 20 << 20}
 	deferred := func() []byte {
 		tc := traceConfig(60_000, false, "tracepipe.synthetic")
 		tc = protowire.AppendTag(tc, 12, protowire.VarintType) // deferred_start

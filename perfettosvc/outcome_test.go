@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -109,7 +109,7 @@ func (l *outcomeLogs) String() string {
 // kept accepting data once it had been read. The session still runs.
 func TestPerfettoConsumerWarnsDiscardWithStreaming(t *testing.T) {
 	var logs outcomeLogs
-	pc := &PerfettoConsumers{Producers: pipeline.NewPerfettoProducers(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	pc := &PerfettoConsumers{Producers: perfetto.NewProducers(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	for _, tc := range []struct {
 		name      string
 		policy    uint64

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"github.com/tracepipe/tracepipe/pipeline"
 
 	"golang.org/x/sys/unix"
@@ -216,7 +218,7 @@ func (md *multiDouble) waitLog(t *testing.T, prefix string, n int) {
 func TestPerfettoProducerSharedAcrossInstancesAndSessions(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
-	reg := pipeline.NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	host.Logf = t.Logf
 	if err := host.Listen(sock); err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"github.com/tracepipe/tracepipe/pipeline"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -371,11 +373,11 @@ func TestPerfettoTriggerCloneSnapshot(t *testing.T) {
 
 // perfettoServiceLogging is perfettoService with the consumer port's
 // warnings written to log.
-func perfettoServiceLogging(t *testing.T, log *lockedBuffer) (prodSock, consSock string, reg *pipeline.PerfettoProducers) {
+func perfettoServiceLogging(t *testing.T, log *lockedBuffer) (prodSock, consSock string, reg *perfetto.Producers) {
 	t.Helper()
 	dir := t.TempDir()
 	prodSock, consSock = filepath.Join(dir, "p.sock"), filepath.Join(dir, "c.sock")
-	reg = pipeline.NewPerfettoProducers()
+	reg = perfetto.NewProducers()
 	prodHost := ipc.NewHost(ipc.NewProducerPort(reg))
 	consHost := ipc.NewHost(ipc.NewConsumerPort(&PerfettoConsumers{Producers: reg, Logger: slog.New(slog.NewTextHandler(log, nil))}))
 	for _, h := range []*ipc.Host{prodHost, consHost} {

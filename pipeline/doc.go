@@ -33,5 +33,7 @@
 // Clients drive sessions through the exported API only: the CLI, and the
 // Perfetto consumer service (package perfettosvc, a layer above this
 // one, which this package must not import). Producers reach a session
-// through a Transport (transport.go).
+// through a Transport (transport.go): in process and go-plugin ones built
+// here, and Perfetto producers through RemoteProducers (remote.go),
+// implemented by package transport/perfetto, which imports this one.
 package pipeline

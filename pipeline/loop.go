@@ -153,7 +153,7 @@ func (s *Service) startProducers() {
 	// The start bound runs from here: a start_tracing session starts its
 	// sources when a trigger acts, maybe long after Run armed the timer.
 	s.timers.start.Reset(startTimeout)
-	startPerfettoInstances(s.producers) // setups, then starts, in order
+	setupSequenced(s.producers) // setups, then starts, in order
 	for _, p := range s.producers {
 		p.state = stateStarting
 		go p.run()

@@ -66,6 +66,10 @@ type producer struct {
 	// SMB holds other instances' chunks too.
 	onScrape func(*smb.ChunkView)
 
+	// remote is the instance a remote producer serves (nil: the session
+	// started the data source itself).
+	remote *RemoteInstance
+
 	// onTriggers receives the triggers the data source activates
 	// (plugins.TriggerHost), from any goroutine; set by the service.
 	onTriggers func(names []string)
@@ -236,7 +240,7 @@ func (p *producer) recycle(b []byte) {
 // the service except through its bounded queues.
 func (p *producer) run() {
 	defer close(p.ctrlDone)
-	if err := p.side.Start(Link{p}); err != nil {
+	if err := p.side.Start(p); err != nil {
 		p.dataSourceErrs.Add(1)
 		p.post(note{kind: noteStartFailed, err: err})
 		return
@@ -298,8 +302,9 @@ func (p *producer) request(m ctrlMsg) bool {
 // call it is in (if any) returned. It never blocks.
 func (p *producer) requestStop() { p.stopOnce.Do(func() { close(p.stopC) }) }
 
-// errStopTimeout says a data source did not stop in time.
-var errStopTimeout = errors.New("did not stop in time")
+// ErrStopTimeout says a data source did not stop in time (a Transport's
+// Stop may wrap it).
+var ErrStopTimeout = errors.New("did not stop in time")
 
 var _ Transport = (*inProcess)(nil)
 

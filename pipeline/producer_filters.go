@@ -4,7 +4,32 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"regexp"
+	"slices"
 )
+
+// producerFilter is a data source's producer_name_filter (exact names)
+// and producer_name_regex_filter (full-match expressions): a producer
+// passes if either lists it, as traced's OR; with neither, every one does.
+type producerFilter struct {
+	names   []string
+	regexes []*regexp.Regexp
+}
+
+func (f producerFilter) admits(producer string) bool {
+	if len(f.names) == 0 && len(f.regexes) == 0 {
+		return true
+	}
+	if slices.Contains(f.names, producer) {
+		return true
+	}
+	for _, re := range f.regexes {
+		if re.MatchString(producer) {
+			return true
+		}
+	}
+	return false
+}
 
 // ChangeProducerFilters takes the producer_name_filter and
 // producer_name_regex_filter of newCfg's data sources into the running
@@ -50,26 +75,21 @@ func (s *Service) applyProducerFilters(filters map[int]producerFilter) error {
 	for i, filter := range filters {
 		dc := &s.cfg.DataSources[i]
 		dc.perfettoProducers = filter
-		if !r.serves(dc.Name) {
+		if r == nil || !r.Serves(dc.Name) {
 			continue // a built-in data source
 		}
-		bound := map[*perfettoConn]bool{}
+		bound := map[any]bool{}
 		for _, p := range s.producers {
-			if ps, ok := p.side.(*perfettoSide); ok && p.index == i {
-				bound[ps.conn] = true
+			if p.remote != nil && p.index == i {
+				bound[p.remote.Conn] = true
 			}
 		}
-		conns, descs := r.matching(dc.Name, filter)
-		for k, c := range conns {
-			if bound[c] {
-				continue
-			}
-			spec := producerSpec{index: i, name: dc.Name, target: dc.TargetBuffer, source: dc.Name}
-			p, err := s.newPerfettoProducer(spec, c, descs[k])
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
+		insts, err := s.remoteSession().Bind(i, dc, s.cfg.Duration, func(conn any) bool { return bound[conn] })
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, in := range insts {
+			p := s.newRemoteProducer(i, in, false)
 			s.producers = append(s.producers, p)
 			p.state = stateStarting
 			go p.run()

@@ -56,8 +56,9 @@ type Options struct {
 	// it. 0: the machine's RAM; negative: no bound.
 	MaxMemory int64
 	// Perfetto, when non-nil, serves data sources that are neither built
-	// in nor plugins with the Perfetto producers connected to it.
-	Perfetto *PerfettoProducers
+	// in nor plugins with the Perfetto producers connected to it
+	// (transport/perfetto).
+	Perfetto RemoteProducers
 }
 
 // PassInfo describes the output after a read pass was written.
@@ -104,8 +105,8 @@ type Service struct {
 
 	buffers   []*bufferState
 	producers []*producer
-	perfetto  *perfettoSession // its identity for Perfetto producers (nil: none yet)
-	lanes     []*sinks.Lane    // one per sink (fanout.go)
+	remote    RemoteSession // its identity for Perfetto producers (nil: none yet)
+	lanes     []*sinks.Lane // one per sink (fanout.go)
 
 	commits  chan commitMsg
 	notes    chan note     // producers' lifecycle reports
@@ -262,14 +263,14 @@ func New(cfg *Config, opts Options) (*Service, error) {
 func (s *Service) buildProducers() error {
 	for i := range s.cfg.DataSources {
 		dc := &s.cfg.DataSources[i]
-		if dc.Plugin == "" && s.opts.Perfetto.serves(dc.Name) {
+		if dc.Plugin == "" && s.opts.Perfetto != nil && s.opts.Perfetto.Serves(dc.Name) {
 			// A config section must have a reader (checkPerfettoConfig);
 			// a Perfetto producer took this name from a built-in.
 			if len(dc.Config) > 0 {
 				return fmt.Errorf("data_sources[%d].config: nothing reads it: %q is served by a Perfetto producer, which reads no config section; its DataSourceConfig goes in data_sources[%d].perfetto_config", i, dc.Name, i)
 			}
-			// One producer per connected Perfetto producer (perfetto_producer.go).
-			if err := s.addPerfettoProducers(i); err != nil {
+			// One producer per connected Perfetto producer (remote.go).
+			if err := s.addRemoteProducers(i); err != nil {
 				return err
 			}
 			continue
@@ -406,7 +407,7 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	s.stopRecording = recCtx.Done()
 	defer s.trig.stop()
 	if r := s.opts.Perfetto; r != nil && s.cfg.TriggerConfig != nil {
-		defer r.watchTriggers(s)() // Perfetto producers' ActivateTriggers
+		defer r.WatchTriggers(s)() // Perfetto producers' ActivateTriggers
 	}
 	switch {
 	case s.neverStart:

@@ -7,7 +7,7 @@ import (
 // Transport is how the session reaches one producer's data source instance:
 // the data source running in this process (inProcess), in a go-plugin
 // process (pluginSide), or in a Perfetto producer connected over IPC
-// (perfettoSide). The session core drives every instance through this
+// (package transport/perfetto, bound through RemoteProducers, remote.go). The session core drives every instance through this
 // interface and nothing else; what differs between the three is only how a
 // command travels and how commits come back.
 //
@@ -92,21 +92,26 @@ type Transport interface {
 }
 
 // Link is a transport's handle on its producer in the session: the little
-// the transport may tell the service. The zero Link is not usable; the
-// session hands one to Start.
-type Link struct{ p *producer }
+// the transport may tell the service. The session hands it to Start (and
+// to Sequenced.Setup); its methods are safe from any goroutine.
+type Link interface {
+	// SetPID records the pid of the process the service itself started
+	// for this instance: the trusted pid stamped on its packets from now
+	// on, whatever the process reports.
+	SetPID(pid int32)
+	// Deliver hands one encoded CommitData to the service (see
+	// Transport). The service owns data from now on and may recycle it
+	// through CommitBuffer.
+	Deliver(data []byte)
+	// CommitBuffer returns a recycled buffer to encode the next
+	// CommitData into (length 0), or nil when none is free: with it the
+	// steady state of a transport's commit path allocates nothing.
+	CommitBuffer() []byte
+}
 
-// SetPID records the pid of the process the service itself started for
-// this instance: the trusted pid stamped on its packets from now on,
-// whatever the process reports.
-func (l Link) SetPID(pid int32) { l.p.pid.Store(pid) }
+// The session's side of a Link is the producer itself.
+var _ Link = (*producer)(nil)
 
-// Deliver hands one encoded CommitData to the service (see Transport).
-// The service owns data from now on and may recycle it through
-// CommitBuffer.
-func (l Link) Deliver(data []byte) { l.p.deliver(data) }
-
-// CommitBuffer returns a recycled buffer to encode the next CommitData
-// into (length 0), or nil when none is free: with it the steady state of
-// a transport's commit path allocates nothing.
-func (l Link) CommitBuffer() []byte { return l.p.commitBuffer() }
+func (p *producer) SetPID(pid int32)     { p.pid.Store(pid) }
+func (p *producer) Deliver(data []byte)  { p.deliver(data) }
+func (p *producer) CommitBuffer() []byte { return p.commitBuffer() }

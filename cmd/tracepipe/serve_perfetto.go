@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/perfettosvc"
 	"github.com/tracepipe/tracepipe/pipeline"
@@ -25,7 +27,7 @@ func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error
 	defer stop()
 	stderr = &syncWriter{w: stderr} // connections log from their own goroutines
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "tracepipe: "+format+"\n", args...) }
-	reg := pipeline.NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	prod := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
 	logger, err := newLogger(stderr, "text", "")
 	if err != nil {

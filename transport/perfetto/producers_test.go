@@ -1,4 +1,4 @@
-package pipeline
+package perfetto
 
 import (
 	"slices"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/smb"
 )
 
@@ -15,17 +16,15 @@ import (
 // producer): single-buffer and mixed commits alike, each part re-encoded
 // into a recycled buffer; and every chunk reaches exactly its instance.
 func TestPerfettoCommitRoutingAllocs(t *testing.T) {
-	r := NewPerfettoProducers()
+	r := NewProducers()
 	pp := &ipc.Producer{} // the connection's identity only
 	c := &perfettoConn{r: r, pp: pp, gone: make(chan struct{}),
 		routes: map[uint32][]*perfettoSide{}, instances: map[uint64]*perfettoSide{}}
 	r.conns = append(r.conns, c)
 	commits := make(chan commitMsg, 8)
-	finished := make(chan struct{})
 	side := func(wire uint32, inst uint64) *perfettoSide {
-		p := &producer{producerSpec: producerSpec{wire: wire}, commits: commits, finished: finished, free: make(chan []byte, 16)}
-		ps := &perfettoSide{conn: c, p: p, instance: inst, live: true}
-		p.side = ps
+		p := &linkDouble{commits: commits, free: make(chan []byte, 16)}
+		ps := &perfettoSide{conn: c, link: p, wire: wire, instance: inst, live: true}
 		c.instances[inst] = ps
 		c.routes[wire] = append(c.routes[wire], ps)
 		return ps
@@ -36,7 +35,7 @@ func TestPerfettoCommitRoutingAllocs(t *testing.T) {
 	mixed.ChunksToPatch = []smb.ChunkToPatch{{TargetBuffer: 2, WriterID: 3, ChunkID: 7, Patches: []smb.Patch{{Offset: 8, Data: [4]byte{1, 2, 3, 4}}}}}
 	single.ChunksToMove = []smb.ChunkToMove{{Page: 3, Chunk: 0, TargetBuffer: 2}}
 	mixedB, singleB := mixed.AppendMarshal(nil), single.AppendMarshal(nil)
-	got := map[*producer][]smb.CommitData{}
+	got := map[pipeline.Link][]smb.CommitData{}
 	drain := func(keep bool) {
 		for {
 			select {
@@ -56,8 +55,8 @@ func TestPerfettoCommitRoutingAllocs(t *testing.T) {
 	}
 	r.Commit(pp, mixedB)
 	drain(true)
-	if len(got[a.p]) != 1 || len(got[a.p][0].ChunksToMove) != 2 || len(got[a.p][0].ChunksToPatch) != 0 ||
-		len(got[b.p]) != 1 || len(got[b.p][0].ChunksToMove) != 1 || got[b.p][0].ChunksToMove[0].Page != 1 || len(got[b.p][0].ChunksToPatch) != 1 {
+	if len(got[a.link]) != 1 || len(got[a.link][0].ChunksToMove) != 2 || len(got[a.link][0].ChunksToPatch) != 0 ||
+		len(got[b.link]) != 1 || len(got[b.link][0].ChunksToMove) != 1 || got[b.link][0].ChunksToMove[0].Page != 1 || len(got[b.link][0].ChunksToPatch) != 1 {
 		t.Fatalf("routed %+v", got)
 	}
 	if n := testing.AllocsPerRun(200, func() {
@@ -74,16 +73,15 @@ func TestPerfettoCommitRoutingAllocs(t *testing.T) {
 // it joins the acknowledged one instead of sending the command again;
 // the acknowledged flush is forgotten once every instance joined.
 func TestPerfettoFlushLateJoiner(t *testing.T) {
-	r := NewPerfettoProducers()
+	r := NewProducers()
 	c := &perfettoConn{r: r, pp: &ipc.Producer{}, gone: make(chan struct{}),
 		routes: map[uint32][]*perfettoSide{}, instances: map[uint64]*perfettoSide{}}
 	commits := make(chan commitMsg, 8)
 	sess := &perfettoSession{id: 1, buffers: []uint32{1}}
 	var sides []*perfettoSide
 	for i := range 3 {
-		p := &producer{producerSpec: producerSpec{wire: 1}, commits: commits, finished: make(chan struct{}), free: make(chan []byte, 4)}
-		ps := &perfettoSide{conn: c, p: p, sess: sess, instance: uint64(i + 1), live: true, desc: &ipc.DataSourceDescriptor{}}
-		p.side = ps
+		p := &linkDouble{commits: commits, free: make(chan []byte, 4)}
+		ps := &perfettoSide{conn: c, link: p, wire: 1, sess: sess, instance: uint64(i + 1), live: true, desc: &ipc.DataSourceDescriptor{}}
 		c.instances[ps.instance] = ps
 		sides = append(sides, ps)
 	}
@@ -125,5 +123,37 @@ func TestPerfettoFlushLateJoiner(t *testing.T) {
 		if err := cd.Unmarshal(m.data); err != nil || cd.FlushRequestID != 7 {
 			t.Fatalf("ack %+v (%v)", cd, err)
 		}
+	}
+}
+
+// commitMsg is one commit a linkDouble was handed, and by whom.
+type commitMsg struct {
+	p    *linkDouble
+	data []byte
+}
+
+// linkDouble stands for the session's side of an instance's Link: the
+// commits delivered go to a channel, their buffers are recycled through
+// free as the session's producer recycles them.
+type linkDouble struct {
+	commits chan<- commitMsg
+	free    chan []byte
+}
+
+func (l *linkDouble) SetPID(int32)        {}
+func (l *linkDouble) Deliver(data []byte) { l.commits <- commitMsg{p: l, data: data} }
+func (l *linkDouble) CommitBuffer() []byte {
+	select {
+	case b := <-l.free:
+		return b[:0]
+	default:
+		return nil
+	}
+}
+
+func (l *linkDouble) recycle(b []byte) {
+	select {
+	case l.free <- b:
+	default:
 	}
 }
