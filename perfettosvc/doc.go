@@ -15,7 +15,8 @@
 // Observe, TraceStats, TriggerStats, ChangeProducerFilters,
 // DisableBeforeStart), the API the CLI uses. It must not reach into a
 // session's internals, and package pipeline must not import it. The
-// Perfetto producers a session binds are perfetto.Producers',
-// the producer transport; this package only names them to a session
-// (Options.Perfetto) and lists them (QueryServiceState).
+// Perfetto producers a session binds belong to the producer transport
+// (transport/perfetto.Producers); this package only names them to a
+// session (Options.Perfetto), asks them for session ids and lists them
+// (QueryServiceState).
 package perfettosvc

@@ -93,7 +93,9 @@ type producerSpec struct {
 }
 
 // label is how messages name the producer: data_sources[i] (source).
-func (p *producer) label() string { return fmt.Sprintf("data_sources[%d] (%s)", p.index, p.source) }
+func (sp producerSpec) label() string {
+	return fmt.Sprintf("data_sources[%d] (%s)", sp.index, sp.source)
+}
 
 // producerState is where a producer is in its lifecycle (service goroutine).
 type producerState int

@@ -61,19 +61,6 @@ type RemoteInstance struct {
 	Scrapes func(w uint16) bool
 }
 
-// Sequenced is implemented by a Transport whose commands must leave in
-// session order, as Perfetto's: every instance's setup before any start,
-// and the stops in order. On the service goroutine, before the control
-// goroutines' Start, the session calls Setup for every such instance, then
-// Begin for each; before their Stop, SendStop for each that runs. None of
-// them may block (commands are queued, not waited for). An instance added
-// to a running session gets Start only, which must then do both.
-type Sequenced interface {
-	Setup(link Link) error // an error is Start's to report
-	Begin()
-	SendStop()
-}
-
 // remoteSession returns the session's identity for its remote producers,
 // made on first use.
 func (s *Service) remoteSession() RemoteSession {
