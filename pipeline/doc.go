@@ -33,7 +33,8 @@
 // Clients drive sessions through the exported API only: the CLI, and the
 // Perfetto consumer service (package perfettosvc, a layer above this
 // one, which this package must not import). Producers reach a session
-// through a Transport (transport.go): in process and go-plugin ones built
-// here, and Perfetto producers through RemoteProducers (remote.go),
-// implemented by package transport/perfetto, which imports this one.
+// through a Transport (package transport): in-process and go-plugin ones
+// (transport/inprocess, transport/goplugin) that the session builds from
+// its config, and Perfetto producers bound through RemoteProducers
+// (remote.go), implemented by transport/perfetto, which imports this one.
 package pipeline

@@ -8,8 +8,8 @@ import (
 
 	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/plugins"
-	pruntime "github.com/tracepipe/tracepipe/plugins/producer"
 	"github.com/tracepipe/tracepipe/smb"
+	"github.com/tracepipe/tracepipe/transport/inprocess"
 )
 
 // producer is one data source instance with its own SMB, seen from the
@@ -308,45 +308,20 @@ func (p *producer) requestStop() { p.stopOnce.Do(func() { close(p.stopC) }) }
 // Stop may wrap it).
 var ErrStopTimeout = errors.New("did not stop in time")
 
-var _ Transport = (*inProcess)(nil)
-
-// inProcess is the Transport of a data source running in this process: the
-// producer runtime writes into a heap SMB, and its CommitData is encoded
-// and handed to the service over a channel (the whole transport).
-type inProcess struct {
-	rt *pruntime.Runtime
-	ds plugins.DataSource
-}
-
-// newInProcess builds an in-process producer: heap SMB and the producer
-// runtime of the data source instance ds.
+// newInProcess builds an in-process producer (transport/inprocess): heap
+// SMB and the producer runtime of the data source instance ds.
 func newInProcess(spec producerSpec, ds plugins.DataSource, smbSize, pageSize int,
 	client buffer.ClientIdentity, commits chan<- commitMsg, notes chan<- note, finished <-chan struct{}) (*producer, error) {
-	s, err := smb.NewHeapSMB(smbSize, pageSize)
-	if err != nil {
-		return nil, err
-	}
-	p := newProducer(spec, s, client, commits, notes, finished)
-	rt, err := pruntime.New(pruntime.Config{
-		SMB: s, TargetBuffer: bufferID(spec.target), Policy: spec.policy,
-		OnCommit:   func(cd *smb.CommitData) { p.deliver(cd.AppendMarshal(p.commitBuffer())) },
+	var p *producer
+	t, s, err := inprocess.New(inprocess.Config{
+		DataSource: ds, SMBSize: smbSize, PageSize: pageSize,
+		TargetBuffer: bufferID(spec.target), Policy: spec.policy,
 		OnTriggers: func(names []string) { p.onTriggers(names) },
-	}, ds)
+	})
 	if err != nil {
 		return nil, err
 	}
-	p.side = &inProcess{rt: rt, ds: ds}
+	p = newProducer(spec, s, client, commits, notes, finished)
+	p.side = t
 	return p, nil
 }
-
-func (ip *inProcess) Start(Link) error { return ip.rt.Start() }
-func (ip *inProcess) Flush(flushID uint64, flags plugins.FlushFlags) error {
-	return ip.rt.FlushWithFlags(flushID, flags)
-}
-func (ip *inProcess) ClearIncrementalState()  { ip.rt.ClearIncrementalState() }
-func (ip *inProcess) Stop() error             { return ip.rt.Stop() }
-func (ip *inProcess) PacketsDropped() uint64  { return ip.rt.PacketsDropped() }
-func (ip *inProcess) Done() <-chan struct{}   { return ip.rt.Done() }
-func (ip *inProcess) Exited() <-chan struct{} { return nil }
-func (ip *inProcess) ExitErr() error          { return nil }
-func (ip *inProcess) Close()                  {}

@@ -3,19 +3,20 @@
 // each data source instance, the Link through which a transport hands the
 // session commits, and Sequenced for transports whose commands must leave
 // in session order. It is a leaf: the session core and every transport
-// (transport/goplugin, transport/perfetto) import it, so that a transport
-// the session builds itself needs no import of pipeline. It holds no
-// implementation and must not grow one.
+// (transport/inprocess, transport/goplugin, transport/perfetto) import it,
+// so that a transport the session builds itself needs no import of
+// pipeline. It holds no implementation and must not grow one.
 package transport
 
 import "github.com/tracepipe/tracepipe/plugins"
 
 // Transport is how the session reaches one producer's data source instance:
-// the data source running in this process (pipeline's inProcess), in a
-// go-plugin process (package transport/goplugin), or in a Perfetto producer connected over IPC
-// (package transport/perfetto, bound through pipeline.RemoteProducers). The session core drives every instance through this
-// interface and nothing else; what differs between the three is only how a
-// command travels and how commits come back.
+// the data source running in this process (transport/inprocess), in a
+// go-plugin process (transport/goplugin), or in a Perfetto producer
+// connected over IPC (transport/perfetto, bound through
+// pipeline.RemoteProducers). The session core drives every instance
+// through this interface and nothing else; what differs between the three
+// is only how a command travels and how commits come back.
 //
 // Lifecycle, as the session calls it:
 //
