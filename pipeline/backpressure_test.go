@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/transport/inprocess"
 )
 
 // stuckSink stands for a sink on a disk that stopped answering: its
@@ -77,7 +78,7 @@ sinks: [{type: file, path: unused.pftrace}]
 			done <- result{res, err}
 		}()
 		// The producer finishes its 8 MB while the sink is stuck.
-		src := s.producers[0].side.(*inProcess).ds.(*scripted)
+		src := s.producers[0].side.(*inprocess.Source).DataSource().(*scripted)
 		deadline := time.After(30 * time.Second)
 		select {
 		case <-src.done:
@@ -145,7 +146,7 @@ sinks: [{type: file, path: unused.pftrace}]
 			done <- result{res, err}
 		}()
 		release := func() { close(a.release); close(b.release) }
-		src := s.producers[0].side.(*inProcess).ds.(*scripted)
+		src := s.producers[0].side.(*inprocess.Source).DataSource().(*scripted)
 		select {
 		case <-src.done:
 		case <-time.After(30 * time.Second):

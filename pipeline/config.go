@@ -98,7 +98,7 @@ type DataSourceConfig struct {
 
 	// perfettoConfig is the serialized DataSourceConfig passed on to
 	// Perfetto producers with its data-source specific fields: the one a
-	// Perfetto consumer sent (perfetto_consumer.go), or PerfettoConfig
+	// Perfetto consumer sent (ConfigFromTraceConfig), or PerfettoConfig
 	// encoded by Validate.
 	perfettoConfig []byte
 	// perfettoProducers is its producer_name_filter and

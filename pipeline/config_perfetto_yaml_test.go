@@ -1,17 +1,14 @@
 package pipeline
 
 import (
-	"context"
 	"encoding/base64"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tracepipe/tracepipe/internal/testsupport"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 )
 
@@ -122,53 +119,5 @@ func TestPerfettoConfigYAMLProblems(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// Which of a built-in and a Perfetto producer serves a name is decided
-// when the session binds its producers, and so is whether its section has
-// a reader: perfetto_config on a source the built-in serves (no producer
-// registered it), and config on a source a producer took over, are errors
-// naming the field.
-func TestPerfettoConfigReaderAtBind(t *testing.T) {
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "producer.sock")
-	reg := NewPerfettoProducers()
-	host := ipc.NewHost(ipc.NewProducerPort(reg))
-	if err := host.Listen(sock); err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	out := filepath.Join(dir, "t.pftrace")
-	withPC := loadYAML(t, `
-duration: 1s
-buffers: [{size_kb: 1024}]
-perfetto: {enabled: true}
-data_sources: [{name: linux.sys_stats, perfetto_config: {sys_stats_config: {meminfo_period_ms: 500}}}]
-sinks: [{type: file, path: `+out+`}]
-`)
-	_, err := New(withPC, Options{Logger: testsupport.Logger(t), Perfetto: reg})
-	if err == nil || !strings.Contains(err.Error(), "data_sources[0].perfetto_config: nothing reads it: no Perfetto producer registered \"linux.sys_stats\"") {
-		t.Fatalf("built-in served with perfetto_config: %v", err)
-	}
-
-	pd := dialDouble(t, sock, 1)
-	defer pd.close()
-	pd.connect("double", &ipc.DataSourceDescriptor{Name: proto.String("linux.sys_stats")})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if missing := reg.WaitFor(ctx, []string{"linux.sys_stats"}); len(missing) > 0 {
-		t.Fatal(missing)
-	}
-	withConfig := loadYAML(t, `
-duration: 1s
-buffers: [{size_kb: 1024}]
-perfetto: {enabled: true}
-data_sources: [{name: linux.sys_stats, config: {meminfo_period_ms: 500}}]
-sinks: [{type: file, path: `+out+`}]
-`)
-	_, err = New(withConfig, Options{Logger: testsupport.Logger(t), Perfetto: reg})
-	if err == nil || !strings.Contains(err.Error(), "data_sources[0].config: nothing reads it") || !strings.Contains(err.Error(), "perfetto_config") {
-		t.Fatalf("producer served with config: %v", err)
 	}
 }

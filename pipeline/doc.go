@@ -19,10 +19,11 @@
 //     ProtoVM instance (and every restore fold): commits, patches, scrapes and read passes all run
 //     there, one at a time, in one event loop (serveUntil) shared by every
 //     phase (recording, final flush, stop, drain);
-//   - one control goroutine per producer makes the DataSource calls
-//     (Start, Flush, ClearIncrementalState, Stop), in this process or over
-//     a plugin's gRPC connection, and reports their outcome to the loop as
-//     notes; a watcher goroutine reports a Finite source's end or a plugin
+//   - one control goroutine per producer makes the calls into its
+//     Transport (Start, Flush, ClearIncrementalState, Stop; transport.go
+//     writes down their lifecycle contract), in this process, over a
+//     plugin's gRPC connection or a Perfetto producer's IPC connection,
+//     and reports their outcome to the loop as notes; a watcher goroutine reports a Finite source's end or a plugin
 //     process's death; the producer runtime (plugins/producer) pushes
 //     batched commits; the data source's own goroutines write its packets;
 //   - the output goroutine hands read batches to the sinks and flushes them
@@ -33,4 +34,12 @@
 // the service goroutine must never wait on a sink or a data source: a
 // slow sink makes reads back off (the ring buffer wraps and counts the
 // loss), a stuck data source makes its flush time out (counted).
+//
+// Clients drive sessions through the exported API only: the CLI, and the
+// Perfetto consumer service (package perfettosvc, a layer above this
+// one, which this package must not import). Producers reach a session
+// through a Transport (package transport): in-process and go-plugin ones
+// (transport/inprocess, transport/goplugin) that the session builds from
+// its config, and Perfetto producers bound through RemoteProducers
+// (remote.go), implemented by transport/perfetto, which imports this one.
 package pipeline

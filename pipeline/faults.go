@@ -60,8 +60,8 @@ func (s *Service) producerStats() []tracefile.ProducerStats {
 			Died:              p.faults.died,
 			Error:             p.faults.err,
 		}
-		if side, ok := p.side.(*pluginSide); ok {
-			ps.StderrLinesSuppressed = side.stderr.suppressedLines()
+		if side, ok := p.side.(stderrSuppressor); ok {
+			ps.StderrLinesSuppressed = side.StderrLinesSuppressed()
 		}
 		if ps.Faulty() {
 			out = append(out, ps)

@@ -27,9 +27,6 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(killChildEnv); path != "" {
 		os.Exit(killChild(path))
 	}
-	if a := os.Getenv(benchProducerEnv); a != "" { // producer_bench_test.go
-		os.Exit(benchProducer(a))
-	}
 	// A goroutine outliving the tests (a producer, a read pass, an output
 	// writer) fails the run.
 	goleak.VerifyTestMain(m)

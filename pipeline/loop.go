@@ -153,7 +153,7 @@ func (s *Service) startProducers() {
 	// The start bound runs from here: a start_tracing session starts its
 	// sources when a trigger acts, maybe long after Run armed the timer.
 	s.timers.start.Reset(startTimeout)
-	startPerfettoInstances(s.producers) // setups, then starts, in order
+	setupSequenced(s.producers) // setups, then starts, in order
 	for _, p := range s.producers {
 		p.state = stateStarting
 		go p.run()
@@ -241,7 +241,7 @@ func (s *Service) startFailed(p *producer, err error) {
 func (s *Service) startTimedOut() {
 	for _, p := range s.producers {
 		if p.state == stateStarting {
-			p.side.close() // a plugin hung in its handshake or Start
+			p.side.Close() // a plugin hung in its handshake or Start
 			// An in-process Start that returns after all is stopped then,
 			// not left running into an SMB nobody reads.
 			p.requestStop()

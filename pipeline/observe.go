@@ -97,8 +97,8 @@ func (s *Service) observeState(o *observer, ended bool) {
 
 // producerName is the name Perfetto's consumers see for p's producer.
 func (p *producer) producerName() string {
-	if ps, ok := p.side.(*perfettoSide); ok {
-		return ps.conn.pp.Name()
+	if p.remote != nil {
+		return p.remote.Name
 	}
 	return "tracepipe"
 }

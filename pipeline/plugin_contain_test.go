@@ -18,6 +18,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/tracefile"
+	"github.com/tracepipe/tracepipe/transport/goplugin"
 )
 
 // sleepAlive reports whether pid is a live (not zombie) `sleep tag`.
@@ -214,12 +215,12 @@ sinks: [{type: file, path: %q}]
 	total := writes * linesOnce
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	bound := lineRate*stderrBurstSeconds + int(elapsed.Seconds()+1)*lineRate
+	bound := lineRate*goplugin.StderrBurstSeconds + int(elapsed.Seconds()+1)*lineRate
 	t.Logf("session %v: %d stderr lines (%d bytes) logged, bound %d; reports %q", elapsed.Round(time.Millisecond), h.lines, h.bytes, bound, h.report)
 	if h.lines > bound {
-		t.Errorf("%d stderr lines logged in %v, over the bound %d (burst %d + %d/s)", h.lines, elapsed, bound, lineRate*stderrBurstSeconds, lineRate)
+		t.Errorf("%d stderr lines logged in %v, over the bound %d (burst %d + %d/s)", h.lines, elapsed, bound, lineRate*goplugin.StderrBurstSeconds, lineRate)
 	}
-	if n := len(h.report); n > int(elapsed.Seconds()/stderrReportEvery.Seconds())+2 {
+	if n := len(h.report); n > int(elapsed.Seconds()/goplugin.StderrReportEvery.Seconds())+2 {
 		t.Errorf("%d suppression reports in %v: more than one a second", n, elapsed)
 	}
 	var suppressed int

@@ -8,22 +8,24 @@ import (
 
 	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/plugins"
-	pruntime "github.com/tracepipe/tracepipe/plugins/producer"
 	"github.com/tracepipe/tracepipe/smb"
+	"github.com/tracepipe/tracepipe/transport/inprocess"
 )
 
 // producer is one data source instance with its own SMB, seen from the
 // service: the chunk reader and decoded CommitData (service side), and a
-// control goroutine that drives the instance through its side — the data
-// source running in this process, or a plugin process. Either way the data
+// control goroutine that drives the instance through its Transport — the
+// data source running in this process, a plugin process or a Perfetto
+// producer (transport.go). Either way the data
 // source runs on plugins/producer's runtime and its commits reach the
 // service as CommitData bytes, which the service decodes and validates as
-// untrusted input; the sides differ only in the transport.
+// untrusted input; the transports differ only in how commands and
+// commits travel.
 type producer struct {
 	producerSpec
 	client   buffer.ClientIdentity // trusted uid/pid; the pid is pid's once set
 	pid      atomic.Int32          // the plugin process the service started (0: this process)
-	side     side
+	side     Transport             // how the data source instance is reached
 	smb      *smb.SMB
 	commits  chan<- commitMsg
 	notes    chan<- note
@@ -45,7 +47,7 @@ type producer struct {
 	faults     producerFaults
 	state      producerState
 	finiteDone bool // the data source said it wrote everything it will
-	// quietWhenExited: once side.exited() is closed no further commit is
+	// quietWhenExited: once side.Exited() is closed no further commit is
 	// delivered (a plugin: its commit stream ended). A dead producer of
 	// this kind gives its SMB back as soon as its queued commits are
 	// handled, so that a plugin restarted many times holds one SMB.
@@ -63,6 +65,10 @@ type producer struct {
 	// onScrape, if set, takes scraped chunks instead of onChunk: a shared
 	// SMB holds other instances' chunks too.
 	onScrape func(*smb.ChunkView)
+
+	// remote is the instance a remote producer serves (nil: the session
+	// started the data source itself).
+	remote *RemoteInstance
 
 	// onTriggers receives the triggers the data source activates
 	// (plugins.TriggerHost), from any goroutine; set by the service.
@@ -87,7 +93,9 @@ type producerSpec struct {
 }
 
 // label is how messages name the producer: data_sources[i] (source).
-func (p *producer) label() string { return fmt.Sprintf("data_sources[%d] (%s)", p.index, p.source) }
+func (sp producerSpec) label() string {
+	return fmt.Sprintf("data_sources[%d] (%s)", sp.index, sp.source)
+}
 
 // producerState is where a producer is in its lifecycle (service goroutine).
 type producerState int
@@ -106,33 +114,6 @@ const (
 
 // live reports whether the data source may still write and answer.
 func (st producerState) live() bool { return st == stateRunning }
-
-// side runs a producer's data source. Its methods are called from the
-// producer's control goroutine only, one at a time, except packetsDropped,
-// done and exited (any goroutine, after start returned).
-type side interface {
-	// start starts the data source; it may set p.pid (a plugin's pid).
-	start(p *producer) error
-	// flush makes the data source commit everything it wrote, then
-	// delivers a CommitData acknowledging flushID; flags say why.
-	flush(flushID uint64, flags plugins.FlushFlags) error
-	clearIncrementalState()
-	// stop stops the data source and delivers its last commits.
-	stop() error
-	// packetsDropped counts packets lost to a full SMB, as far as the
-	// service can know.
-	packetsDropped() uint64
-	// done is closed when the data source ended on its own (nil: never).
-	done() <-chan struct{}
-	// exited is closed when the data source is gone without being stopped
-	// (a plugin process that died); nil if it cannot happen. exitErr then
-	// says why.
-	exited() <-chan struct{}
-	exitErr() error
-	// close releases what stop left behind (a plugin process that did
-	// not stop in time) at once. Called once, at the end of the session.
-	close()
-}
 
 // commitMsg carries one encoded CommitData from a producer to the service.
 type commitMsg struct {
@@ -168,7 +149,7 @@ const (
 )
 
 // ctrlMsg is a request to the producer's control goroutine, which makes
-// every call into the side (they must never run concurrently).
+// every call into the Transport (they must never run concurrently).
 type ctrlMsg struct {
 	kind    ctrlKind
 	flushID uint64
@@ -261,7 +242,7 @@ func (p *producer) recycle(b []byte) {
 // the service except through its bounded queues.
 func (p *producer) run() {
 	defer close(p.ctrlDone)
-	if err := p.side.start(p); err != nil {
+	if err := p.side.Start(p); err != nil {
 		p.dataSourceErrs.Add(1)
 		p.post(note{kind: noteStartFailed, err: err})
 		return
@@ -271,7 +252,7 @@ func (p *producer) run() {
 	for {
 		select {
 		case <-p.stopC:
-			err := p.side.stop()
+			err := p.side.Stop()
 			if err != nil {
 				p.dataSourceErrs.Add(1)
 			}
@@ -280,12 +261,12 @@ func (p *producer) run() {
 		case m := <-p.ctrl:
 			switch m.kind {
 			case ctrlFlush:
-				if err := p.side.flush(m.flushID, m.flags); err != nil {
+				if err := p.side.Flush(m.flushID, m.flags); err != nil {
 					p.dataSourceErrs.Add(1)
 				}
 				p.post(note{kind: noteFlushReturned, flushID: m.flushID})
 			case ctrlClear:
-				p.side.clearIncrementalState()
+				p.side.ClearIncrementalState()
 			}
 		}
 	}
@@ -293,14 +274,14 @@ func (p *producer) run() {
 
 // watch tells the service when the data source is done (Finite) or gone.
 func (p *producer) watch() {
-	done, exited := p.side.done(), p.side.exited()
+	done, exited := p.side.Done(), p.side.Exited()
 	for done != nil || exited != nil {
 		select {
 		case <-done:
 			p.post(note{kind: noteFinished})
 			done = nil
 		case <-exited:
-			p.post(note{kind: noteDied, err: p.side.exitErr()})
+			p.post(note{kind: noteDied, err: p.side.ExitErr()})
 			return
 		case <-p.stopC:
 			return
@@ -323,46 +304,24 @@ func (p *producer) request(m ctrlMsg) bool {
 // call it is in (if any) returned. It never blocks.
 func (p *producer) requestStop() { p.stopOnce.Do(func() { close(p.stopC) }) }
 
-// errStopTimeout says a data source did not stop in time.
-var errStopTimeout = errors.New("did not stop in time")
+// ErrStopTimeout says a data source did not stop in time (a Transport's
+// Stop may wrap it).
+var ErrStopTimeout = errors.New("did not stop in time")
 
-// inProcess is the side of a data source running in this process: the
-// producer runtime writes into a heap SMB, and its CommitData is encoded
-// and handed to the service over a channel (the whole transport).
-type inProcess struct {
-	rt *pruntime.Runtime
-	ds plugins.DataSource
-}
-
-// newInProcess builds an in-process producer: heap SMB and the producer
-// runtime of the data source instance ds.
+// newInProcess builds an in-process producer (transport/inprocess): heap
+// SMB and the producer runtime of the data source instance ds.
 func newInProcess(spec producerSpec, ds plugins.DataSource, smbSize, pageSize int,
 	client buffer.ClientIdentity, commits chan<- commitMsg, notes chan<- note, finished <-chan struct{}) (*producer, error) {
-	s, err := smb.NewHeapSMB(smbSize, pageSize)
-	if err != nil {
-		return nil, err
-	}
-	p := newProducer(spec, s, client, commits, notes, finished)
-	rt, err := pruntime.New(pruntime.Config{
-		SMB: s, TargetBuffer: bufferID(spec.target), Policy: spec.policy,
-		OnCommit:   func(cd *smb.CommitData) { p.deliver(cd.AppendMarshal(p.commitBuffer())) },
+	var p *producer
+	t, s, err := inprocess.New(inprocess.Config{
+		DataSource: ds, SMBSize: smbSize, PageSize: pageSize,
+		TargetBuffer: bufferID(spec.target), Policy: spec.policy,
 		OnTriggers: func(names []string) { p.onTriggers(names) },
-	}, ds)
+	})
 	if err != nil {
 		return nil, err
 	}
-	p.side = &inProcess{rt: rt, ds: ds}
+	p = newProducer(spec, s, client, commits, notes, finished)
+	p.side = t
 	return p, nil
 }
-
-func (ip *inProcess) start(*producer) error { return ip.rt.Start() }
-func (ip *inProcess) flush(flushID uint64, flags plugins.FlushFlags) error {
-	return ip.rt.FlushWithFlags(flushID, flags)
-}
-func (ip *inProcess) clearIncrementalState()  { ip.rt.ClearIncrementalState() }
-func (ip *inProcess) stop() error             { return ip.rt.Stop() }
-func (ip *inProcess) packetsDropped() uint64  { return ip.rt.PacketsDropped() }
-func (ip *inProcess) done() <-chan struct{}   { return ip.rt.Done() }
-func (ip *inProcess) exited() <-chan struct{} { return nil }
-func (ip *inProcess) exitErr() error          { return nil }
-func (ip *inProcess) close()                  {}

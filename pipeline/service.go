@@ -44,9 +44,9 @@ type Options struct {
 	// the service taking the snapshot itself: a Perfetto consumer's
 	// session tells its consumer (TYPE_CLONE_TRIGGER_HIT), which clones.
 	OnCloneTrigger func(CloneTriggerHit)
-	// tracingSessionID is the session's id for Perfetto producers, when
+	// TracingSessionID is the session's id for Perfetto producers, when
 	// a Perfetto consumer's session has one already (0: made on first use).
-	tracingSessionID uint64
+	TracingSessionID uint64
 	// TriggerSeed seeds skip_probability's random draws (0: random), so
 	// that tests can reproduce them.
 	TriggerSeed uint64
@@ -58,8 +58,9 @@ type Options struct {
 	// it. 0: the machine's RAM; negative: no bound.
 	MaxMemory int64
 	// Perfetto, when non-nil, serves data sources that are neither built
-	// in nor plugins with the Perfetto producers connected to it.
-	Perfetto *PerfettoProducers
+	// in nor plugins with the Perfetto producers connected to it
+	// (transport/perfetto).
+	Perfetto RemoteProducers
 }
 
 // PassInfo describes the output after a read pass was written.
@@ -124,11 +125,11 @@ type Service struct {
 }
 
 // producerSet holds the producers and what reaches the loop from them
-// (producer.go; restarts: restart.go; Perfetto producers:
-// perfetto_producer.go).
+// (producer.go; restarts: restart.go; producers of a remote
+// registry such as Perfetto's: remote.go).
 type producerSet struct {
 	producers []*producer
-	perfetto  *perfettoSession // its identity for Perfetto producers (nil: none yet)
+	remote    RemoteSession // its identity for Perfetto producers (nil: none yet)
 
 	commits  chan commitMsg
 	notes    chan note     // producers' lifecycle reports
@@ -322,14 +323,14 @@ func New(cfg *Config, opts Options) (*Service, error) {
 func (s *Service) buildProducers() error {
 	for i := range s.cfg.DataSources {
 		dc := &s.cfg.DataSources[i]
-		if dc.Plugin == "" && s.opts.Perfetto.serves(dc.Name) {
+		if dc.Plugin == "" && s.opts.Perfetto != nil && s.opts.Perfetto.Serves(dc.Name) {
 			// A config section must have a reader (checkPerfettoConfig);
 			// a Perfetto producer took this name from a built-in.
 			if len(dc.Config) > 0 {
 				return fmt.Errorf("data_sources[%d].config: nothing reads it: %q is served by a Perfetto producer, which reads no config section; its DataSourceConfig goes in data_sources[%d].perfetto_config", i, dc.Name, i)
 			}
-			// One producer per connected Perfetto producer (perfetto_producer.go).
-			if err := s.addPerfettoProducers(i); err != nil {
+			// One producer per connected Perfetto producer (remote.go).
+			if err := s.addRemoteProducers(i); err != nil {
 				return err
 			}
 			continue
@@ -466,7 +467,7 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 	s.stopRecording = recCtx.Done()
 	defer s.trig.stop()
 	if r := s.opts.Perfetto; r != nil && s.cfg.TriggerConfig != nil {
-		defer r.watchTriggers(s)() // Perfetto producers' ActivateTriggers
+		defer r.WatchTriggers(s)() // Perfetto producers' ActivateTriggers
 	}
 	switch {
 	case s.neverStart:
@@ -578,7 +579,7 @@ func (s *Service) finish() (*Result, error) {
 	final.Tracepipe = withSinkTotals(final.Tracepipe, s.sinkTotals())
 	final.Tracepipe.PeerSinks = s.peerStats()
 	for _, p := range s.producers {
-		p.side.close()
+		p.side.Close()
 		_ = p.smb.Close()
 	}
 	s.closeBuffers() // everything was read; the sinks hold copies

@@ -159,16 +159,16 @@ func appendSystemInfo(dst []byte) []byte {
 func (s *Service) traceStats() tracefile.TraceStats {
 	c := &s.counters
 	// Each in-process or plugin data source counts as a producer of its
-	// own; Perfetto producers count as traced counts them (PerfettoProducers.counts).
+	// own; Perfetto producers count as traced counts them (RemoteProducers.Counts).
 	own := uint64(0)
 	for _, p := range s.producers {
-		if _, ok := p.side.(*perfettoSide); !ok {
+		if p.remote == nil {
 			own++
 		}
 	}
 	var connected, seen, registered, instances uint64
-	if s.perfetto != nil {
-		connected, seen, registered, instances = s.opts.Perfetto.counts()
+	if s.remote != nil {
+		connected, seen, registered, instances = s.opts.Perfetto.Counts()
 	}
 	ts := tracefile.TraceStats{
 		ChunkPayloadHistogramDef: tracefile.ChunkPayloadHistogramBounds,
@@ -207,7 +207,7 @@ func (s *Service) traceStats() tracefile.TraceStats {
 	}
 	tp := &tracefile.TracepipeStats{CommitsMalformed: c.commitsMalformed, ReadbackDeferred: c.readbackDeferred, Producers: s.producerStats()}
 	for _, p := range s.producers {
-		tp.ProducerPacketsDropped += p.side.packetsDropped()
+		tp.ProducerPacketsDropped += p.side.PacketsDropped()
 		tp.SMBChunksRejected += p.reader.Stats().TotalRejected()
 		tp.CommitsAfterStop += p.commitsLate.Load()
 		tp.DataSourceErrors += p.dataSourceErrs.Load()

@@ -41,7 +41,7 @@ func (s *Service) fillDetail(st *Status, ts tracefile.TraceStats) {
 	for _, p := range s.producers {
 		st.Producers = append(st.Producers, ProducerStatus{
 			ID: p.id, DataSource: p.name, Buffer: p.target,
-			PacketsDropped:   p.side.packetsDropped(),
+			PacketsDropped:   p.side.PacketsDropped(),
 			CommitsAfterStop: p.commitsLate.Load(),
 			DataSourceErrors: p.dataSourceErrs.Load(),
 		})

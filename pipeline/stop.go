@@ -11,8 +11,8 @@ import (
 // stopTimeout passed. A producer that did not stop by then is counted and
 // its plugin process, if any, is killed: its SMB is scraped as it is.
 func (s *Service) stopProducers() {
-	starting := map[*producer]bool{}   // Start had not returned at stop
-	stopPerfettoInstances(s.producers) // in order, as traced
+	starting := map[*producer]bool{} // Start had not returned at stop
+	stopSequenced(s.producers)       // in order, as traced
 	for _, p := range s.producers {
 		switch p.state {
 		case stateRunning, stateStarting:
@@ -41,16 +41,16 @@ func (s *Service) stopProducers() {
 		if starting[p] {
 			// Its Stop waits behind a Start that never returned: that is
 			// a start failure, and is reported as one.
-			p.side.close()
+			p.side.Close()
 			s.startFailed(p, fmt.Errorf("its Start had not returned %v after the session stopped", stopTimeout))
 			continue
 		}
-		s.logf("%s: %v (after %v); its SMB is scraped as it is", p.label(), errStopTimeout, stopTimeout)
+		s.logf("%s: %v (after %v); its SMB is scraped as it is", p.label(), ErrStopTimeout, stopTimeout)
 		p.dataSourceErrs.Add(1)
 		if p.faults.err == "" {
-			p.faults.err = fmt.Sprintf("%v (after %v): killed", errStopTimeout, stopTimeout)
+			p.faults.err = fmt.Sprintf("%v (after %v): killed", ErrStopTimeout, stopTimeout)
 		}
-		p.side.close()
+		p.side.Close()
 		p.state = stateStopped
 	}
 }

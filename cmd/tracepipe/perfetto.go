@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/plugins"
@@ -19,8 +21,8 @@ import (
 // and waits, at most perfetto.wait_for_producers, until the data sources
 // the config names and nothing else serves are registered. The caller
 // closes the host when the session ended.
-func startPerfetto(ctx context.Context, cfg *pipeline.Config, log *slog.Logger) (*pipeline.PerfettoProducers, *perfettoipc.Host, error) {
-	reg := pipeline.NewPerfettoProducers()
+func startPerfetto(ctx context.Context, cfg *pipeline.Config, log *slog.Logger) (*perfetto.Producers, *perfettoipc.Host, error) {
+	reg := perfetto.NewProducers()
 	host := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
 	host.MaxConns, host.MaxConnsPerUID = cfg.Perfetto.MaxConnections, cfg.Perfetto.MaxConnectionsPerUID
 	host.InitTimeout = cfg.Perfetto.InitTimeout

@@ -7,7 +7,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/perfettosvc"
 	"github.com/tracepipe/tracepipe/pipeline"
 )
 
@@ -24,13 +27,13 @@ func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error
 	defer stop()
 	stderr = &syncWriter{w: stderr} // connections log from their own goroutines
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "tracepipe: "+format+"\n", args...) }
-	reg := pipeline.NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	prod := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
 	logger, err := newLogger(stderr, "text", "")
 	if err != nil {
 		return err
 	}
-	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&pipeline.PerfettoConsumers{Producers: reg, Logger: logger, MaxMemory: maxMemory}))
+	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&perfettosvc.PerfettoConsumers{Producers: reg, Logger: logger, MaxMemory: maxMemory}))
 	prod.Logf, cons.Logf = logf, logf
 	defer prod.Close()
 	defer cons.Close()

@@ -1,10 +1,9 @@
-package pipeline
+package perfetto
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -17,11 +16,12 @@ import (
 
 	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/smb"
 )
 
-// PerfettoProducers is the set of Perfetto producers (SDK apps,
+// Producers is the set of Perfetto producers (SDK apps,
 // traced_probes) connected to tracepipe's producer socket: the
 // perfettoipc.Backend of a perfettoipc ProducerPort. Producers connect
 // and register data sources whenever they like; a session (Options.Perfetto)
@@ -40,7 +40,7 @@ import (
 // freed in the SMB and dropped: a producer can never write into a buffer
 // it was not given. Flushes of one session are one flush command listing
 // every instance of that session on the producer, acknowledged once.
-type PerfettoProducers struct {
+type Producers struct {
 	mu      sync.Mutex
 	conns   []*perfettoConn
 	changed chan struct{} // closed and replaced on every change
@@ -53,7 +53,7 @@ type PerfettoProducers struct {
 
 	// triggerTargets are the running sessions with a trigger_config:
 	// what producers' ActivateTriggers reach.
-	triggerTargets map[*Service]struct{}
+	triggerTargets map[*pipeline.Service]struct{}
 
 	nextInstance atomic.Uint64 // data source instance ids (traced's data_sources_seen)
 	nextSession  atomic.Uint64 // tracing_session_id
@@ -61,15 +61,15 @@ type PerfettoProducers struct {
 	nextFlush    atomic.Uint64 // flush request ids, unique across sessions
 }
 
-// NewPerfettoProducers returns an empty set.
-func NewPerfettoProducers() *PerfettoProducers {
-	return &PerfettoProducers{changed: make(chan struct{})}
+// NewProducers returns an empty set.
+func NewProducers() *Producers {
+	return &Producers{changed: make(chan struct{})}
 }
 
 // perfettoConn is one producer connection, shared by every instance it
 // serves, in any number of sessions.
 type perfettoConn struct {
-	r    *PerfettoProducers
+	r    *Producers
 	id   int32 // producer id in QueryServiceState (connection order)
 	pp   *perfettoipc.Producer
 	gone chan struct{} // closed when the connection ended
@@ -117,33 +117,30 @@ const maxConnFlushes = 64
 // perfettoSession is what the Perfetto producers know of one service:
 // its tracing_session_id and the global ids of its buffers.
 type perfettoSession struct {
+	r       *Producers
 	id      uint64
 	buffers []uint32 // by buffer index
 }
 
-// perfettoSession returns the service's session identity, made on first
-// use.
-func (s *Service) perfettoSession() *perfettoSession {
-	if s.perfetto == nil {
-		r := s.opts.Perfetto
-		ps := &perfettoSession{id: s.opts.tracingSessionID}
-		if ps.id == 0 {
-			ps.id = r.nextSession.Add(1)
-		}
-		for range s.cfg.Buffers {
-			ps.buffers = append(ps.buffers, r.nextBuffer.Add(1))
-		}
-		s.perfetto = ps
+// NewSession implements pipeline.RemoteProducers: the session's
+// tracing_session_id (id, or a new one) and a global id per buffer.
+func (r *Producers) NewSession(id uint64, buffers int) pipeline.RemoteSession {
+	ps := &perfettoSession{r: r, id: id}
+	if ps.id == 0 {
+		ps.id = r.nextSession.Add(1)
 	}
-	return s.perfetto
+	for range buffers {
+		ps.buffers = append(ps.buffers, r.nextBuffer.Add(1))
+	}
+	return ps
 }
 
-func (r *PerfettoProducers) notify() {
+func (r *Producers) notify() {
 	close(r.changed)
 	r.changed = make(chan struct{})
 }
 
-func (r *PerfettoProducers) find(pp *perfettoipc.Producer) *perfettoConn {
+func (r *Producers) find(pp *perfettoipc.Producer) *perfettoConn {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range r.conns {
@@ -155,7 +152,7 @@ func (r *PerfettoProducers) find(pp *perfettoipc.Producer) *perfettoConn {
 }
 
 // Connected implements perfettoipc.Backend.
-func (r *PerfettoProducers) Connected(pp *perfettoipc.Producer) {
+func (r *Producers) Connected(pp *perfettoipc.Producer) {
 	r.mu.Lock()
 	r.lastID++
 	r.conns = append(r.conns, &perfettoConn{r: r, id: r.lastID, pp: pp, gone: make(chan struct{}),
@@ -166,7 +163,7 @@ func (r *PerfettoProducers) Connected(pp *perfettoipc.Producer) {
 
 // Disconnected implements perfettoipc.Backend: every session the producer
 // served sees its instances die, as a plugin process that exited.
-func (r *PerfettoProducers) Disconnected(pp *perfettoipc.Producer) {
+func (r *Producers) Disconnected(pp *perfettoipc.Producer) {
 	r.mu.Lock()
 	for i, c := range r.conns {
 		if c.pp == pp {
@@ -180,14 +177,14 @@ func (r *PerfettoProducers) Disconnected(pp *perfettoipc.Producer) {
 }
 
 // DataSourceRegistered implements perfettoipc.Backend.
-func (r *PerfettoProducers) DataSourceRegistered(*perfettoipc.Producer, *perfettoipc.DataSourceDescriptor) {
+func (r *Producers) DataSourceRegistered(*perfettoipc.Producer, *perfettoipc.DataSourceDescriptor) {
 	r.mu.Lock()
 	r.notify()
 	r.mu.Unlock()
 }
 
 // DataSourceUnregistered implements perfettoipc.Backend.
-func (r *PerfettoProducers) DataSourceUnregistered(*perfettoipc.Producer, string) {
+func (r *Producers) DataSourceUnregistered(*perfettoipc.Producer, string) {
 	r.mu.Lock()
 	r.notify()
 	r.mu.Unlock()
@@ -200,7 +197,7 @@ func (r *PerfettoProducers) DataSourceUnregistered(*perfettoipc.Producer, string
 // backpressure on this one producer's connection). A flush
 // acknowledgement then wakes the instances waiting on it; each hands its
 // own service the acknowledgement, after the data.
-func (r *PerfettoProducers) Commit(pp *perfettoipc.Producer, data []byte) {
+func (r *Producers) Commit(pp *perfettoipc.Producer, data []byte) {
 	c := r.find(pp)
 	if c == nil {
 		return
@@ -265,8 +262,8 @@ func (r *PerfettoProducers) Commit(pp *perfettoipc.Producer, data []byte) {
 	// validates it again, as any producer's commit).
 	for i := range c.split {
 		rc := &c.split[i]
-		p := rc.to.p
-		p.deliver(rc.cd.AppendMarshal(p.commitBuffer()))
+		l := rc.to.link
+		l.Deliver(rc.cd.AppendMarshal(l.CommitBuffer()))
 		rc.to = nil
 	}
 	// 3. The acknowledgement, after the data it covers.
@@ -310,20 +307,20 @@ func (c *perfettoConn) acked(id uint64) {
 }
 
 // DataSourceStarted implements perfettoipc.Backend.
-func (r *PerfettoProducers) DataSourceStarted(pp *perfettoipc.Producer, id uint64) {
+func (r *Producers) DataSourceStarted(pp *perfettoipc.Producer, id uint64) {
 	if s := r.instance(pp, id); s != nil {
 		s.startedOnce.Do(func() { close(s.started) })
 	}
 }
 
 // DataSourceStopped implements perfettoipc.Backend.
-func (r *PerfettoProducers) DataSourceStopped(pp *perfettoipc.Producer, id uint64) {
+func (r *Producers) DataSourceStopped(pp *perfettoipc.Producer, id uint64) {
 	if s := r.instance(pp, id); s != nil {
 		s.stoppedOnce.Do(func() { close(s.stopped) })
 	}
 }
 
-func (r *PerfettoProducers) instance(pp *perfettoipc.Producer, id uint64) *perfettoSide {
+func (r *Producers) instance(pp *perfettoipc.Producer, id uint64) *perfettoSide {
 	c := r.find(pp)
 	if c == nil {
 		return nil
@@ -336,24 +333,25 @@ func (r *PerfettoProducers) instance(pp *perfettoipc.Producer, id uint64) *perfe
 // ActivateTriggers implements perfettoipc.TriggerBackend: every running
 // session with a trigger_config checks the triggers as activated by the
 // producer (its producer_name, for producer_name_regex), as traced does.
-func (r *PerfettoProducers) ActivateTriggers(pp *perfettoipc.Producer, names []string) {
+func (r *Producers) ActivateTriggers(pp *perfettoipc.Producer, names []string) {
 	r.mu.Lock()
-	targets := make([]*Service, 0, len(r.triggerTargets))
+	targets := make([]*pipeline.Service, 0, len(r.triggerTargets))
 	for s := range r.triggerTargets {
 		targets = append(targets, s)
 	}
 	r.mu.Unlock()
 	for _, s := range targets {
-		s.activateTriggers(pp.Name(), int64(pp.Peer().UID), names) // never blocks
+		s.ActivateTriggersFrom(pp.Name(), int64(pp.Peer().UID), names) // never blocks
 	}
 }
 
-// watchTriggers makes s a target of producers' triggers until the
-// returned function is called (s has a trigger_config).
-func (r *PerfettoProducers) watchTriggers(s *Service) (unwatch func()) {
+// WatchTriggers implements pipeline.RemoteProducers: s is a target of
+// producers' triggers until the returned function is called (s has a
+// trigger_config).
+func (r *Producers) WatchTriggers(s *pipeline.Service) (unwatch func()) {
 	r.mu.Lock()
 	if r.triggerTargets == nil {
-		r.triggerTargets = map[*Service]struct{}{}
+		r.triggerTargets = map[*pipeline.Service]struct{}{}
 	}
 	r.triggerTargets[s] = struct{}{}
 	r.mu.Unlock()
@@ -364,11 +362,11 @@ func (r *PerfettoProducers) watchTriggers(s *Service) (unwatch func()) {
 	}
 }
 
-// counts are the producers connected, the producers ever connected, the
+// Counts implements pipeline.RemoteProducers: the producers connected, the producers ever connected, the
 // data sources registered now (every producer's) and the instances ever
 // made: traced's producers_connected, producers_seen,
 // data_sources_registered and data_sources_seen.
-func (r *PerfettoProducers) counts() (connected, seen, registered, instances uint64) {
+func (r *Producers) Counts() (connected, seen, registered, instances uint64) {
 	r.mu.Lock()
 	conns := append([]*perfettoConn(nil), r.conns...)
 	seen = uint64(r.lastID)
@@ -379,8 +377,8 @@ func (r *PerfettoProducers) counts() (connected, seen, registered, instances uin
 	return uint64(len(conns)), seen, registered, r.nextInstance.Load()
 }
 
-// PerfettoDataSource is one data source a connected producer registered.
-type PerfettoDataSource struct {
+// DataSource is one data source a connected producer registered.
+type DataSource struct {
 	Name     string
 	Producer string // producer_name (untrusted)
 	PID      int32  // from the socket
@@ -388,14 +386,14 @@ type PerfettoDataSource struct {
 }
 
 // DataSources lists what the connected producers registered, by name.
-func (r *PerfettoProducers) DataSources() []PerfettoDataSource {
+func (r *Producers) DataSources() []DataSource {
 	r.mu.Lock()
 	conns := append([]*perfettoConn(nil), r.conns...)
 	r.mu.Unlock()
-	var out []PerfettoDataSource
+	var out []DataSource
 	for _, c := range conns {
 		for _, d := range c.pp.DataSources() {
-			out = append(out, PerfettoDataSource{Name: d.GetName(), Producer: c.pp.Name(), PID: c.pp.Peer().PID, UID: c.pp.Peer().UID})
+			out = append(out, DataSource{Name: d.GetName(), Producer: c.pp.Name(), PID: c.pp.Peer().PID, UID: c.pp.Peer().UID})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -409,7 +407,7 @@ func (r *PerfettoProducers) DataSources() []PerfettoDataSource {
 
 // WaitFor waits until every name is registered by a connected producer,
 // or ctx ends; it returns the names still missing.
-func (r *PerfettoProducers) WaitFor(ctx context.Context, names []string) []string {
+func (r *Producers) WaitFor(ctx context.Context, names []string) []string {
 	for {
 		r.mu.Lock()
 		changed := r.changed
@@ -435,39 +433,17 @@ func (r *PerfettoProducers) WaitFor(ctx context.Context, names []string) []strin
 	}
 }
 
-// producerFilter is a data source's producer_name_filter (exact names)
-// and producer_name_regex_filter (full-match expressions): a producer
-// passes if either lists it, as traced's OR; with neither, every one does.
-type producerFilter struct {
-	names   []string
-	regexes []*regexp.Regexp
-}
-
-func (f producerFilter) admits(producer string) bool {
-	if len(f.names) == 0 && len(f.regexes) == 0 {
-		return true
-	}
-	if slices.Contains(f.names, producer) {
-		return true
-	}
-	for _, re := range f.regexes {
-		if re.MatchString(producer) {
-			return true
-		}
-	}
-	return false
-}
-
 // matching returns the connected producers that registered name, with
-// their descriptors, in connection order: those the filter admits.
-func (r *PerfettoProducers) matching(name string, filter producerFilter) ([]*perfettoConn, []*perfettoipc.DataSourceDescriptor) {
+// their descriptors, in connection order: those admits admits (nil:
+// every one).
+func (r *Producers) matching(name string, admits func(producer string) bool) ([]*perfettoConn, []*perfettoipc.DataSourceDescriptor) {
 	r.mu.Lock()
 	conns := append([]*perfettoConn(nil), r.conns...)
 	r.mu.Unlock()
 	var cs []*perfettoConn
 	var ds []*perfettoipc.DataSourceDescriptor
 	for _, c := range conns {
-		if !filter.admits(c.pp.Name()) {
+		if admits != nil && !admits(c.pp.Name()) {
 			continue
 		}
 		for _, d := range c.pp.DataSources() {
@@ -481,42 +457,79 @@ func (r *PerfettoProducers) matching(name string, filter producerFilter) ([]*per
 	return cs, ds
 }
 
-// serves says whether the session binds Perfetto producers for a data
+// Serves implements pipeline.RemoteProducers: whether the session binds Perfetto producers for a data
 // source name: when one registered it (it wins over a built-in data
 // source of the same name, as the producer is what the user runs), and
 // for every name that is not built in (New then says which producers
 // registered what). False for a nil set.
-func (r *PerfettoProducers) serves(name string) bool {
+func (r *Producers) Serves(name string) bool {
 	if r == nil {
 		return false
 	}
 	if _, builtin := plugins.Lookup(name); !builtin {
 		return true
 	}
-	conns, _ := r.matching(name, producerFilter{})
+	conns, _ := r.matching(name, nil)
 	return len(conns) > 0
 }
 
-// has says whether a connected producer (named in filter, if any)
+// HasProducerFor says whether a connected producer that dc's
+// producer_name_filter and producer_name_regex_filter admit registered
+// dc.Name (false for a nil set): whether a Perfetto consumer's session
+// has a producer for the data source.
+func (r *Producers) HasProducerFor(dc *pipeline.DataSourceConfig) bool {
+	return r.has(dc.Name, dc.AdmitsProducer)
+}
+
+// NewSessionID hands out a tracing_session_id, unique among the sessions
+// of this set's producers (traced's): a Perfetto consumer's session takes
+// one before New (Options.TracingSessionID).
+func (r *Producers) NewSessionID() uint64 { return r.nextSession.Add(1) }
+
+// AppendServiceState adds the connected producers, and the data sources
+// they registered (sorted by name, then producer id), to st as traced's
+// QueryServiceState lists them.
+func (r *Producers) AppendServiceState(st *perfettoipc.TracingServiceState) {
+	r.mu.Lock()
+	conns := append([]*perfettoConn(nil), r.conns...)
+	r.mu.Unlock()
+	for _, c := range conns {
+		peer := c.pp.Peer()
+		st.Producers = append(st.Producers, &perfettoipc.TracingServiceState_Producer{
+			Id: proto.Int32(c.id), Name: proto.String(c.pp.Name()), Uid: proto.Int32(int32(peer.UID)),
+			SdkVersion: proto.String(c.pp.SDKVersion()), Pid: proto.Int32(peer.PID), Frozen: proto.Bool(false),
+		})
+		for _, d := range c.pp.DataSources() {
+			st.DataSources = append(st.DataSources, &perfettoipc.TracingServiceState_DataSource{DsDescriptor: d, ProducerId: proto.Int32(c.id)})
+		}
+	}
+	sort.SliceStable(st.DataSources, func(i, j int) bool {
+		a, b := st.DataSources[i], st.DataSources[j]
+		if a.GetDsDescriptor().GetName() != b.GetDsDescriptor().GetName() {
+			return a.GetDsDescriptor().GetName() < b.GetDsDescriptor().GetName()
+		}
+		return a.GetProducerId() < b.GetProducerId()
+	})
+}
+
+// has says whether a connected producer (admitted, if admits is set)
 // registered name (false for a nil set).
-func (r *PerfettoProducers) has(name string, filter producerFilter) bool {
+func (r *Producers) has(name string, admits func(producer string) bool) bool {
 	if r == nil {
 		return false
 	}
-	conns, _ := r.matching(name, filter)
+	conns, _ := r.matching(name, admits)
 	return len(conns) > 0
 }
 
-// addPerfettoProducers adds one producer (a data source instance) per
-// connected Perfetto producer that registered data_sources[i].name. (The
-// buffer-exhausted policy is the producer's own: its SDK applies it.)
-func (s *Service) addPerfettoProducers(i int) error {
-	dc := &s.cfg.DataSources[i]
-	spec := producerSpec{index: i, name: dc.Name, target: dc.TargetBuffer, source: dc.Name,
-		abortOnStartError: dc.OnStartError == OnStartErrorAbort}
-	r := s.opts.Perfetto
-	conns, descs := r.matching(spec.name, dc.perfettoProducers)
-	if len(conns) == 0 {
+// Bind implements pipeline.RemoteSession: one instance per connected
+// Perfetto producer that registered data_sources[index].name and that its
+// producer filters admit. (The buffer-exhausted policy is the producer's
+// own: its SDK applies it.)
+func (sess *perfettoSession) Bind(index int, dc *pipeline.DataSourceConfig, duration time.Duration, bound func(conn any) bool) ([]pipeline.RemoteInstance, error) {
+	r := sess.r
+	conns, descs := r.matching(dc.Name, dc.AdmitsProducer)
+	if len(conns) == 0 && bound == nil {
 		var have []string
 		for _, d := range r.DataSources() {
 			have = append(have, fmt.Sprintf("%s (%s, pid %d)", d.Name, d.Producer, d.PID))
@@ -524,40 +537,46 @@ func (s *Service) addPerfettoProducers(i int) error {
 		if len(have) == 0 {
 			have = []string{"none"}
 		}
-		return fmt.Errorf("data_sources[%d].name: %q is not built in, and no connected Perfetto producer registered it (registered: %s)",
-			spec.index, spec.name, strings.Join(have, ", "))
+		return nil, fmt.Errorf("data_sources[%d].name: %q is not built in, and no connected Perfetto producer registered it (registered: %s)",
+			index, dc.Name, strings.Join(have, ", "))
 	}
+	var out []pipeline.RemoteInstance
+	var errs []error
 	for k, c := range conns {
-		p, err := s.newPerfettoProducer(spec, c, descs[k])
-		if err != nil {
-			return err
+		if bound != nil && bound(c) {
+			continue
 		}
-		s.producers = append(s.producers, p)
+		in, err := sess.newInstance(index, dc, duration, c, descs[k])
+		if err != nil {
+			if bound == nil {
+				return out, err
+			}
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, in)
 	}
-	return nil
+	return out, errors.Join(errs...)
 }
 
-// newPerfettoProducer builds the producer through which connection c
-// serves data_sources[spec.index] as a new data source instance.
-func (s *Service) newPerfettoProducer(spec producerSpec, c *perfettoConn, desc *perfettoipc.DataSourceDescriptor) (*producer, error) {
-	r := s.opts.Perfetto
-	sess := s.perfettoSession()
-	sp := spec
-	sp.id = uint16(len(s.producers) + 1)
-	sp.source = fmt.Sprintf("perfetto producer %q pid %d", c.pp.Name(), c.pp.Peer().PID)
-	sp.wire = sess.buffers[spec.target]
+// newInstance builds the data source instance through which connection c
+// serves data_sources[index] (dc) in the session.
+func (sess *perfettoSession) newInstance(index int, dc *pipeline.DataSourceConfig, duration time.Duration, c *perfettoConn, desc *perfettoipc.DataSourceDescriptor) (pipeline.RemoteInstance, error) {
+	r := sess.r
+	source := fmt.Sprintf("perfetto producer %q pid %d", c.pp.Name(), c.pp.Peer().PID)
+	wire := sess.buffers[dc.TargetBuffer]
 	// The consumer's config keeps its data-source specific fields
 	// (unknown to this proto, kept as such); the service sets the rest,
 	// as traced does.
 	cfg := &perfettoipc.DataSourceConfig{}
-	if raw := s.cfg.DataSources[spec.index].perfettoConfig; len(raw) > 0 {
+	if raw := dc.RawPerfettoConfig(); len(raw) > 0 {
 		if err := proto.Unmarshal(raw, cfg); err != nil {
-			return nil, fmt.Errorf("data_sources[%d]: the consumer's DataSourceConfig: %w", spec.index, err)
+			return pipeline.RemoteInstance{}, fmt.Errorf("data_sources[%d]: the consumer's DataSourceConfig: %w", index, err)
 		}
 	}
 	cfg.Name = proto.String(desc.GetName())
-	cfg.TargetBuffer = proto.Uint32(sp.wire)
-	cfg.TraceDurationMs = proto.Uint32(uint32(s.cfg.Duration.Milliseconds()))
+	cfg.TargetBuffer = proto.Uint32(wire)
+	cfg.TraceDurationMs = proto.Uint32(uint32(duration.Milliseconds()))
 	cfg.TracingSessionId = proto.Uint64(sess.id)
 	cfg.EnableExtraGuardrails = proto.Bool(false)
 	cfg.StopTimeoutMs = proto.Uint32(uint32(perfettoWait.Milliseconds()))
@@ -565,44 +584,41 @@ func (s *Service) newPerfettoProducer(spec producerSpec, c *perfettoConn, desc *
 
 	own := c.pp.SMB()
 	if own == nil {
-		return nil, fmt.Errorf("data_sources[%d]: %s has no shared memory buffer", spec.index, sp.source)
+		return pipeline.RemoteInstance{}, fmt.Errorf("data_sources[%d]: %s has no shared memory buffer", index, source)
 	}
 	// The service maps the producer's memfd itself, so that its view
 	// lives and dies with the session, not with the connection.
 	fd, err := unix.FcntlInt(uintptr(own.Fd()), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("data_sources[%d]: %s: duplicating its SMB: %w", spec.index, sp.source, err)
+		return pipeline.RemoteInstance{}, fmt.Errorf("data_sources[%d]: %s: duplicating its SMB: %w", index, source, err)
 	}
 	view, err := smb.MapFD(fd, own.PageSize())
 	if err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("data_sources[%d]: %s: mapping its SMB: %w", spec.index, sp.source, err)
+		return pipeline.RemoteInstance{}, fmt.Errorf("data_sources[%d]: %s: mapping its SMB: %w", index, source, err)
 	}
 	peer := c.pp.Peer()
-	client := buffer.ClientIdentity{UID: int32(peer.UID), PID: peer.PID}
-	p := newProducer(sp, view, client, s.commits, s.notes, s.finished)
 	ps := &perfettoSide{
-		conn: c, p: p, desc: desc, sess: sess, cfg: cfg,
+		conn: c, desc: desc, sess: sess, cfg: cfg, wire: wire,
 		instance: r.nextInstance.Add(1),
 		started:  make(chan struct{}), stopped: make(chan struct{}),
 	}
-	p.side = ps
-	p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
-	p.onScrape = func(v *smb.ChunkView) {
-		if ps.scrapes(v.WriterID) {
-			s.copyChunk(p, v)
-		}
-	}
-	p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
-	return p, nil
+	return pipeline.RemoteInstance{
+		Transport: ps, SMB: view, Client: buffer.ClientIdentity{UID: int32(peer.UID), PID: peer.PID},
+		Source: source, Name: c.pp.Name(), Wire: wire, Conn: c, Scrapes: ps.scrapes,
+	}, nil
 }
+
+var _ pipeline.Transport = (*perfettoSide)(nil)
+var _ pipeline.Sequenced = (*perfettoSide)(nil)
 
 // perfettoSide is one data source instance served by a Perfetto producer
 // over IPC: commands go on the connection's GetAsyncCommand stream, its
-// commits and notifications come back through PerfettoProducers.
+// commits and notifications come back through Producers.
 type perfettoSide struct {
 	conn     *perfettoConn
-	p        *producer
+	link     pipeline.Link // set by setup, before any commit is routed to it
+	wire     uint32        // the global buffer id it writes
 	desc     *perfettoipc.DataSourceDescriptor
 	sess     *perfettoSession
 	instance uint64
@@ -618,20 +634,22 @@ type perfettoSide struct {
 }
 
 // perfettoWait bounds a wait for a producer's answer (start or stop
-// notification, flush ack); Perfetto's own default stop timeout.
-var perfettoWait = stopTimeout
+// notification, flush ack); Perfetto's own default stop timeout, which is
+// the session's stop timeout too.
+var perfettoWait = 5 * time.Second
 
 var errPerfettoGone = errors.New("the Perfetto producer disconnected")
 
 // setup binds the instance on its connection (its buffer's chunks come
 // to it from now on) and sends setup_data_source (with the SMB, the
 // first time). Once.
-func (ps *perfettoSide) setup() error {
+func (ps *perfettoSide) setup(link pipeline.Link) error {
 	ps.setupOnce.Do(func() {
 		c := ps.conn
 		c.mu.Lock()
+		ps.link = link
 		c.instances[ps.instance] = ps
-		c.routes[ps.p.wire] = append(c.routes[ps.p.wire], ps)
+		c.routes[ps.wire] = append(c.routes[ps.wire], ps)
 		ps.live = true
 		c.mu.Unlock()
 		ps.setupErr = c.pp.SetupDataSource(ps.instance, ps.cfg)
@@ -640,8 +658,8 @@ func (ps *perfettoSide) setup() error {
 }
 
 // begin sends start_data_source once set up. Once.
-func (ps *perfettoSide) begin() error {
-	if err := ps.setup(); err != nil {
+func (ps *perfettoSide) begin(link pipeline.Link) error {
+	if err := ps.setup(link); err != nil {
 		return err
 	}
 	ps.startOnce.Do(func() { ps.conn.pp.StartDataSource(ps.instance, ps.cfg) })
@@ -662,35 +680,21 @@ func (ps *perfettoSide) sendStop() {
 	})
 }
 
-// startPerfettoInstances sets up, then starts, the Perfetto instances
-// among ps in order, as traced: every setup_data_source before any
-// start_data_source. Commands are queued, never waited for; each
-// instance's control goroutine then waits for its own notification.
-func startPerfettoInstances(ps []*producer) {
-	for _, p := range ps {
-		if side, ok := p.side.(*perfettoSide); ok {
-			_ = side.setup() // an error is the start's, reported by start
-		}
-	}
-	for _, p := range ps {
-		if side, ok := p.side.(*perfettoSide); ok {
-			_ = side.begin()
-		}
-	}
-}
+// Setup implements pipeline.Sequenced: as traced, the session sends
+// every setup_data_source before any start_data_source. Commands are
+// queued, never waited for; each instance's control goroutine then waits
+// for its own notification in Start.
+func (ps *perfettoSide) Setup(link pipeline.Link) error { return ps.setup(link) }
 
-// stopPerfettoInstances sends stop_data_source to the Perfetto instances
-// among ps that run, in order, before their control goroutines wait.
-func stopPerfettoInstances(ps []*producer) {
-	for _, p := range ps {
-		if side, ok := p.side.(*perfettoSide); ok && (p.state == stateRunning || p.state == stateStarting) {
-			side.sendStop()
-		}
-	}
-}
+// Begin implements pipeline.Sequenced: start_data_source, once set up.
+func (ps *perfettoSide) Begin() { _ = ps.begin(ps.link) }
 
-func (ps *perfettoSide) start(*producer) error {
-	if err := ps.begin(); err != nil {
+// SendStop implements pipeline.Sequenced: stop_data_source, in session
+// order, before the control goroutine waits in Stop.
+func (ps *perfettoSide) SendStop() { ps.sendStop() }
+
+func (ps *perfettoSide) Start(link pipeline.Link) error {
+	if err := ps.begin(link); err != nil {
 		return err
 	}
 	if !ps.desc.GetWillNotifyOnStart() {
@@ -732,19 +736,19 @@ func (ps *perfettoSide) scrapes(w uint16) bool {
 	if !ok {
 		return len(c.instances) == 1 && c.instances[ps.instance] == ps
 	}
-	return target == ps.p.wire && c.routeLocked(target) == ps
+	return target == ps.wire && c.routeLocked(target) == ps
 }
 
-// flush makes the producer commit what the instance wrote: the first
+// Flush makes the producer commit what the instance wrote: the first
 // instance of a session asked for flush id sends one flush command for
 // every live instance of that session on the connection (traced's one
-// flush per producer); the others wait on the same acknowledgement. Each
+// Flush per producer); the others wait on the same acknowledgement. Each
 // then hands its service the acknowledgement of id, after the data.
-func (ps *perfettoSide) flush(id uint64, flags plugins.FlushFlags) error {
+func (ps *perfettoSide) Flush(id uint64, flags plugins.FlushFlags) error {
 	ack := func() {
 		var cd smb.CommitData
 		cd.FlushRequestID = id
-		ps.p.deliver(cd.AppendMarshal(ps.p.commitBuffer()))
+		ps.link.Deliver(cd.AppendMarshal(ps.link.CommitBuffer()))
 	}
 	if ps.desc.GetNoFlush() {
 		// traced sends no flush to such data sources; the service scrapes
@@ -800,13 +804,13 @@ func (ps *perfettoSide) flush(id uint64, flags plugins.FlushFlags) error {
 	}
 }
 
-func (ps *perfettoSide) clearIncrementalState() {
+func (ps *perfettoSide) ClearIncrementalState() {
 	if ps.desc.GetHandlesIncrementalStateClear() {
 		ps.conn.pp.ClearIncrementalState([]uint64{ps.instance})
 	}
 }
 
-func (ps *perfettoSide) stop() error {
+func (ps *perfettoSide) Stop() error {
 	ps.sendStop()
 	if !ps.desc.GetWillNotifyOnStop() {
 		return nil
@@ -815,36 +819,36 @@ func (ps *perfettoSide) stop() error {
 		if errors.Is(err, errPerfettoGone) {
 			return err
 		}
-		return fmt.Errorf("%w: %v", errStopTimeout, err)
+		return fmt.Errorf("%w: %v", pipeline.ErrStopTimeout, err)
 	}
 	return nil
 }
 
-// packetsDropped: the producer's own losses reach the service through its
+// PacketsDropped: the producer's own losses reach the service through its
 // chunks (dropped-packet sentinels), not through a counter it could trust.
-func (ps *perfettoSide) packetsDropped() uint64 { return 0 }
-func (ps *perfettoSide) done() <-chan struct{}  { return nil }
-func (ps *perfettoSide) exited() <-chan struct{} {
+func (ps *perfettoSide) PacketsDropped() uint64 { return 0 }
+func (ps *perfettoSide) Done() <-chan struct{}  { return nil }
+func (ps *perfettoSide) Exited() <-chan struct{} {
 	return ps.conn.gone
 }
-func (ps *perfettoSide) exitErr() error {
+func (ps *perfettoSide) ExitErr() error {
 	return fmt.Errorf("Perfetto producer %q (pid %d) disconnected", ps.conn.pp.Name(), ps.conn.pp.Peer().PID)
 }
 
-// close unbinds the instance: chunks for its buffer go to the next
+// Close unbinds the instance: chunks for its buffer go to the next
 // instance writing it, or nowhere (counted, dropped).
-func (ps *perfettoSide) close() {
+func (ps *perfettoSide) Close() {
 	c := ps.conn
 	c.mu.Lock()
 	if c.instances[ps.instance] == ps {
 		delete(c.instances, ps.instance)
 	}
-	if to := c.routes[ps.p.wire]; to != nil {
+	if to := c.routes[ps.wire]; to != nil {
 		to = slices.DeleteFunc(to, func(o *perfettoSide) bool { return o == ps })
 		if len(to) == 0 {
-			delete(c.routes, ps.p.wire)
+			delete(c.routes, ps.wire)
 		} else {
-			c.routes[ps.p.wire] = to
+			c.routes[ps.wire] = to
 		}
 	}
 	c.mu.Unlock()

@@ -1,4 +1,4 @@
-package pipeline
+package perfettosvc
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/pipeline"
 
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -137,7 +139,7 @@ func TestPerfettoDocsRecipe(t *testing.T) {
 			t.Fatalf("the recipe has no %s", n)
 		}
 	}
-	if _, err := ConfigFromTraceConfig(tcBytes); err != nil {
+	if _, err := pipeline.ConfigFromTraceConfig(tcBytes); err != nil {
 		t.Fatalf("the recipe's config: %v", err)
 	}
 

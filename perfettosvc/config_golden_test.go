@@ -1,4 +1,4 @@
-package pipeline
+package perfettosvc
 
 import (
 	"bytes"
@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
+	"github.com/tracepipe/tracepipe/pipeline"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -58,7 +62,7 @@ func TestPerfettoConfigYAMLMatchesGoldenSetup(t *testing.T) {
 
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
-	reg := NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	host.Logf = t.Logf
 	if err := host.Listen(sock); err != nil {
@@ -106,7 +110,7 @@ data_sources:
         ftrace_events: [power/cpu_idle, irq/softirq_entry, irq/softirq_exit]
 sinks: [{type: file, path: %q}]
 `, filepath.Join(dir, "trace.pftrace")))
-	s, err := New(cfg, Options{Logger: testsupport.Logger(t), Perfetto: reg})
+	s, err := pipeline.New(cfg, pipeline.Options{Logger: testsupport.Logger(t), Perfetto: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package pipeline
+package perfettosvc
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/internal/wire"
+	"github.com/tracepipe/tracepipe/pipeline"
 )
 
 // ChangeTraceConfig for Perfetto consumers, as traced supports it: only
@@ -25,7 +26,7 @@ func (cs *consumerSession) ChangeTraceConfig(tc []byte) error {
 	if !cs.isStarted() {
 		return errNotStarted
 	}
-	newCfg, err := ConfigFromTraceConfig(tc)
+	newCfg, err := pipeline.ConfigFromTraceConfig(tc)
 	if err != nil {
 		return err
 	}
@@ -40,18 +41,7 @@ func (cs *consumerSession) ChangeTraceConfig(tc []byte) error {
 	if !bytes.Equal(a, b) {
 		return errOnlyProducerFilter
 	}
-	// The session's data sources are those of the config some producer
-	// served at EnableTracing: matched by name and config.
-	filters := map[int]producerFilter{}
-	for i, dc := range cs.svc.cfg.DataSources {
-		for _, nd := range newCfg.DataSources {
-			if nd.Name == dc.Name && bytes.Equal(nd.perfettoConfig, dc.perfettoConfig) {
-				filters[i] = nd.perfettoProducers
-				break
-			}
-		}
-	}
-	return cs.svc.changeProducerFilters(context.Background(), filters)
+	return cs.svc.ChangeProducerFilters(context.Background(), newCfg)
 }
 
 // withoutProducerFilters re-encodes a TraceConfig without the
@@ -83,52 +73,4 @@ func withoutProducerFilters(tc []byte) ([]byte, error) {
 		return nil, fmt.Errorf("trace_config: %w", err)
 	}
 	return out, nil
-}
-
-// changeProducerFilters applies new producer_name_filters (by
-// data_sources index) on the service goroutine and starts the producers
-// they admit that do not serve the data source yet.
-func (s *Service) changeProducerFilters(ctx context.Context, filters map[int]producerFilter) error {
-	errc := make(chan error, 1)
-	if err := s.onLoop(ctx, loopCallWait, func() { errc <- s.applyProducerFilters(filters) }); err != nil {
-		return err
-	}
-	return <-errc
-}
-
-func (s *Service) applyProducerFilters(filters map[int]producerFilter) error {
-	if s.phase != phaseRecording {
-		return errors.New("ChangeTraceConfig: the session is ending")
-	}
-	r := s.opts.Perfetto
-	var errs []error
-	for i, filter := range filters {
-		dc := &s.cfg.DataSources[i]
-		dc.perfettoProducers = filter
-		if !r.serves(dc.Name) {
-			continue // a built-in data source
-		}
-		bound := map[*perfettoConn]bool{}
-		for _, p := range s.producers {
-			if ps, ok := p.side.(*perfettoSide); ok && p.index == i {
-				bound[ps.conn] = true
-			}
-		}
-		conns, descs := r.matching(dc.Name, filter)
-		for k, c := range conns {
-			if bound[c] {
-				continue
-			}
-			spec := producerSpec{index: i, name: dc.Name, target: dc.TargetBuffer, source: dc.Name}
-			p, err := s.newPerfettoProducer(spec, c, descs[k])
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			s.producers = append(s.producers, p)
-			p.state = stateStarting
-			go p.run()
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -1,4 +1,4 @@
-package pipeline
+package perfettosvc
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -18,7 +20,7 @@ import (
 
 // liveDouble connects a producer double serving test.perfetto_double and
 // waits until it registered.
-func liveDouble(t *testing.T, prodSock string, reg *PerfettoProducers, packets int, ignoreFlush bool) *perfettoDouble {
+func liveDouble(t *testing.T, prodSock string, reg *perfetto.Producers, packets int, ignoreFlush bool) *perfettoDouble {
 	t.Helper()
 	pd := dialDouble(t, prodSock, packets)
 	pd.ignoreFlush = ignoreFlush

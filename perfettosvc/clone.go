@@ -1,4 +1,4 @@
-package pipeline
+package perfettosvc
 
 import (
 	"encoding/binary"
@@ -8,12 +8,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/sinks"
 )
 
 // CloneSession for Perfetto consumers (reference/service.md §11): the
 // running session is snapshotted with the flight recorder's clone
-// (Service.Snapshot: flush, read-only copy of every buffer, a complete
+// (pipeline.Service.Snapshot: flush, read-only copy of every buffer, a complete
 // trace of its own read back on its own goroutine) into an in-memory
 // sink, and that trace is served to the cloning consumer as a finished,
 // read-only session its ReadBuffers drains.
@@ -22,7 +23,7 @@ import (
 const cloneWait = 60 * time.Second
 
 // cloneSink opens the in-memory destination of snapshot n
-// (Options.SnapshotSink of a consumer's session).
+// (pipeline.Options.SnapshotSink of a consumer's session).
 func (cs *consumerSession) cloneSink(n int, _ string) (sinks.Sink, error) {
 	m := &memSink{limit: 2*cs.cloneLimit + 1<<20} // the buffers plus the snapshot's own packets
 	cs.cloneMu.Lock()
@@ -75,11 +76,11 @@ func (pc *PerfettoConsumers) CloneSession(peer perfettoipc.Peer, r *perfettoipc.
 	if trigger == "" {
 		trigger = "clone"
 	}
-	var res SnapshotResult
+	var res pipeline.SnapshotResult
 	t := time.NewTimer(cloneWait)
 	defer t.Stop()
 	select {
-	case res = <-cs.svc.Snapshot(SnapshotRequest{Trigger: trigger, Producer: r.GetCloneTriggerProducerName()}):
+	case res = <-cs.svc.Snapshot(pipeline.SnapshotRequest{Trigger: trigger, Producer: r.GetCloneTriggerProducerName()}):
 	case <-t.C:
 		// The snapshot goes on; its memory is dropped with the session.
 		return fail("CloneSession: the clone was not ready within %v", cloneWait)
@@ -94,8 +95,7 @@ func (pc *PerfettoConsumers) CloneSession(peer perfettoipc.Peer, r *perfettoipc.
 	if st := mem.Stats(); st.PacketsDroppedQueue > 0 {
 		return fail("CloneSession: the clone did not fit in memory (%d packets dropped)", st.PacketsDroppedQueue)
 	}
-	var u [16]byte
-	cs.svc.snapUUID(&u, res.N)
+	u := cs.svc.SnapshotUUID(res.N)
 	return &clonedSession{mem: mem, done: closedChan}, &perfettoipc.CloneSessionResponse{
 		Success: proto.Bool(true), WasWriteIntoFile: proto.Bool(cs.file),
 		UuidMsb: proto.Int64(int64(binary.BigEndian.Uint64(u[:8]))), UuidLsb: proto.Int64(int64(binary.BigEndian.Uint64(u[8:]))),

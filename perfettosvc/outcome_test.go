@@ -1,4 +1,4 @@
-package pipeline
+package perfettosvc
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -107,7 +109,7 @@ func (l *outcomeLogs) String() string {
 // kept accepting data once it had been read. The session still runs.
 func TestPerfettoConsumerWarnsDiscardWithStreaming(t *testing.T) {
 	var logs outcomeLogs
-	pc := &PerfettoConsumers{Producers: NewPerfettoProducers(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	pc := &PerfettoConsumers{Producers: perfetto.NewProducers(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	for _, tc := range []struct {
 		name      string
 		policy    uint64

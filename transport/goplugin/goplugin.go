@@ -1,4 +1,4 @@
-package pipeline
+package goplugin
 
 import (
 	"bytes"
@@ -9,19 +9,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/plugins/host"
 	"github.com/tracepipe/tracepipe/smb"
+	"github.com/tracepipe/tracepipe/transport"
 )
 
-// pluginSide is the side of a data source served by a plugin process: the
+var _ transport.Transport = (*Plugin)(nil)
+
+// Plugin is the Transport of a data source served by a plugin process: the
 // service creates the SMB as a memfd, the plugin maps it and runs the same
 // producer runtime as an in-process source on it, and its commits arrive
 // over the plugin's gRPC stream. The plugin is untrusted: its commits go
 // through the same validation as anyone's, and its trusted pid is the one
 // the service started, not one it reports.
-type pluginSide struct {
+type Plugin struct {
 	cfg    host.Config
 	stderr *lineLogger
 	plugin *host.Plugin
@@ -32,48 +34,63 @@ type pluginSide struct {
 	cancel context.CancelFunc
 	// configPath is "data_sources[i].config", for config problems.
 	configPath string
+	link       transport.Link // set by Start, before the plugin runs
 }
 
-// pluginSpec is what a plugin producer needs beyond producerSpec.
-type pluginSpec struct {
-	path     string
-	config   map[string]any
-	limits   *PluginLimits
-	smbSize  int
-	pageSize int
-	logf     func(string, ...any)
+// Config is what the session knows of a plugin data source instance.
+type Config struct {
+	Index int    // data_sources[Index]
+	Name  string // the data source name
+	Path  string // the plugin executable
+	Label string // how messages name it: "data_sources[i] (path)"
+	// DataSourceConfig is data_sources[i].config, passed to the plugin.
+	DataSourceConfig  map[string]any
+	SMBSize, PageSize int
+	TargetBuffer      uint32 // the target_buffer of its commits
+	Policy            smb.BufferExhaustedPolicy
+	Limits            host.Limits // memory and CPU of its processes
+	// StderrLineRate and StderrByteRate bound what of its stderr is
+	// logged (per second, with a burst of 10 s); the rest is counted.
+	StderrLineRate, StderrByteRate float64
+	Logf                           func(string, ...any) // its stderr lines; nil: not logged
+	// OnTriggers receives the triggers the data source activates, from
+	// any goroutine.
+	OnTriggers func(names []string)
 }
 
-// newPluginProducer builds a producer whose data source runs in the
-// plugin executable ps.path. Nothing is started until Run.
-func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIdentity,
-	commits chan<- commitMsg, notes chan<- note, finished <-chan struct{}) (*producer, error) {
-	s, err := smb.NewMemfdSMB(fmt.Sprintf("tracepipe-ds%d", spec.index), ps.smbSize, ps.pageSize)
+// New builds the Transport of a data source that runs in the plugin
+// executable cfg.Path, and the memfd SMB it writes into (the session's
+// to read and to close). Nothing is started until Start.
+func New(cfg Config) (*Plugin, *smb.SMB, error) {
+	s, err := smb.NewMemfdSMB(fmt.Sprintf("tracepipe-ds%d", cfg.Index), cfg.SMBSize, cfg.PageSize)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	p := newProducer(spec, s, client, commits, notes, finished)
-	// After the plugin's Done no OnCommit runs (host.Plugin.Done).
-	p.quietWhenExited = true
-	lineRate, byteRate := ps.limits.stderrRates()
-	stderr := &lineLogger{prefix: p.label() + " plugin: ", logf: ps.logf, bucket: newStderrBucket(lineRate, byteRate, time.Now)}
+	stderr := &lineLogger{prefix: cfg.Label + " plugin: ", logf: cfg.Logf, bucket: newStderrBucket(cfg.StderrLineRate, cfg.StderrByteRate, time.Now)}
 	ctx, cancel := context.WithCancel(context.Background())
-	p.side = &pluginSide{ctx: ctx, cancel: cancel, stderr: stderr, configPath: fmt.Sprintf("data_sources[%d].config", spec.index), cfg: host.Config{
-		Path:             ps.path,
-		Name:             spec.name,
-		DataSourceConfig: ps.config,
+	ps := &Plugin{ctx: ctx, cancel: cancel, stderr: stderr, configPath: fmt.Sprintf("data_sources[%d].config", cfg.Index)}
+	ps.cfg = host.Config{
+		Path:             cfg.Path,
+		Name:             cfg.Name,
+		DataSourceConfig: cfg.DataSourceConfig,
 		SMB:              s,
-		TargetBuffer:     bufferID(spec.target),
-		Policy:           spec.policy,
-		OnCommit:         p.deliver,
-		OnTriggers:       func(names []string) { p.onTriggers(names) },
-		Stderr:           stderr,
-		Limits:           ps.limits.hostLimits(),
-	}}
-	return p, nil
+		TargetBuffer:     cfg.TargetBuffer,
+		Policy:           cfg.Policy,
+		// After the plugin's Done no OnCommit runs (host.Plugin.Done).
+		OnCommit:   func(data []byte) { ps.link.Deliver(data) },
+		OnTriggers: cfg.OnTriggers,
+		Stderr:     stderr,
+		Limits:     cfg.Limits,
+	}
+	return ps, s, nil
 }
 
-func (ps *pluginSide) start(p *producer) error {
+// StderrLinesSuppressed is how many of the plugin's stderr lines were
+// counted over its rate limits instead of logged.
+func (ps *Plugin) StderrLinesSuppressed() uint64 { return ps.stderr.suppressedLines() }
+
+func (ps *Plugin) Start(link transport.Link) error {
+	ps.link = link // before the launch: commits come once it runs
 	pl, err := host.Launch(ps.ctx, ps.cfg)
 	if err != nil {
 		return ps.describe(err)
@@ -87,7 +104,7 @@ func (ps *pluginSide) start(p *producer) error {
 		return fmt.Errorf("plugin %s: ended by the service during Start", ps.cfg.Path)
 	}
 	// The pid the service itself started, whatever the plugin claims.
-	p.pid.Store(int32(pl.Pid()))
+	link.SetPID(int32(pl.Pid()))
 	if err := pl.Start(); err != nil {
 		return ps.describe(err)
 	}
@@ -98,7 +115,7 @@ func (ps *pluginSide) start(p *producer) error {
 // the plugin exited on its own, how it exited and the last lines it wrote
 // to stderr ("exited with status 2 during Start: <lines>"); else the
 // error, which carries the plugin's own reason.
-func (ps *pluginSide) describe(err error) error {
+func (ps *Plugin) describe(err error) error {
 	ps.mu.Lock()
 	pl := ps.plugin
 	ps.mu.Unlock()
@@ -127,7 +144,7 @@ func (ps *pluginSide) describe(err error) error {
 
 // configError names each problem the plugin found by its full config
 // path, data_sources[i].config.<key>.
-func (ps *pluginSide) configError(e *host.ConfigError) error {
+func (ps *Plugin) configError(e *host.ConfigError) error {
 	lines := make([]string, 0, len(e.Problems))
 	for _, q := range e.Problems {
 		path := ps.configPath
@@ -139,21 +156,21 @@ func (ps *pluginSide) configError(e *host.ConfigError) error {
 	return errors.New(strings.Join(lines, "\n"))
 }
 
-func (ps *pluginSide) flush(flushID uint64, flags plugins.FlushFlags) error {
+func (ps *Plugin) Flush(flushID uint64, flags plugins.FlushFlags) error {
 	return ps.plugin.FlushWithFlags(flushID, uint64(flags))
 }
 
-func (ps *pluginSide) clearIncrementalState() { _ = ps.plugin.ClearIncrementalState() }
+func (ps *Plugin) ClearIncrementalState() { _ = ps.plugin.ClearIncrementalState() }
 
-// stop asks the plugin to stop. If the plugin process exited meanwhile,
+// Stop asks the plugin to stop. If the plugin process exited meanwhile,
 // the error says how it exited (and what it wrote last), not what the
 // dead connection made of the Stop call.
 //
 // Once the data source stopped and every commit arrived, the child's exit
 // (gRPC shutdown, process exit, reaping: a few milliseconds) goes on in
 // the background while the session scrapes, reads and closes its sinks;
-// close waits for it, so no plugin process outlives the session.
-func (ps *pluginSide) stop() error {
+// Close waits for it, so no plugin process outlives the session.
+func (ps *Plugin) Stop() error {
 	if ps.plugin == nil {
 		return nil
 	}
@@ -166,23 +183,23 @@ func (ps *pluginSide) stop() error {
 	// A process that broke the connection by dying is reaped within
 	// moments; a hung one is not waited for.
 	if _, exited := ps.plugin.WaitExit(stopExitWait); exited {
-		return ps.exitErr()
+		return ps.ExitErr()
 	}
 	return err
 }
 
-// packetsDropped is 0: a plugin's own writer counters are not trusted; its
+// PacketsDropped is 0: a plugin's own writer counters are not trusted; its
 // losses show up in the buffer (trace_writer_packet_loss) and in the
 // previous_packet_dropped flags of its sequences.
-func (ps *pluginSide) packetsDropped() uint64 { return 0 }
+func (ps *Plugin) PacketsDropped() uint64 { return 0 }
 
-func (ps *pluginSide) done() <-chan struct{} { return ps.plugin.Finished() }
+func (ps *Plugin) Done() <-chan struct{} { return ps.plugin.Finished() }
 
-func (ps *pluginSide) exited() <-chan struct{} { return ps.plugin.Done() }
+func (ps *Plugin) Exited() <-chan struct{} { return ps.plugin.Done() }
 
-// exitErr says how the plugin went: its exit status when it exited, the
+// ExitErr says how the plugin went: its exit status when it exited, the
 // stream error otherwise, and the last lines of its stderr.
-func (ps *pluginSide) exitErr() error {
+func (ps *Plugin) ExitErr() error {
 	msg := "commit stream ended"
 	if err := ps.plugin.Err(); err != nil {
 		msg = err.Error()
@@ -199,10 +216,10 @@ func (ps *pluginSide) exitErr() error {
 	return fmt.Errorf("%s", msg)
 }
 
-// close ends the plugin process if it is still running: at once, unless
+// Close ends the plugin process if it is still running: at once, unless
 // it is already exiting after a successful stop, which is waited for
 // (bounded by host's graceful exit timeout).
-func (ps *pluginSide) close() {
+func (ps *Plugin) Close() {
 	ps.cancel()
 	ps.mu.Lock()
 	pl := ps.plugin
@@ -227,9 +244,9 @@ const stopExitWait = 100 * time.Millisecond
 // line is logged in pieces of this size.
 const maxStderrLine = 4096
 
-// stderrReportEvery is how often, at most, a plugin's suppressed stderr
+// StderrReportEvery is how often, at most, a plugin's suppressed stderr
 // lines are reported while they go on.
-const stderrReportEvery = time.Second
+const StderrReportEvery = time.Second
 
 // lineLogger turns a plugin's stderr into log lines, within its rate
 // limits, and keeps the last few for error messages.
@@ -288,7 +305,7 @@ func (l *lineLogger) line(raw []byte) {
 	if l.bucket != nil && !l.bucket.allow(len(raw)) {
 		l.suppressed++
 		l.suppressedBytes += uint64(len(raw))
-		if t := l.bucket.now(); t.Sub(l.lastReport) >= stderrReportEvery {
+		if t := l.bucket.now(); t.Sub(l.lastReport) >= StderrReportEvery {
 			l.lastReport = t
 			l.report("so far")
 		}

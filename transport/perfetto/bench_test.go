@@ -1,4 +1,4 @@
-package pipeline
+package perfetto
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/pipeline"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -346,7 +348,7 @@ func benchProducerPath(b *testing.B, size, writers int, flush string, posted boo
 	var cpu, gb, delivered, emitted, prodCPU, drops, peak float64
 	for b.Loop() {
 		b.StopTimer()
-		reg := NewPerfettoProducers()
+		reg := NewProducers()
 		host := ipc.NewHost(ipc.NewProducerPort(reg))
 		if err := host.Listen(sock); err != nil {
 			b.Fatal(err)
@@ -373,7 +375,7 @@ perfetto: {enabled: true}
 data_sources: [{name: bench.producer}]
 sinks: [{type: file, path: %q}]
 `, flush, out))
-		s, err := New(cfg, Options{Perfetto: reg})
+		s, err := pipeline.New(cfg, pipeline.Options{Perfetto: reg})
 		if err != nil {
 			b.Fatal(err)
 		}

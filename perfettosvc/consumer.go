@@ -1,24 +1,24 @@
-package pipeline
+package perfettosvc
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tracepipe/tracepipe/internal/wire"
 	"log/slog"
-	"math"
 	"os"
-	"regexp"
 	"sort"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tracepipe/tracepipe/internal/wire"
 	"github.com/tracepipe/tracepipe/perfettoipc"
+	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -26,13 +26,13 @@ import (
 
 // PerfettoConsumers runs the sessions Perfetto consumers (the perfetto
 // command) enable on tracepipe's consumer socket: the
-// perfettoipc.ConsumerBackend. Each session is an ordinary Service whose
+// perfettoipc.ConsumerBackend. Each session is an ordinary pipeline.Service whose
 // config comes from the consumer's TraceConfig, with the connected
 // Perfetto producers (and tracepipe's built-in data sources) as its
 // producers; its one sink is the consumer: the file descriptor it passed
 // (write_into_file) or a bounded in-memory queue that ReadBuffers drains.
 type PerfettoConsumers struct {
-	Producers *PerfettoProducers
+	Producers *perfetto.Producers
 	Logger    *slog.Logger // warnings; nil discards them
 
 	// MaxMemory bounds what the running consumer sessions together may
@@ -58,7 +58,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 			unix.Close(outFD)
 		}
 	}
-	cfg, err := ConfigFromTraceConfig(tc)
+	cfg, err := pipeline.ConfigFromTraceConfig(tc)
 	if err != nil {
 		closeFD()
 		return nil, err
@@ -67,14 +67,14 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	// session runs without it.
 	kept := cfg.DataSources[:0]
 	for _, dc := range cfg.DataSources {
-		if _, builtin := plugins.Lookup(dc.Name); builtin || pc.Producers.has(dc.Name, dc.perfettoProducers) {
+		if _, builtin := plugins.Lookup(dc.Name); builtin || pc.Producers.HasProducerFor(&dc) {
 			kept = append(kept, dc)
 		} else {
 			sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): no producer serves data source %q; the session runs without it", peer.PID, dc.Name)
 		}
 	}
 	cfg.DataSources = kept
-	for _, w := range cfg.warnings("DISCARD") {
+	for _, w := range cfg.TraceConfigWarnings() {
 		// EnableTracing's reply has no place for a warning (error fails
 		// the session), so the service's log carries it, as traced's does.
 		sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): trace_config.%s", peer.PID, w)
@@ -83,7 +83,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	// As traced, a CLONE_SNAPSHOT session's buffers are read only by
 	// CloneSession: its own ReadBuffers returns nothing, and with
 	// write_into_file it is refused (tracing_service_impl.cc).
-	cloneOnly := cfg.TriggerConfig != nil && cfg.TriggerConfig.Mode == TriggerModeClone
+	cloneOnly := cfg.TriggerConfig != nil && cfg.TriggerConfig.Mode == pipeline.TriggerModeClone
 	var sink sinks.Sink
 	switch {
 	case cloneOnly && cfg.WriteIntoFile:
@@ -124,15 +124,19 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	// CloneSession name, what clone_trigger_hit says and what the
 	// producers are told (tracing_session_id).
 	if pc.Producers != nil {
-		cs.id = pc.Producers.nextSession.Add(1)
+		cs.id = pc.Producers.NewSessionID()
 	} else {
 		pc.mu.Lock()
 		pc.lastID++
 		cs.id = pc.lastID
 		pc.mu.Unlock()
 	}
-	svc, err := New(cfg, Options{Sinks: []sinks.Sink{sink}, Perfetto: pc.Producers, Logger: pc.Logger, SnapshotSink: cs.cloneSink,
-		OnCloneTrigger: cs.cloneTriggerHit, tracingSessionID: cs.id})
+	var remote pipeline.RemoteProducers // nil unless there are producers (no typed nil)
+	if pc.Producers != nil {
+		remote = pc.Producers
+	}
+	svc, err := pipeline.New(cfg, pipeline.Options{Sinks: []sinks.Sink{sink}, Perfetto: remote, Logger: pc.Logger, SnapshotSink: cs.cloneSink,
+		OnCloneTrigger: cs.cloneTriggerHit, TracingSessionID: cs.id})
 	if err != nil {
 		pc.release(cs)
 		_ = sink.Close(context.Background())
@@ -142,7 +146,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	cs.pc = pc
 	cs.hasTriggers = cfg.TriggerConfig != nil && len(cfg.TriggerConfig.Triggers) > 0
 	cs.uid = peer.UID
-	cs.uniqueName = stringField(tc, 22)
+	cs.uniqueName = string(lastField(tc, 22).Bytes)
 	cs.traceConfig = append([]byte(nil), tc...)
 	for _, b := range cfg.Buffers {
 		cs.bufferKB = append(cs.bufferKB, b.SizeKB)
@@ -171,7 +175,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 			pc.ended(cs)
 		}()
 	}
-	if uint64Field(tc, 12) != 0 { // deferred_start: StartTracing runs it
+	if lastField(tc, 12).Varint != 0 { // deferred_start: StartTracing runs it
 		return cs, nil
 	}
 	cs.mu.Lock()
@@ -192,7 +196,7 @@ func (pc *PerfettoConsumers) ended(cs *consumerSession) {
 
 // reserve takes what session cs can come to hold out of MaxMemory, or
 // says why it cannot.
-func (pc *PerfettoConsumers) reserve(cs *consumerSession, cfg *Config) error {
+func (pc *PerfettoConsumers) reserve(cs *consumerSession, cfg *pipeline.Config) error {
 	buffers, smbs := cfg.FixedMemory()
 	cost := buffers + smbs
 	if cs.mem != nil {
@@ -200,7 +204,7 @@ func (pc *PerfettoConsumers) reserve(cs *consumerSession, cfg *Config) error {
 	}
 	limit, what := pc.MaxMemory, "serve --max-consumer-memory"
 	if limit == 0 {
-		limit, what = PhysicalMemory()/2, "half of this machine's RAM; serve --max-consumer-memory"
+		limit, what = pipeline.PhysicalMemory()/2, "half of this machine's RAM; serve --max-consumer-memory"
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
@@ -251,33 +255,13 @@ func (pc *PerfettoConsumers) QueryServiceState(peer perfettoipc.Peer, sessionsOn
 	if sessionsOnly || pc.Producers == nil {
 		return st
 	}
-	r := pc.Producers
-	r.mu.Lock()
-	conns := append([]*perfettoConn(nil), r.conns...)
-	r.mu.Unlock()
-	for _, c := range conns {
-		peer := c.pp.Peer()
-		st.Producers = append(st.Producers, &perfettoipc.TracingServiceState_Producer{
-			Id: proto.Int32(c.id), Name: proto.String(c.pp.Name()), Uid: proto.Int32(int32(peer.UID)),
-			SdkVersion: proto.String(c.pp.SDKVersion()), Pid: proto.Int32(peer.PID), Frozen: proto.Bool(false),
-		})
-		for _, d := range c.pp.DataSources() {
-			st.DataSources = append(st.DataSources, &perfettoipc.TracingServiceState_DataSource{DsDescriptor: d, ProducerId: proto.Int32(c.id)})
-		}
-	}
-	sort.SliceStable(st.DataSources, func(i, j int) bool {
-		a, b := st.DataSources[i], st.DataSources[j]
-		if a.GetDsDescriptor().GetName() != b.GetDsDescriptor().GetName() {
-			return a.GetDsDescriptor().GetName() < b.GetDsDescriptor().GetName()
-		}
-		return a.GetProducerId() < b.GetProducerId()
-	})
+	pc.Producers.AppendServiceState(st)
 	return st
 }
 
 // consumerSession is one consumer's session (perfettoipc.ConsumerSession).
 type consumerSession struct {
-	svc *Service
+	svc *pipeline.Service
 	pc  *PerfettoConsumers
 	// memCost is what the session reserved of pc.MaxMemory (pc.mu).
 	memCost int64
@@ -306,7 +290,7 @@ type consumerSession struct {
 
 	mu      sync.Mutex
 	started bool
-	res     *Result
+	res     *pipeline.Result
 	err     error
 }
 
@@ -341,7 +325,7 @@ func (cs *consumerSession) Err() error {
 }
 
 // Disable ends the session. One never started (deferred_start) runs
-// disabled before start, so that the service releases what New built
+// disabled before start, so that the service releases what pipeline.New built
 // (SMB mappings, sinks) without starting any data source, as traced never
 // starts them.
 func (cs *consumerSession) Disable() {
@@ -388,7 +372,7 @@ func (cs *consumerSession) Observe(mask uint32, emit func(*perfettoipc.Observabl
 	if mask&uint32(perfettoipc.ObservableEvents_TYPE_CLONE_TRIGGER_HIT) != 0 {
 		unhit = cs.watchCloneHits(emit)
 	}
-	cancel, err := cs.svc.Observe(context.Background(), func(o Observation) {
+	cancel, err := cs.svc.Observe(context.Background(), func(o pipeline.Observation) {
 		ev := &perfettoipc.ObservableEvents{}
 		if wantInstances {
 			for _, c := range o.Changes {
@@ -433,11 +417,11 @@ func (cs *consumerSession) watchCloneHits(emit func(*perfettoipc.ObservableEvent
 	}
 }
 
-// cloneTriggerHit is the session's Options.OnCloneTrigger: as traced, the
+// cloneTriggerHit is the session's pipeline.Options.OnCloneTrigger: as traced, the
 // consumers observing TYPE_CLONE_TRIGGER_HIT are told the session and
 // trigger, and clone the session themselves (CloneSession). Nobody
 // observing: the trigger is in the trace, nothing is cloned.
-func (cs *consumerSession) cloneTriggerHit(h CloneTriggerHit) {
+func (cs *consumerSession) cloneTriggerHit(h pipeline.CloneTriggerHit) {
 	// Every field traced sets: perfetto_cmd passes them back in its
 	// CloneSession, and the clone's trigger packet names the producer.
 	hit := &perfettoipc.ObservableEvents_CloneTriggerHit{
@@ -455,7 +439,7 @@ func (cs *consumerSession) cloneTriggerHit(h CloneTriggerHit) {
 	}
 }
 
-// Flush flushes the running session's data sources (Service.Flush):
+// Flush flushes the running session's data sources (pipeline.Service.Flush):
 // nil once every one acknowledged within timeout (0: the session's
 // flush_timeout_ms), as traced answers a consumer's Flush.
 func (cs *consumerSession) Flush(timeout time.Duration, flags uint64) error {
@@ -495,7 +479,7 @@ func (cs *consumerSession) WritesIntoFile() bool { return cs.file }
 // TraceStats is the session's TraceStats as of now while it runs, the
 // final one once it ended.
 func (cs *consumerSession) TraceStats() ([]byte, error) {
-	final := func() *Result {
+	final := func() *pipeline.Result {
 		cs.mu.Lock()
 		defer cs.mu.Unlock()
 		return cs.res
@@ -507,9 +491,9 @@ func (cs *consumerSession) TraceStats() ([]byte, error) {
 		return nil, errNotStarted
 	}
 	ts, err := cs.svc.TraceStats(context.Background())
-	if errors.Is(err, ErrSessionOver) {
+	if errors.Is(err, pipeline.ErrSessionOver) {
 		// It ended meanwhile: its final stats are a moment away.
-		t := time.NewTimer(sinkCloseTime)
+		t := time.NewTimer(finalStatsWait)
 		defer t.Stop()
 		select {
 		case <-cs.done:
@@ -643,290 +627,22 @@ func (s *fdSink) Stats() sinks.SinkStats {
 	return s.stats
 }
 
-// ConfigFromTraceConfig maps a serialized Perfetto TraceConfig (untrusted)
-// to a session config, field by field as traceConfigFields
-// (perfetto_fields.go) says: buffers, data sources (the whole
-// DataSourceConfig is passed on to Perfetto producers), duration,
-// streaming, flushes, trigger_config and incremental state are mapped;
-// what the perfetto command adds is accepted; activate_triggers is
-// accepted and not acted on, as traced's service does not read it (a
-// warning says so). Every other field is an error naming it.
-func ConfigFromTraceConfig(b []byte) (*Config, error) {
-	cfg := &Config{Perfetto: PerfettoConfig{Enabled: true}}
-	var bad []string
-	var cloneLength time.Duration // a CLONE_SNAPSHOT session's trigger_timeout_ms
-	err := walkProto(b, func(num protowire.Number, v uint64, payload []byte) error {
-		switch num {
-		case 1:
-			bc := BufferConfig{}
-			i := len(cfg.Buffers)
-			err := walkProto(payload, func(n protowire.Number, v uint64, _ []byte) error {
-				switch n {
-				case 1:
-					bc.SizeKB = uint32(v)
-				case 4:
-					switch v {
-					case 0, 1:
-						bc.FillPolicy = FillPolicyRingBuffer
-					case 2:
-						bc.FillPolicy = FillPolicyDiscard
-					default:
-						bad = append(bad, fmt.Sprintf("buffers[%d].fill_policy %d", i, v))
-					}
-				case 5:
-					bc.TransferOnClone = v != 0
-				case 6:
-					bc.ClearBeforeClone = v != 0
-				case 7:
-					// set below from payload
-				case 8:
-					// experimental_mode: tracepipe's buffers are TraceBuffer V2
-				default:
-					bad = append(bad, fmt.Sprintf("buffers[%d].%s", i, traceConfigFieldName("buffers[]", n)))
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("buffers[%d]: %w", i, err)
-			}
-			bc.Name = stringField(payload, 7)
-			cfg.Buffers = append(cfg.Buffers, bc)
-		case 2:
-			i := len(cfg.DataSources)
-			var dsc []byte
-			var filter producerFilter
-			err := walkProto(payload, func(n protowire.Number, _ uint64, p []byte) error {
-				switch n {
-				case 1:
-					dsc = p
-				case 2:
-					filter.names = append(filter.names, string(p))
-				case 3:
-					// A full match, as traced's std::regex_match.
-					if len(p) > maxRegexLen {
-						return fmt.Errorf("producer_name_regex_filter[%d]: %d bytes, at most %d", len(filter.regexes), len(p), maxRegexLen)
-					}
-					re, err := regexp.Compile(`^(?:` + string(p) + `)$`)
-					if err != nil {
-						return fmt.Errorf("producer_name_regex_filter[%d]: %w", len(filter.regexes), err)
-					}
-					filter.regexes = append(filter.regexes, re)
-				default:
-					bad = append(bad, fmt.Sprintf("data_sources[%d].%s", i, traceConfigFieldName("data_sources[]", n)))
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("data_sources[%d]: %w", i, err)
-			}
-			dc := DataSourceConfig{perfettoConfig: append([]byte(nil), dsc...), perfettoProducers: filter}
-			err = walkProto(dsc, func(n protowire.Number, v uint64, _ []byte) error {
-				switch n {
-				case 2:
-					dc.TargetBuffer = int(min(v, 1<<20))
-				case 9:
-					if v == 2 || v == 3 {
-						dc.BufferExhaustedPolicy = BufferExhaustedStall
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("data_sources[%d].config: %w", i, err)
-			}
-			dc.Name = stringField(dsc, 1)
-			dc.TargetBufferName = stringField(dsc, 11)
-			cfg.DataSources = append(cfg.DataSources, dc)
-		case 3:
-			cfg.Duration = time.Duration(v) * time.Millisecond
-		case 8:
-			cfg.WriteIntoFile = v != 0
-		case 9:
-			cfg.FileWritePeriod = time.Duration(max(v, 100)) * time.Millisecond
-		case 10:
-			cfg.MaxFileSize = int64(min(v, 1<<62))
-		case 13:
-			cfg.FlushPeriod = time.Duration(v) * time.Millisecond
-		case 14:
-			cfg.FlushTimeout = time.Duration(v) * time.Millisecond
-		case 12:
-			// deferred_start: EnableTracing holds the session until
-			// StartTracing (PerfettoConsumers.EnableTracing).
-		case 17:
-			tc, why := triggerConfigFromPerfetto(payload)
-			if why != nil {
-				bad = append(bad, why...)
-			}
-			cfg.TriggerConfig = tc
-			if tc.Mode == TriggerModeClone {
-				cloneLength = time.Duration(uint64Field(payload, 3)) * time.Millisecond
-			}
-		case 18:
-			// activate_triggers: traced's service does not act on it
-			// (the perfetto command sends these names itself, as a
-			// producer); kept for the warning (perfettoWarnings).
-			cfg.perfettoActivateTriggers = append(cfg.perfettoActivateTriggers, string(payload))
-		case 21:
-			if p := uint64Field(payload, 1); p > 0 {
-				cfg.IncrementalState.ClearPeriod = time.Duration(max(p, 100)) * time.Millisecond
-			}
-		case 22:
-			// unique_session_name: EnableTracing keeps it for
-			// CloneSession and QueryServiceState.
-		default:
-			// What the perfetto command adds on the wire, and settings
-			// with no effect here, are accepted (perfetto_fields.go).
-			if f := traceConfigField("", num); f != nil && f.support == fieldIgnored {
-				return nil
-			}
-			bad = append(bad, traceConfigFieldName("", num))
+// finalStatsWait bounds TraceStats' wait for the final stats of a session
+// that ended while it asked: as long as the session may take to close its
+// sinks (pipeline's bound).
+const finalStatsWait = 30 * time.Second
+
+// lastField is the last field num of TraceConfig b, of any wire type (as
+// protobuf, the last occurrence wins; none: the zero Field). b was
+// already read whole by ConfigFromTraceConfig.
+func lastField(b []byte, num protowire.Number) (f wire.Field) {
+	_ = wire.Walk(b, func(g wire.Field) error {
+		if g.Num == num {
+			f = g
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("trace_config: %w", err)
-	}
-	if len(bad) > 0 {
-		return nil, fmt.Errorf("trace_config: not supported by tracepipe: %s", strings.Join(bad, ", "))
-	}
-	if cloneLength > 0 {
-		// traced ends a CLONE_SNAPSHOT session trigger_timeout_ms after
-		// it started: the timeout becomes its duration (a trace with
-		// triggers sets no duration_ms of its own there).
-		cfg.Duration = cloneLength
-	}
-	if cfg.FileWritePeriod == 0 && cfg.WriteIntoFile {
-		cfg.FileWritePeriod = 5 * time.Second
-	}
-	// The consumer is the session's sink (Options.Sinks); this entry only
-	// satisfies validation and is never opened.
-	cfg.Sinks = []sinks.Config{{Type: "file", Path: "perfetto-consumer.pftrace"}}
-	if err := cfg.Validate(); err != nil {
-		if len(cfg.perfettoActivateTriggers) > 0 {
-			// A config that only names triggers to activate, as
-			// perfetto_cmd reads one: it was meant for a producer.
-			return nil, fmt.Errorf("trace_config: %w (%s)", err, activateTriggersNote)
-		}
-		return nil, fmt.Errorf("trace_config: %w", err)
-	}
-	return cfg, nil
+	return f
 }
 
-// activateTriggersNote says what becomes of TraceConfig.activate_triggers.
-const activateTriggersNote = "activate_triggers is not acted on by the service, as traced's is not: " +
-	"the perfetto command sends those names itself, connected to the producer socket " +
-	"(ActivateTriggers, as `perfetto --trigger NAME` does)"
-
-// maxWarnedTriggers bounds the names one warning lists.
-const maxWarnedTriggers = 8
-
-// perfettoWarnings are the warnings of a session config that came from a
-// Perfetto TraceConfig (Config.warnings): activate_triggers is accepted,
-// as traced accepts it, and does nothing.
-func (c *Config) perfettoWarnings() []string {
-	names := c.perfettoActivateTriggers
-	if len(names) == 0 {
-		return nil
-	}
-	more := ""
-	if len(names) > maxWarnedTriggers {
-		more = fmt.Sprintf(" and %d more", len(names)-maxWarnedTriggers)
-		names = names[:maxWarnedTriggers]
-	}
-	return []string{fmt.Sprintf("activate_triggers: %q%s not activated; %s. The session runs as the rest of its config says",
-		names, more, activateTriggersNote)}
-}
-
-// triggerConfigFromPerfetto maps TraceConfig.trigger_config onto the
-// session's trigger engine (triggers.go): START_TRACING, STOP_TRACING and
-// CLONE_SNAPSHOT (the consumer is told, TYPE_CLONE_TRIGGER_HIT, and
-// clones) with their triggers (name, producer_name_regex, stop_delay_ms,
-// max_per_24_h, skip_probability) and trigger_timeout_ms. It returns what
-// it cannot map, by field name (use_clone_snapshot_if_available).
-func triggerConfigFromPerfetto(b []byte) (*TriggerConfig, []string) {
-	tc := &TriggerConfig{}
-	var bad []string
-	err := walkProto(b, func(n protowire.Number, v uint64, p []byte) error {
-		switch n {
-		case 1:
-			switch v {
-			case 1:
-				tc.Mode = TriggerModeStart
-			case 2:
-				tc.Mode = TriggerModeStop
-			case 4:
-				tc.Mode = TriggerModeClone
-			default:
-				bad = append(bad, fmt.Sprintf("trigger_config.trigger_mode %d", v))
-			}
-		case 2:
-			i := len(tc.Triggers)
-			var sp TriggerSpec
-			err := walkProto(p, func(n protowire.Number, v uint64, p []byte) error {
-				switch n {
-				case 1:
-					sp.Name = string(p)
-				case 2:
-					sp.ProducerNameRegex = string(p)
-				case 3:
-					sp.StopDelay = time.Duration(v) * time.Millisecond
-				case 4:
-					sp.MaxPer24h = uint32(min(v, 1<<31))
-				case 5:
-					sp.SkipProbability = math.Float64frombits(v)
-				default:
-					bad = append(bad, fmt.Sprintf("trigger_config.triggers[%d].%s", i, traceConfigFieldName("trigger_config.triggers[]", n)))
-				}
-				return nil
-			})
-			if err != nil {
-				return fmt.Errorf("triggers[%d]: %w", i, err)
-			}
-			tc.Triggers = append(tc.Triggers, sp)
-		case 3:
-			tc.Timeout = time.Duration(v) * time.Millisecond
-		case 5:
-			if v != 0 {
-				bad = append(bad, "trigger_config.use_clone_snapshot_if_available")
-			}
-		default:
-			bad = append(bad, "trigger_config."+traceConfigFieldName("trigger_config", n))
-		}
-		return nil
-	})
-	if err != nil {
-		bad = append(bad, fmt.Sprintf("trigger_config (%v)", err))
-	}
-	if tc.Mode == TriggerModeClone {
-		tc.Timeout = 0 // ConfigFromTraceConfig makes it the session's duration; clones are the consumer's
-	}
-	return tc, bad
-}
-
-// walkProto calls fn for each field of b (internal/wire's walk; fn gets
-// the varint or fixed value, or the payload of a length-delimited field).
-func walkProto(b []byte, fn func(num protowire.Number, v uint64, payload []byte) error) error {
-	return wire.Walk(b, func(f wire.Field) error { return fn(f.Num, f.Varint, f.Bytes) })
-}
-
-func stringField(b []byte, num protowire.Number) string {
-	var s string
-	_ = walkProto(b, func(n protowire.Number, _ uint64, p []byte) error {
-		if n == num {
-			s = string(p)
-		}
-		return nil
-	})
-	return s
-}
-
-func uint64Field(b []byte, num protowire.Number) uint64 {
-	var x uint64
-	_ = walkProto(b, func(n protowire.Number, v uint64, _ []byte) error {
-		if n == num {
-			x = v
-		}
-		return nil
-	})
-	return x
-}
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -1,10 +1,12 @@
-package pipeline
+package perfettosvc
 
 import (
 	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/tracepipe/tracepipe/pipeline"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
@@ -44,7 +46,7 @@ func FuzzConfigFromTraceConfig(f *testing.F) {
 	f.Add(appendActivateTriggers(traceConfig(1000, false, "tracepipe.synthetic"), "x"))
 	f.Add(withTriggerConfig(traceConfig(0, false, "tracepipe.synthetic"), 4, 5000, trig{"snap", 0}))
 	f.Fuzz(func(t *testing.T, tc []byte) {
-		cfg, err := ConfigFromTraceConfig(tc)
+		cfg, err := pipeline.ConfigFromTraceConfig(tc)
 		if err == nil && (len(cfg.Buffers) == 0 || !cfg.Perfetto.Enabled) {
 			t.Fatalf("accepted a config without buffers: %+v", cfg)
 		}

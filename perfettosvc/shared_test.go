@@ -1,4 +1,4 @@
-package pipeline
+package perfettosvc
 
 import (
 	"context"
@@ -9,6 +9,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
+	"github.com/tracepipe/tracepipe/pipeline"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -214,7 +218,7 @@ func (md *multiDouble) waitLog(t *testing.T, prefix string, n int) {
 func TestPerfettoProducerSharedAcrossInstancesAndSessions(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
-	reg := NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	host.Logf = t.Logf
 	if err := host.Listen(sock); err != nil {
@@ -234,7 +238,7 @@ func TestPerfettoProducerSharedAcrossInstancesAndSessions(t *testing.T) {
 
 	outA, outB := filepath.Join(dir, "a.pftrace"), filepath.Join(dir, "b.pftrace")
 	// Session A runs until cancelled; B runs inside it.
-	svcA, err := New(loadYAML(t, fmt.Sprintf(`
+	svcA, err := pipeline.New(loadYAML(t, fmt.Sprintf(`
 duration: 0s
 flush_period: 200ms
 buffers: [{size_kb: 1024}, {size_kb: 1024}]
@@ -244,21 +248,21 @@ data_sources:
   - {name: test.b, target_buffer: 1}
   - {name: test.c, target_buffer: 0}
 sinks: [{type: file, path: %q}]
-`, outA)), Options{Logger: testsupport.Logger(t), Perfetto: reg})
+`, outA)), pipeline.Options{Logger: testsupport.Logger(t), Perfetto: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctxA, stopA := context.WithCancel(ctx)
 	defer stopA()
 	type ran struct {
-		res *Result
+		res *pipeline.Result
 		err error
 	}
 	doneA := make(chan ran, 1)
 	go func() { r, err := svcA.Run(ctxA); doneA <- ran{r, err} }()
 	md.waitLog(t, "start", 3)
 
-	svcB, err := New(loadYAML(t, fmt.Sprintf(`
+	svcB, err := pipeline.New(loadYAML(t, fmt.Sprintf(`
 duration: 300ms
 buffers: [{size_kb: 512}]
 perfetto: {enabled: true}
@@ -266,7 +270,7 @@ data_sources:
   - {name: test.c}
   - {name: test.a}
 sinks: [{type: file, path: %q}]
-`, outB)), Options{Logger: testsupport.Logger(t), Perfetto: reg})
+`, outB)), pipeline.Options{Logger: testsupport.Logger(t), Perfetto: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +317,7 @@ sinks: [{type: file, path: %q}]
 		}
 	}
 
-	check := func(name, path string, res *Result, instances map[uint64]int) {
+	check := func(name, path string, res *pipeline.Result, instances map[uint64]int) {
 		t.Helper()
 		// The buffer of each sequence, from the file's writer stats.
 		seqBuf := map[uint32]uint32{}
@@ -368,123 +372,5 @@ sinks: [{type: file, path: %q}]
 	md.close()
 	if err := <-served; err != nil {
 		t.Fatal(err)
-	}
-}
-
-// Routing a producer's commits to the instances owning their buffers
-// allocates nothing in steady state (the hot path of every Perfetto
-// producer): single-buffer and mixed commits alike, each part re-encoded
-// into a recycled buffer; and every chunk reaches exactly its instance.
-func TestPerfettoCommitRoutingAllocs(t *testing.T) {
-	r := NewPerfettoProducers()
-	pp := &ipc.Producer{} // the connection's identity only
-	c := &perfettoConn{r: r, pp: pp, gone: make(chan struct{}),
-		routes: map[uint32][]*perfettoSide{}, instances: map[uint64]*perfettoSide{}}
-	r.conns = append(r.conns, c)
-	commits := make(chan commitMsg, 8)
-	finished := make(chan struct{})
-	side := func(wire uint32, inst uint64) *perfettoSide {
-		p := &producer{producerSpec: producerSpec{wire: wire}, commits: commits, finished: finished, free: make(chan []byte, 16)}
-		ps := &perfettoSide{conn: c, p: p, instance: inst, live: true}
-		p.side = ps
-		c.instances[inst] = ps
-		c.routes[wire] = append(c.routes[wire], ps)
-		return ps
-	}
-	a, b := side(1, 1), side(2, 2)
-	var mixed, single smb.CommitData
-	mixed.ChunksToMove = []smb.ChunkToMove{{Page: 0, Chunk: 0, TargetBuffer: 1}, {Page: 1, Chunk: 0, TargetBuffer: 2}, {Page: 2, Chunk: 1, TargetBuffer: 1}}
-	mixed.ChunksToPatch = []smb.ChunkToPatch{{TargetBuffer: 2, WriterID: 3, ChunkID: 7, Patches: []smb.Patch{{Offset: 8, Data: [4]byte{1, 2, 3, 4}}}}}
-	single.ChunksToMove = []smb.ChunkToMove{{Page: 3, Chunk: 0, TargetBuffer: 2}}
-	mixedB, singleB := mixed.AppendMarshal(nil), single.AppendMarshal(nil)
-	got := map[*producer][]smb.CommitData{}
-	drain := func(keep bool) {
-		for {
-			select {
-			case m := <-commits:
-				if keep {
-					var cd smb.CommitData
-					if err := cd.Unmarshal(m.data); err != nil {
-						t.Fatal(err)
-					}
-					got[m.p] = append(got[m.p], cd)
-				}
-				m.p.recycle(m.data)
-			default:
-				return
-			}
-		}
-	}
-	r.Commit(pp, mixedB)
-	drain(true)
-	if len(got[a.p]) != 1 || len(got[a.p][0].ChunksToMove) != 2 || len(got[a.p][0].ChunksToPatch) != 0 ||
-		len(got[b.p]) != 1 || len(got[b.p][0].ChunksToMove) != 1 || got[b.p][0].ChunksToMove[0].Page != 1 || len(got[b.p][0].ChunksToPatch) != 1 {
-		t.Fatalf("routed %+v", got)
-	}
-	if n := testing.AllocsPerRun(200, func() {
-		r.Commit(pp, mixedB)
-		r.Commit(pp, singleB)
-		drain(false)
-	}); n != 0 {
-		t.Fatalf("%.1f allocations per routed pair of commits", n)
-	}
-}
-
-// A session's instances on one producer share one flush command; an
-// instance that asks for the flush only after the producer acknowledged
-// it joins the acknowledged one instead of sending the command again;
-// the acknowledged flush is forgotten once every instance joined.
-func TestPerfettoFlushLateJoiner(t *testing.T) {
-	r := NewPerfettoProducers()
-	c := &perfettoConn{r: r, pp: &ipc.Producer{}, gone: make(chan struct{}),
-		routes: map[uint32][]*perfettoSide{}, instances: map[uint64]*perfettoSide{}}
-	commits := make(chan commitMsg, 8)
-	sess := &perfettoSession{id: 1, buffers: []uint32{1}}
-	var sides []*perfettoSide
-	for i := range 3 {
-		p := &producer{producerSpec: producerSpec{wire: 1}, commits: commits, finished: make(chan struct{}), free: make(chan []byte, 4)}
-		ps := &perfettoSide{conn: c, p: p, sess: sess, instance: uint64(i + 1), live: true, desc: &ipc.DataSourceDescriptor{}}
-		p.side = ps
-		c.instances[ps.instance] = ps
-		sides = append(sides, ps)
-	}
-	pending := func() int {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.flushes)
-	}
-	first := make(chan error, 1)
-	go func() { first <- sides[0].flush(7, 0) }()
-	if !testsupport.WaitFor(10*time.Second, func() bool { return pending() == 1 }) {
-		t.Fatal("the first instance's flush never went out")
-	}
-	c.mu.Lock()
-	ids, req := c.flushes[0].ids, c.flushes[0].req
-	c.mu.Unlock()
-	if !slices.Equal(ids, []uint64{1, 2, 3}) {
-		t.Fatalf("flush lists instances %v, want all three", ids)
-	}
-	c.acked(req)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	for _, ps := range sides[1:] {
-		if err := ps.flush(7, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := r.nextFlush.Load(); n != 1 {
-		t.Fatalf("%d flush commands for one flush of the session", n)
-	}
-	if n := pending(); n != 0 {
-		t.Fatalf("%d flushes kept after every instance joined", n)
-	}
-	// Each instance handed its service the acknowledgement of flush 7.
-	for range sides {
-		m := <-commits
-		var cd smb.CommitData
-		if err := cd.Unmarshal(m.data); err != nil || cd.FlushRequestID != 7 {
-			t.Fatalf("ack %+v (%v)", cd, err)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package pipeline
+package perfettosvc
 
 import (
 	"bytes"
@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
+	"github.com/tracepipe/tracepipe/pipeline"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -123,11 +127,11 @@ func traceConfig(durationMs uint64, writeIntoFile bool, names ...string) []byte 
 }
 
 // perfettoService listens on a producer and a consumer socket.
-func perfettoService(t *testing.T) (prodSock, consSock string, reg *PerfettoProducers) {
+func perfettoService(t *testing.T) (prodSock, consSock string, reg *perfetto.Producers) {
 	t.Helper()
 	dir := t.TempDir()
 	prodSock, consSock = filepath.Join(dir, "p.sock"), filepath.Join(dir, "c.sock")
-	reg = NewPerfettoProducers()
+	reg = perfetto.NewProducers()
 	// One host per socket, as traced: each socket's service has id 1.
 	prodHost := ipc.NewHost(ipc.NewProducerPort(reg))
 	consHost := ipc.NewHost(ipc.NewConsumerPort(&PerfettoConsumers{Producers: reg, Logger: testsupport.Logger(t)}))
@@ -330,12 +334,12 @@ func TestPerfettoGoldenTraceConfigsMap(t *testing.T) {
 		if proto.Unmarshal(payloads[1], &f) != nil || proto.Unmarshal(f.GetMsgInvokeMethod().GetArgsProto(), &req) != nil {
 			t.Fatalf("%s: frame 1 is not EnableTracing", tc.capture)
 		}
-		cfg, err := ConfigFromTraceConfig(req.GetTraceConfig())
+		cfg, err := pipeline.ConfigFromTraceConfig(req.GetTraceConfig())
 		if err != nil {
 			t.Fatalf("%s: %v", tc.capture, err)
 		}
-		if len(cfg.Buffers) != 1 || cfg.Buffers[0].SizeKB != 4096 || cfg.Buffers[0].FillPolicy != FillPolicyDiscard ||
-			len(cfg.DataSources) != 1 || cfg.DataSources[0].Name != tc.ds || len(cfg.DataSources[0].perfettoConfig) < 20 ||
+		if len(cfg.Buffers) != 1 || cfg.Buffers[0].SizeKB != 4096 || cfg.Buffers[0].FillPolicy != pipeline.FillPolicyDiscard ||
+			len(cfg.DataSources) != 1 || cfg.DataSources[0].Name != tc.ds || len(cfg.DataSources[0].RawPerfettoConfig()) < 20 ||
 			cfg.WriteIntoFile != tc.file || cfg.Duration == 0 {
 			t.Fatalf("%s: mapped to %+v", tc.capture, cfg)
 		}
@@ -422,7 +426,7 @@ func TestPerfettoGoldenQueryServiceState(t *testing.T) {
 // another uid, and the port's passing of the socket's peer is tested in
 // perfettoipc (TestQueryServiceStateGetsThePeer).
 func TestPerfettoQueryServiceStateByUID(t *testing.T) {
-	pc := &PerfettoConsumers{Producers: NewPerfettoProducers(), Logger: testsupport.Logger(t)}
+	pc := &PerfettoConsumers{Producers: perfetto.NewProducers(), Logger: testsupport.Logger(t)}
 	deferred := func(name string) []byte {
 		tc := traceConfig(60_000, false, "tracepipe.synthetic")
 		tc = protowire.AppendTag(tc, 12, protowire.VarintType) // deferred_start: nothing runs

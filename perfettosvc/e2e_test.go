@@ -1,10 +1,9 @@
-package pipeline
+package perfettosvc
 
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +11,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/transport/perfetto"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/pipeline"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -252,7 +256,7 @@ func (pd *perfettoDouble) close() {
 func TestPerfettoProducerEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
-	reg := NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	host.Logf = t.Logf
 	if err := host.Listen(sock); err != nil {
@@ -282,7 +286,7 @@ data_sources:
   - name: test.perfetto_double
 sinks: [{type: file, path: %q}]
 `, out))
-	s, err := New(cfg, Options{Logger: testsupport.Logger(t), Perfetto: reg})
+	s, err := pipeline.New(cfg, pipeline.Options{Logger: testsupport.Logger(t), Perfetto: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +339,7 @@ sinks: [{type: file, path: %q}]
 func TestPerfettoProducerDisconnectMidSession(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
-	reg := NewPerfettoProducers()
+	reg := perfetto.NewProducers()
 	host := ipc.NewHost(ipc.NewProducerPort(reg))
 	if err := host.Listen(sock); err != nil {
 		t.Fatal(err)
@@ -378,7 +382,7 @@ perfetto: {enabled: true}
 data_sources: [{name: test.perfetto_quitter}]
 sinks: [{type: file, path: %q}]
 `, out))
-	s, err := New(cfg, Options{Logger: testsupport.Logger(t), Perfetto: reg})
+	s, err := pipeline.New(cfg, pipeline.Options{Logger: testsupport.Logger(t), Perfetto: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,99 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"regexp"
+	"slices"
+)
+
+// producerFilter is a data source's producer_name_filter (exact names)
+// and producer_name_regex_filter (full-match expressions): a producer
+// passes if either lists it, as traced's OR; with neither, every one does.
+type producerFilter struct {
+	names   []string
+	regexes []*regexp.Regexp
+}
+
+func (f producerFilter) admits(producer string) bool {
+	if len(f.names) == 0 && len(f.regexes) == 0 {
+		return true
+	}
+	if slices.Contains(f.names, producer) {
+		return true
+	}
+	for _, re := range f.regexes {
+		if re.MatchString(producer) {
+			return true
+		}
+	}
+	return false
+}
+
+// ChangeProducerFilters takes the producer_name_filter and
+// producer_name_regex_filter of newCfg's data sources into the running
+// session (a Perfetto consumer's ChangeTraceConfig): each of the session's
+// data sources takes the filters of the data source of newCfg with its
+// name and DataSourceConfig. On the service goroutine, the connected
+// Perfetto producers the new filters admit and that do not serve the data
+// source yet start serving it; those no longer admitted go on (as in
+// traced). The caller checked that nothing else changed. It fails once the
+// session is ending.
+func (s *Service) ChangeProducerFilters(ctx context.Context, newCfg *Config) error {
+	// The session's data sources are those of the config some producer
+	// served at EnableTracing: matched by name and config.
+	filters := map[int]producerFilter{}
+	for i, dc := range s.cfg.DataSources {
+		for _, nd := range newCfg.DataSources {
+			if nd.Name == dc.Name && bytes.Equal(nd.perfettoConfig, dc.perfettoConfig) {
+				filters[i] = nd.perfettoProducers
+				break
+			}
+		}
+	}
+	return s.changeProducerFilters(ctx, filters)
+}
+
+// changeProducerFilters applies new producer_name_filters (by
+// data_sources index) on the service goroutine and starts the producers
+// they admit that do not serve the data source yet.
+func (s *Service) changeProducerFilters(ctx context.Context, filters map[int]producerFilter) error {
+	errc := make(chan error, 1)
+	if err := s.onLoop(ctx, loopCallWait, func() { errc <- s.applyProducerFilters(filters) }); err != nil {
+		return err
+	}
+	return <-errc
+}
+
+func (s *Service) applyProducerFilters(filters map[int]producerFilter) error {
+	if s.phase != phaseRecording {
+		return errors.New("ChangeTraceConfig: the session is ending")
+	}
+	r := s.opts.Perfetto
+	var errs []error
+	for i, filter := range filters {
+		dc := &s.cfg.DataSources[i]
+		dc.perfettoProducers = filter
+		if r == nil || !r.Serves(dc.Name) {
+			continue // a built-in data source
+		}
+		bound := map[any]bool{}
+		for _, p := range s.producers {
+			if p.remote != nil && p.index == i {
+				bound[p.remote.Conn] = true
+			}
+		}
+		insts, err := s.remoteSession().Bind(i, dc, s.cfg.Duration, func(conn any) bool { return bound[conn] })
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, in := range insts {
+			p := s.newRemoteProducer(i, in, false)
+			s.producers = append(s.producers, p)
+			p.state = stateStarting
+			go p.run()
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,135 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/smb"
+)
+
+// RemoteProducers is a producer transport whose producers connect on
+// their own and register data sources by name — Perfetto's producer
+// socket (package transport/perfetto) — so that a session binds them to
+// its data sources instead of starting them (Options.Perfetto). Its
+// methods may be called from any goroutine and must not block.
+type RemoteProducers interface {
+	// Serves says whether a session binds remote producers for data
+	// source name rather than starting a built-in one.
+	Serves(name string) bool
+	// NewSession makes a session's identity for the producers: its
+	// tracing session id (id, or a new one when 0) and one buffer id per
+	// buffer, unique across sessions. New calls it once, for a session
+	// that binds any.
+	NewSession(id uint64, buffers int) RemoteSession
+	// Counts are traced's producers_connected, producers_seen,
+	// data_sources_registered and data_sources_seen (TraceStats).
+	Counts() (connected, seen, registered, instances uint64)
+	// WatchTriggers makes s a target of the producers' triggers
+	// (Service.ActivateTriggersFrom) until unwatch is called; Run calls it
+	// for a session with a trigger_config.
+	WatchTriggers(s *Service) (unwatch func())
+}
+
+// RemoteSession binds one session's data sources to connected producers.
+type RemoteSession interface {
+	// Bind returns one instance per connected producer that registered
+	// data_sources[index] (dc) and that dc's producer filters admit, in
+	// connection order, each a new data source instance of the session
+	// (duration: the session's). With bound nil (New) having none is an
+	// error naming the field; with bound set (ChangeProducerFilters), the
+	// connections it reports as already serving the data source are
+	// skipped and none is no error. It returns the instances it made and
+	// the errors of those it could not make (with bound nil, it stops at
+	// the first).
+	Bind(index int, dc *DataSourceConfig, duration time.Duration, bound func(conn any) bool) ([]RemoteInstance, error)
+}
+
+// RemoteInstance is one data source instance a remote producer serves,
+// as the session needs it.
+type RemoteInstance struct {
+	Transport Transport
+	// SMB is the session's own mapping of the producer's shared memory
+	// (the session closes it at its end).
+	SMB    *smb.SMB
+	Client buffer.ClientIdentity // trusted, from the connection
+	Source string                // how messages name the producer
+	Name   string                // the producer's own name (Observe)
+	Wire   uint32                // the target_buffer value of its commits
+	Conn   any                   // the connection serving it (Bind's bound)
+	// Scrapes says whether a chunk of trace writer w scraped from the
+	// SMB (shared by the connection's instances) is this instance's.
+	Scrapes func(w uint16) bool
+}
+
+// remoteSession returns the session's identity for its remote producers,
+// made on first use.
+func (s *Service) remoteSession() RemoteSession {
+	if s.remote == nil {
+		s.remote = s.opts.Perfetto.NewSession(s.opts.TracingSessionID, len(s.cfg.Buffers))
+	}
+	return s.remote
+}
+
+// addRemoteProducers adds one producer (a data source instance) per
+// connected remote producer that registered data_sources[i].name. (The
+// buffer-exhausted policy is the producer's own: its SDK applies it.)
+func (s *Service) addRemoteProducers(i int) error {
+	dc := &s.cfg.DataSources[i]
+	insts, err := s.remoteSession().Bind(i, dc, s.cfg.Duration, nil)
+	for _, in := range insts {
+		s.producers = append(s.producers, s.newRemoteProducer(i, in, dc.OnStartError == OnStartErrorAbort))
+	}
+	return err
+}
+
+// newRemoteProducer builds the producer of instance in, serving
+// data_sources[i]; abortOnStartError: its start failure ends the session.
+func (s *Service) newRemoteProducer(i int, in RemoteInstance, abortOnStartError bool) *producer {
+	dc := &s.cfg.DataSources[i]
+	spec := producerSpec{id: uint16(len(s.producers) + 1), index: i, name: dc.Name, target: dc.TargetBuffer,
+		source: in.Source, wire: in.Wire, abortOnStartError: abortOnStartError}
+	p := newProducer(spec, in.SMB, in.Client, s.commits, s.notes, s.finished)
+	p.side = in.Transport
+	p.remote = &in
+	p.onChunk = func(v *smb.ChunkView) { s.copyChunk(p, v) }
+	p.onScrape = func(v *smb.ChunkView) {
+		if in.Scrapes == nil || in.Scrapes(v.WriterID) {
+			s.copyChunk(p, v)
+		}
+	}
+	p.onPatch = func(c *smb.ChunkToPatch) { s.patchChunk(p, c) }
+	return p
+}
+
+// setupSequenced sets up, then begins, the Sequenced instances among ps
+// in order: every setup before any start, as traced. Each instance's
+// control goroutine then waits for its own notification in Start.
+func setupSequenced(ps []*producer) {
+	for _, p := range ps {
+		if sq, ok := p.side.(Sequenced); ok {
+			_ = sq.Setup(p) // an error is the start's, reported by Start
+		}
+	}
+	for _, p := range ps {
+		if sq, ok := p.side.(Sequenced); ok {
+			sq.Begin()
+		}
+	}
+}
+
+// stopSequenced sends the stop of the Sequenced instances among ps that
+// run, in order, before their control goroutines wait in Stop.
+func stopSequenced(ps []*producer) {
+	for _, p := range ps {
+		if sq, ok := p.side.(Sequenced); ok && (p.state == stateRunning || p.state == stateStarting) {
+			sq.SendStop()
+		}
+	}
+}
+
+// ActivateTriggersFrom is ActivateTriggers for a remote producer, with
+// the uid of its socket (for producer_name_regex and the trigger
+// packets). Safe for concurrent use; it never blocks.
+func (s *Service) ActivateTriggersFrom(producer string, uid int64, names []string) (acted []string) {
+	return s.activateTriggers(producer, uid, names)
+}
