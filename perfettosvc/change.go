@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/wire"
-	"github.com/tracepipe/tracepipe/pipeline"
 )
 
 // ChangeTraceConfig for Perfetto consumers, as traced supports it: only
@@ -26,7 +26,7 @@ func (cs *consumerSession) ChangeTraceConfig(tc []byte) error {
 	if !cs.isStarted() {
 		return errNotStarted
 	}
-	newCfg, err := pipeline.ConfigFromTraceConfig(tc)
+	newCfg, err := config.ConfigFromTraceConfig(tc)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"github.com/tracepipe/tracepipe/pipeline"
@@ -54,7 +55,7 @@ func runGoldenTextConfig(t *testing.T, path string) {
 	}
 	tmp := t.TempDir()
 	out := filepath.Join(tmp, "trace.pftrace")
-	cfg, err := pipeline.LoadTraceConfigText(path, pipeline.TraceConfigTextOptions{Output: out})
+	cfg, err := config.LoadTraceConfigText(path, config.TraceConfigTextOptions{Output: out})
 	if err != nil {
 		t.Fatal(err)
 	}

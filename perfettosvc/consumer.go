@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"golang.org/x/sys/unix"
@@ -58,7 +59,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 			unix.Close(outFD)
 		}
 	}
-	cfg, err := pipeline.ConfigFromTraceConfig(tc)
+	cfg, err := config.ConfigFromTraceConfig(tc)
 	if err != nil {
 		closeFD()
 		return nil, err
@@ -83,7 +84,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	// As traced, a CLONE_SNAPSHOT session's buffers are read only by
 	// CloneSession: its own ReadBuffers returns nothing, and with
 	// write_into_file it is refused (tracing_service_impl.cc).
-	cloneOnly := cfg.TriggerConfig != nil && cfg.TriggerConfig.Mode == pipeline.TriggerModeClone
+	cloneOnly := cfg.TriggerConfig != nil && cfg.TriggerConfig.Mode == config.TriggerModeClone
 	var sink sinks.Sink
 	switch {
 	case cloneOnly && cfg.WriteIntoFile:
@@ -196,7 +197,7 @@ func (pc *PerfettoConsumers) ended(cs *consumerSession) {
 
 // reserve takes what session cs can come to hold out of MaxMemory, or
 // says why it cannot.
-func (pc *PerfettoConsumers) reserve(cs *consumerSession, cfg *pipeline.Config) error {
+func (pc *PerfettoConsumers) reserve(cs *consumerSession, cfg *config.Config) error {
 	buffers, smbs := cfg.FixedMemory()
 	cost := buffers + smbs
 	if cs.mem != nil {
@@ -204,7 +205,7 @@ func (pc *PerfettoConsumers) reserve(cs *consumerSession, cfg *pipeline.Config) 
 	}
 	limit, what := pc.MaxMemory, "serve --max-consumer-memory"
 	if limit == 0 {
-		limit, what = pipeline.PhysicalMemory()/2, "half of this machine's RAM; serve --max-consumer-memory"
+		limit, what = config.PhysicalMemory()/2, "half of this machine's RAM; serve --max-consumer-memory"
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()

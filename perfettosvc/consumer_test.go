@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
-
-	"github.com/tracepipe/tracepipe/pipeline"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -334,11 +333,11 @@ func TestPerfettoGoldenTraceConfigsMap(t *testing.T) {
 		if proto.Unmarshal(payloads[1], &f) != nil || proto.Unmarshal(f.GetMsgInvokeMethod().GetArgsProto(), &req) != nil {
 			t.Fatalf("%s: frame 1 is not EnableTracing", tc.capture)
 		}
-		cfg, err := pipeline.ConfigFromTraceConfig(req.GetTraceConfig())
+		cfg, err := config.ConfigFromTraceConfig(req.GetTraceConfig())
 		if err != nil {
 			t.Fatalf("%s: %v", tc.capture, err)
 		}
-		if len(cfg.Buffers) != 1 || cfg.Buffers[0].SizeKB != 4096 || cfg.Buffers[0].FillPolicy != pipeline.FillPolicyDiscard ||
+		if len(cfg.Buffers) != 1 || cfg.Buffers[0].SizeKB != 4096 || cfg.Buffers[0].FillPolicy != config.FillPolicyDiscard ||
 			len(cfg.DataSources) != 1 || cfg.DataSources[0].Name != tc.ds || len(cfg.DataSources[0].RawPerfettoConfig()) < 20 ||
 			cfg.WriteIntoFile != tc.file || cfg.Duration == 0 {
 			t.Fatalf("%s: mapped to %+v", tc.capture, cfg)

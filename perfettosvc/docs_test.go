@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/config"
 
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -139,7 +139,7 @@ func TestPerfettoDocsRecipe(t *testing.T) {
 			t.Fatalf("the recipe has no %s", n)
 		}
 	}
-	if _, err := pipeline.ConfigFromTraceConfig(tcBytes); err != nil {
+	if _, err := config.ConfigFromTraceConfig(tcBytes); err != nil {
 		t.Fatalf("the recipe's config: %v", err)
 	}
 

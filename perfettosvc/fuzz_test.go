@@ -6,11 +6,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/config"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
-	"google.golang.org/protobuf/proto"
 )
 
 // FuzzConfigFromTraceConfig maps any bytes as a consumer's TraceConfig
@@ -46,7 +47,7 @@ func FuzzConfigFromTraceConfig(f *testing.F) {
 	f.Add(appendActivateTriggers(traceConfig(1000, false, "tracepipe.synthetic"), "x"))
 	f.Add(withTriggerConfig(traceConfig(0, false, "tracepipe.synthetic"), 4, 5000, trig{"snap", 0}))
 	f.Fuzz(func(t *testing.T, tc []byte) {
-		cfg, err := pipeline.ConfigFromTraceConfig(tc)
+		cfg, err := config.ConfigFromTraceConfig(tc)
 		if err == nil && (len(cfg.Buffers) == 0 || !cfg.Perfetto.Enabled) {
 			t.Fatalf("accepted a config without buffers: %+v", cfg)
 		}

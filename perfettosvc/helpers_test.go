@@ -12,9 +12,9 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/internal/wire"
-	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -55,13 +55,13 @@ func readTrace(t *testing.T, path string) []tracePacket {
 }
 
 // loadYAML loads a session config from YAML text with pipeline.Load.
-func loadYAML(t testing.TB, text string, sets ...string) *pipeline.Config {
+func loadYAML(t testing.TB, text string, sets ...string) *config.Config {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "session.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets})
+	cfg, err := config.Load(config.LoadOptions{Path: path, Sets: sets})
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

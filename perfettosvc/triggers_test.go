@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
-
-	"github.com/tracepipe/tracepipe/pipeline"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -176,7 +175,7 @@ func TestPerfettoProducerNameRegexFilter(t *testing.T) {
 		}
 		return out
 	}
-	cfg, err := pipeline.ConfigFromTraceConfig(regexConfig("go-d.*", "x"))
+	cfg, err := config.ConfigFromTraceConfig(regexConfig("go-d.*", "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +185,7 @@ func TestPerfettoProducerNameRegexFilter(t *testing.T) {
 			t.Errorf("producer %q admitted %v, want %v", name, !want, want)
 		}
 	}
-	if _, err := pipeline.ConfigFromTraceConfig(regexConfig("(")); err == nil || !strings.Contains(err.Error(), "data_sources[0]: producer_name_regex_filter[0]") {
+	if _, err := config.ConfigFromTraceConfig(regexConfig("(")); err == nil || !strings.Contains(err.Error(), "data_sources[0]: producer_name_regex_filter[0]") {
 		t.Fatalf("a bad expression: %v", err)
 	}
 
@@ -250,13 +249,13 @@ func TestPerfettoTriggerConfigMapping(t *testing.T) {
 		out = protowire.AppendTag(out, 17, protowire.BytesType)
 		return protowire.AppendBytes(out, tc)
 	}
-	for mode, want := range map[uint64]string{1: pipeline.TriggerModeStart, 2: pipeline.TriggerModeStop, 4: pipeline.TriggerModeClone} {
-		cfg, err := pipeline.ConfigFromTraceConfig(build(mode))
+	for mode, want := range map[uint64]string{1: config.TriggerModeStart, 2: config.TriggerModeStop, 4: config.TriggerModeClone} {
+		cfg, err := config.ConfigFromTraceConfig(build(mode))
 		if err != nil {
 			t.Fatalf("mode %d: %v", mode, err)
 		}
 		got := cfg.TriggerConfig
-		wantSpec := pipeline.TriggerSpec{Name: "t1", ProducerNameRegex: "perfetto_.*", StopDelay: 1500 * time.Millisecond, MaxPer24h: 3, SkipProbability: 0.25}
+		wantSpec := config.TriggerSpec{Name: "t1", ProducerNameRegex: "perfetto_.*", StopDelay: 1500 * time.Millisecond, MaxPer24h: 3, SkipProbability: 0.25}
 		wantTimeout, wantDuration := 9*time.Second, time.Minute
 		if mode == 4 {
 			// The timeout is the session's duration, as traced makes it.
@@ -271,7 +270,7 @@ func TestPerfettoTriggerConfigMapping(t *testing.T) {
 	}
 	// Unlike traced, STOP_TRACING with write_into_file is accepted
 	// (docs/perfetto.md says so).
-	if _, err := pipeline.ConfigFromTraceConfig(withTriggerConfig(traceConfig(0, true, "tracepipe.synthetic"), 2, 1000, trig{"x", 0})); err != nil {
+	if _, err := config.ConfigFromTraceConfig(withTriggerConfig(traceConfig(0, true, "tracepipe.synthetic"), 2, 1000, trig{"x", 0})); err != nil {
 		t.Fatalf("STOP_TRACING with write_into_file: %v", err)
 	}
 	for _, tc := range []struct {
@@ -281,7 +280,7 @@ func TestPerfettoTriggerConfigMapping(t *testing.T) {
 		{build(7), "trigger_config.trigger_mode 7"},
 		{build(2, 0x28, 0x01), "trigger_config.use_clone_snapshot_if_available"}, // field 5 = true
 	} {
-		if _, err := pipeline.ConfigFromTraceConfig(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := config.ConfigFromTraceConfig(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v, want an error naming %s", err, tc.want)
 		}
 	}
@@ -507,11 +506,11 @@ func TestPerfettoActivateTriggersInTraceConfig(t *testing.T) {
 // reads before it drops the config) has no session to run: the error
 // says why the names were not activated and what does activate them.
 func TestPerfettoActivateTriggersOnlyConfig(t *testing.T) {
-	_, err := pipeline.ConfigFromTraceConfig(appendActivateTriggers(nil, "x"))
+	_, err := config.ConfigFromTraceConfig(appendActivateTriggers(nil, "x"))
 	if err == nil || !strings.Contains(err.Error(), "activate_triggers is not acted on") || !strings.Contains(err.Error(), "perfetto --trigger NAME") {
 		t.Fatalf("%v, want an error explaining activate_triggers", err)
 	}
-	cfg, err := pipeline.ConfigFromTraceConfig(appendActivateTriggers(traceConfig(1000, false, "tracepipe.synthetic"), "x"))
+	cfg, err := config.ConfigFromTraceConfig(appendActivateTriggers(traceConfig(1000, false, "tracepipe.synthetic"), "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +606,7 @@ func TestPerfettoStopTracingTimeoutReturnsNothing(t *testing.T) {
 // empty one, so a second clone holds none of the first's packets (a copy
 // would hold them all again). clear_before_clone needs it, by name.
 func TestPerfettoTransferOnClone(t *testing.T) {
-	if _, err := pipeline.ConfigFromTraceConfig(tcMsg(1, tcMsg(1, uint64(4096), 6, uint64(1)), 2, tcMsg(1, tcMsg(1, "tracepipe.synthetic")), 3, uint64(1000))); err == nil ||
+	if _, err := config.ConfigFromTraceConfig(tcMsg(1, tcMsg(1, uint64(4096), 6, uint64(1)), 2, tcMsg(1, tcMsg(1, "tracepipe.synthetic")), 3, uint64(1000))); err == nil ||
 		!strings.Contains(err.Error(), "buffers[0].clear_before_clone") {
 		t.Fatalf("clear_before_clone without transfer_on_clone: %v", err)
 	}

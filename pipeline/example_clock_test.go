@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 
 	_ "github.com/tracepipe/tracepipe/plugins/builtin"
@@ -19,7 +20,7 @@ import (
 func TestTwoBuffersEventsOnSessionClock(t *testing.T) {
 	dir := t.TempDir()
 	events := filepath.Join(dir, "events.pftrace")
-	cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "two_buffers.yaml"), Sets: []string{
+	cfg, err := config.Load(config.LoadOptions{Path: filepath.Join("..", "configs", "two_buffers.yaml"), Sets: []string{
 		"duration=500ms", "buffers[0].size_kb=4096", "sinks[0].path=" + events, "sinks[1].path=" + filepath.Join(dir, "proc.pftrace"),
 	}})
 	if err != nil {

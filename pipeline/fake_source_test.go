@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -127,13 +128,13 @@ func (s *scripted) Stop() error            { <-s.done; return nil }
 func (s *scripted) Done() <-chan struct{}  { return s.done }
 
 // loadYAML loads a config from YAML text (through the real loader).
-func loadYAML(t testing.TB, text string, sets ...string) *Config {
+func loadYAML(t testing.TB, text string, sets ...string) *config.Config {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "session.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Load(LoadOptions{Path: path, Sets: sets})
+	cfg, err := config.Load(config.LoadOptions{Path: path, Sets: sets})
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

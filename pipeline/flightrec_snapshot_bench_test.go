@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/config"
 )
 
 // rssBytes reads VmRSS of this process.
@@ -47,7 +49,7 @@ func BenchmarkSnapshot(b *testing.B) {
 				b.Skip("no tmpfs at /dev/shm")
 			}
 			defer os.RemoveAll(dir)
-			cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
+			cfg, err := config.Load(config.LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
 				"duration=10m", fmt.Sprintf("buffers[0].size_kb=%d", mib<<10), "data_sources[0].config.rate=0",
 				"sinks[0].path=" + filepath.Join(dir, "live.pftrace"),
 			}})
@@ -131,7 +133,7 @@ func BenchmarkSnapshotsUnderLoad(b *testing.B) {
 		b.Skip("no tmpfs at /dev/shm")
 	}
 	defer os.RemoveAll(dir)
-	cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
+	cfg, err := config.Load(config.LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
 		"duration=1h", "buffers[0].size_kb=262144", "data_sources[0].config.rate=" + cmp.Or(os.Getenv("SNAPLOAD_RATE"), "97000"), "data_sources[0].buffer_exhausted_policy=drop",
 		"producers.smb_size_kb=32768", // as configs/flight_recorder.yaml: ~160 ms of SMB at 200 MB/s (tools/snapload)
 		"sinks[0].path=" + filepath.Join(dir, "live.pftrace"),

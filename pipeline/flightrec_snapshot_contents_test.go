@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/tpimport"
 )
 
 // startSession runs a session until stop, which ends it and returns its
 // result (the test fails if Run fails).
-func startSession(t *testing.T, cfg *Config, opts Options) (*Service, func() *Result) {
+func startSession(t *testing.T, cfg *config.Config, opts Options) (*Service, func() *Result) {
 	t.Helper()
 	s, err := New(cfg, opts)
 	if err != nil {
@@ -140,7 +141,7 @@ trigger_config:
 // no producer packet is lost and no chunk discarded.
 func TestSnapshotsCauseNoProducerLoss(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "flight_recorder.yaml"), Sets: []string{
+	cfg, err := config.Load(config.LoadOptions{Path: filepath.Join("..", "configs", "flight_recorder.yaml"), Sets: []string{
 		"duration=60s", "buffers[0].size_kb=4096", "data_sources[0].config.rate=2000",
 		"data_sources[0].buffer_exhausted_policy=drop", "sinks[0].path=" + filepath.Join(dir, "live.pftrace"),
 	}})

@@ -3,12 +3,14 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -60,7 +62,7 @@ func triggerName(p []byte, field protowire.Number) (string, bool) {
 func TestSnapshotsOfWrappedRingStandAlone(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "ring.pftrace")
-	cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
+	cfg, err := config.Load(config.LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
 		"duration=60s", "buffers[0].size_kb=1024", "data_sources[0].config.rate=5000", "sinks[0].path=" + out,
 	}})
 	if err != nil {
@@ -193,7 +195,7 @@ func checkSnapshotFile(t *testing.T, path, trigger string, requested uint64) {
 func snapshotSession(t *testing.T, sets ...string) (s *Service, dir string, stop func() *Result) {
 	t.Helper()
 	dir = t.TempDir()
-	cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: append([]string{
+	cfg, err := config.Load(config.LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: append([]string{
 		"duration=60s", "buffers[0].size_kb=1024", "data_sources[0].config.rate=2000",
 		"sinks[0].path=" + filepath.Join(dir, "live.pftrace"),
 	}, sets...)})

@@ -1,11 +1,9 @@
 package pipeline
 
 import (
-	"fmt"
-	"regexp"
 	"time"
 
-	"github.com/tracepipe/tracepipe/control"
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/flightrec"
 )
 
@@ -24,87 +22,6 @@ import (
 // max_per_24h; each refusal is counted (flightrec.Matcher). Every trigger
 // that acted is written into the trace as a `trigger` packet (46). This
 // file is what a trigger that acted does to the session, on its loop.
-
-// Trigger modes (trigger_config.trigger_mode).
-const (
-	TriggerModeStart = "start_tracing"
-	TriggerModeStop  = "stop_tracing"
-	TriggerModeClone = "clone_snapshot"
-)
-
-// TriggerConfig is Perfetto's TraceConfig.TriggerConfig.
-type TriggerConfig struct {
-	Mode     string        `koanf:"trigger_mode"`
-	Triggers []TriggerSpec `koanf:"triggers"`
-	Timeout  time.Duration `koanf:"trigger_timeout"` // start_tracing / stop_tracing: required
-}
-
-// TriggerSpec is one TriggerConfig.Trigger.
-type TriggerSpec struct {
-	Name              string        `koanf:"name"`
-	ProducerNameRegex string        `koanf:"producer_name_regex"` // "" = any producer
-	StopDelay         time.Duration `koanf:"stop_delay"`
-	MaxPer24h         uint32        `koanf:"max_per_24h"`      // 0 = unlimited
-	SkipProbability   float64       `koanf:"skip_probability"` // 0..1
-}
-
-// MinRotatePeriod is the shortest rotate_period.
-const MinRotatePeriod = time.Second
-
-func (c *Config) checkTriggers(k *checker) {
-	if c.UniqueSessionName != "" {
-		if err := control.ValidName("session", c.UniqueSessionName); err != nil {
-			k.bad("unique_session_name", "%v", err)
-		}
-	}
-	if c.RotatePeriod < 0 || c.RotatePeriod > 0 && c.RotatePeriod < MinRotatePeriod {
-		k.bad("rotate_period", "must be 0 (never) or >= %v, got %v", MinRotatePeriod, c.RotatePeriod)
-	}
-	tc := c.TriggerConfig
-	if tc == nil {
-		return
-	}
-	switch tc.Mode {
-	case TriggerModeStart, TriggerModeStop:
-		if tc.Timeout <= 0 || tc.Timeout > MaxDuration {
-			k.bad("trigger_config.trigger_timeout", "required with trigger_mode %s: > 0 and <= 7 days, got %v", tc.Mode, tc.Timeout)
-		}
-	case TriggerModeClone:
-		if tc.Timeout != 0 {
-			k.bad("trigger_config.trigger_timeout", "not used with trigger_mode clone_snapshot (the session runs for its duration); remove it")
-		}
-	case "":
-		k.bad("trigger_config.trigger_mode", "required: start_tracing, stop_tracing or clone_snapshot")
-	default:
-		k.bad("trigger_config.trigger_mode", "%q: want start_tracing, stop_tracing or clone_snapshot", tc.Mode)
-	}
-	if len(tc.Triggers) == 0 {
-		k.bad("trigger_config.triggers", "at least one trigger is required")
-	}
-	seen := map[string]bool{}
-	for i, t := range tc.Triggers {
-		p := fmt.Sprintf("trigger_config.triggers[%d]", i)
-		if err := control.ValidName("trigger", t.Name); err != nil {
-			k.bad(p+".name", "%v", err)
-		} else if seen[t.Name] {
-			k.bad(p+".name", "%q is defined twice", t.Name)
-		}
-		seen[t.Name] = true
-		if n := len(t.ProducerNameRegex); n > maxRegexLen {
-			k.bad(p+".producer_name_regex", "%d bytes, at most %d", n, maxRegexLen)
-		} else if t.ProducerNameRegex != "" {
-			if _, err := regexp.Compile(t.ProducerNameRegex); err != nil {
-				k.bad(p+".producer_name_regex", "%v", err)
-			}
-		}
-		if t.StopDelay < 0 || t.StopDelay > MaxDuration {
-			k.bad(p+".stop_delay", "must be >= 0 and <= 7 days, got %v", t.StopDelay)
-		}
-		if !(t.SkipProbability >= 0 && t.SkipProbability <= 1) {
-			k.bad(p+".skip_probability", "must be between 0 and 1, got %v", t.SkipProbability)
-		}
-	}
-}
 
 // TriggerStats counts what became of the triggers a session received.
 type TriggerStats = flightrec.TriggerStats
@@ -128,7 +45,7 @@ type CloneTriggerHit struct {
 
 // triggerState is the session's trigger bookkeeping.
 type triggerState struct {
-	cfg   *TriggerConfig
+	cfg   *config.TriggerConfig
 	match *flightrec.Matcher // whether an activated trigger acts; its counters
 
 	acts     chan triggerAct
@@ -142,7 +59,7 @@ type triggerState struct {
 	timedOut bool
 }
 
-func (t *triggerState) init(cfg *TriggerConfig, seed uint64) {
+func (t *triggerState) init(cfg *config.TriggerConfig, seed uint64) {
 	t.cfg = cfg
 	t.acts = make(chan triggerAct, 64)
 	var rules []flightrec.Rule
@@ -206,12 +123,12 @@ func (s *Service) activateTriggers(producer string, uid int64, names []string) (
 func (s *Service) triggerStart() (deferStart bool) {
 	t := &s.trig
 	switch t.mode() {
-	case TriggerModeStart, TriggerModeStop:
+	case config.TriggerModeStart, config.TriggerModeStop:
 		tm := time.NewTimer(t.cfg.Timeout)
 		t.timers = append(t.timers, tm)
 		t.timeoutC = tm.C
 	}
-	return t.mode() == TriggerModeStart
+	return t.mode() == config.TriggerModeStart
 }
 
 // triggerActed runs on the service goroutine for each trigger that acted.
@@ -220,7 +137,7 @@ func (s *Service) triggerActed(a triggerAct) {
 	t.pkts = append(t.pkts, a)
 	t.remember(a)
 	switch t.mode() {
-	case TriggerModeStart:
+	case config.TriggerModeStart:
 		if t.started || s.phase != phaseRecording {
 			return
 		}
@@ -230,13 +147,13 @@ func (s *Service) triggerActed(a triggerAct) {
 		if a.delay > 0 {
 			s.armStop(a.delay)
 		}
-	case TriggerModeStop:
+	case config.TriggerModeStop:
 		if t.stopping {
 			return
 		}
 		t.timeoutC = nil
 		s.armStop(a.delay)
-	case TriggerModeClone:
+	case config.TriggerModeClone:
 		if hit := s.opts.OnCloneTrigger; hit != nil {
 			h := CloneTriggerHit{Trigger: a.name, Producer: a.producer, ProducerUID: a.producerUID, BootTimeNs: a.ts, Delay: a.delay}
 			if a.delay == 0 {
@@ -285,7 +202,7 @@ func (s *Service) triggerEnded() {
 	}
 	switch {
 	case t.timedOut:
-	case t.mode() == TriggerModeStart && !t.started, t.mode() == TriggerModeStop && !t.stopping:
+	case t.mode() == config.TriggerModeStart && !t.started, t.mode() == config.TriggerModeStop && !t.stopping:
 		t.timedOut = true
 		s.logf("no trigger acted before the session ended; it ends without data (trigger_mode %s)", t.mode())
 	}

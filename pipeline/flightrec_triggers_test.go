@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -119,7 +121,7 @@ trigger_config:
 }
 
 func TestTriggerTimeoutReturnsNoData(t *testing.T) {
-	for _, mode := range []string{TriggerModeStart, TriggerModeStop} {
+	for _, mode := range []string{config.TriggerModeStart, config.TriggerModeStop} {
 		t.Run(mode, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				tc := fmt.Sprintf(`
@@ -231,7 +233,7 @@ trigger_config:
 func TestTriggerSkipProbabilityIsSeeded(t *testing.T) {
 	draw := func() []string {
 		s := &Service{}
-		s.trig.init(&TriggerConfig{Mode: TriggerModeClone, Triggers: []TriggerSpec{{Name: "t", SkipProbability: 0.5}}}, 42)
+		s.trig.init(&config.TriggerConfig{Mode: config.TriggerModeClone, Triggers: []config.TriggerSpec{{Name: "t", SkipProbability: 0.5}}}, 42)
 		s.trig.acts = make(chan triggerAct, 100)
 		var out []string
 		for range 40 {
@@ -266,8 +268,8 @@ func TestTriggerConfigErrorsNameFields(t *testing.T) {
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Load(LoadOptions{Path: path})
-		var ve *ValidationError
+		_, err := config.Load(config.LoadOptions{Path: path})
+		var ve *config.ValidationError
 		if !errors.As(err, &ve) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v; want one naming %s", text, err, want)
 		}
@@ -280,10 +282,10 @@ func TestClearBeforeCloneNeedsTransfer(t *testing.T) {
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(LoadOptions{Path: path}); err == nil || !strings.Contains(err.Error(), "buffers[0].clear_before_clone") {
+	if _, err := config.Load(config.LoadOptions{Path: path}); err == nil || !strings.Contains(err.Error(), "buffers[0].clear_before_clone") {
 		t.Fatalf("error %v; want one naming buffers[0].clear_before_clone", err)
 	}
-	if _, err := Load(LoadOptions{Path: path, Sets: []string{"buffers[0].transfer_on_clone=true"}}); err != nil {
+	if _, err := config.Load(config.LoadOptions{Path: path, Sets: []string{"buffers[0].transfer_on_clone=true"}}); err != nil {
 		t.Fatalf("with transfer_on_clone: %v", err)
 	}
 }

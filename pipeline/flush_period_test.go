@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/configs"
 )
 
@@ -15,7 +16,7 @@ import (
 // none it did not ask for.
 func TestStreamingConfigsFlush(t *testing.T) {
 	for _, name := range []string{configs.Default, "long_streaming.yaml", "ring_buffer.yaml", "two_buffers.yaml"} {
-		c, err := Load(LoadOptions{Path: filepath.Join("..", "configs", name)})
+		c, err := config.Load(config.LoadOptions{Path: filepath.Join("..", "configs", name)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -23,18 +24,18 @@ func TestStreamingConfigsFlush(t *testing.T) {
 			t.Errorf("%s: write_into_file without flush_period", name)
 		}
 	}
-	c, err := Load(LoadOptions{})
+	c, err := config.Load(config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.FlushPeriod != c.FileWritePeriod || c.FlushPeriod != time.Second {
 		t.Errorf("default config: flush_period %v, file_write_period %v; want both 1s", c.FlushPeriod, c.FileWritePeriod)
 	}
-	c, err = Load(LoadOptions{Sets: []string{"flush_period=3s"}})
+	c, err = config.Load(config.LoadOptions{Sets: []string{"flush_period=3s"}})
 	if err != nil || c.FlushPeriod != 3*time.Second {
 		t.Errorf("explicit flush_period: %v %v", c.FlushPeriod, err)
 	}
-	c, err = Load(LoadOptions{Sets: []string{"write_into_file=false"}})
+	c, err = config.Load(config.LoadOptions{Sets: []string{"write_into_file=false"}})
 	if err != nil || c.FlushPeriod != 0 {
 		t.Errorf("write_into_file=false: flush_period %v %v; want 0", c.FlushPeriod, err)
 	}

@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tracepipe/tracepipe/tracefile"
 	"go.uber.org/goleak"
+
+	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/tracefile"
 )
 
 // killChildEnv names the config a re-executed test binary runs as a
@@ -35,7 +37,7 @@ func TestMain(m *testing.M) {
 // killChild runs a session and reports on stdout, after every read pass
 // the sinks have flushed to the OS, how many packets are in the file.
 func killChild(path string) int {
-	cfg, err := Load(LoadOptions{Path: path})
+	cfg, err := config.Load(config.LoadOptions{Path: path})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
@@ -15,7 +16,7 @@ import (
 // refused by New with the figures, before anything is mapped; without a
 // bound (negative) the same config is built.
 func TestNewRefusesSessionOverMemoryBound(t *testing.T) {
-	cfg := func() *Config {
+	cfg := func() *config.Config {
 		return loadYAML(t, fmt.Sprintf(`
 buffers: [{size_kb: 65536}, {size_kb: 65536}]
 data_sources:
@@ -26,8 +27,8 @@ sinks: [{type: file, path: %q}]
 	}
 	c := cfg()
 	buffers, smbs := c.FixedMemory()
-	if buffers != 128<<20 || smbs != 2*DefaultSMBSizeKB<<10 {
-		t.Fatalf("FixedMemory = %d, %d; want %d buffers and %d SMBs", buffers, smbs, 128<<20, 2*DefaultSMBSizeKB<<10)
+	if buffers != 128<<20 || smbs != 2*config.DefaultSMBSizeKB<<10 {
+		t.Fatalf("FixedMemory = %d, %d; want %d buffers and %d SMBs", buffers, smbs, 128<<20, 2*config.DefaultSMBSizeKB<<10)
 	}
 	_, err := New(c, Options{Logger: testsupport.Logger(t), MaxMemory: 100 << 20})
 	if err == nil {
@@ -56,12 +57,12 @@ func TestConsumerRegexFilterBound(t *testing.T) {
 	ds := protowire.AppendTag(nil, 1, protowire.BytesType)
 	ds = protowire.AppendBytes(ds, dsc)
 	ds = protowire.AppendTag(ds, 3, protowire.BytesType) // producer_name_regex_filter
-	ds = protowire.AppendString(ds, strings.Repeat("a", maxRegexLen+1))
+	ds = protowire.AppendString(ds, strings.Repeat("a", config.MaxRegexLen+1))
 	tc := protowire.AppendTag(nil, 1, protowire.BytesType)
 	tc = protowire.AppendBytes(tc, protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1024))
 	tc = protowire.AppendTag(tc, 2, protowire.BytesType)
 	tc = protowire.AppendBytes(tc, ds)
-	_, err := ConfigFromTraceConfig(tc)
+	_, err := config.ConfigFromTraceConfig(tc)
 	if err == nil || !strings.Contains(err.Error(), "producer_name_regex_filter[0]: 4097 bytes, at most 4096") {
 		t.Fatalf("ConfigFromTraceConfig: %v; want the regex refused by its length", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/tracefile"
 	"github.com/tracepipe/tracepipe/transport/goplugin"
@@ -35,7 +36,7 @@ func sleepAlive(pid int, tag string) bool {
 }
 
 // runPluginSession runs cfg to its end with the service's log kept.
-func runPluginSession(t *testing.T, cfg *Config) (*Result, *testsupport.Messages, time.Duration) {
+func runPluginSession(t *testing.T, cfg *config.Config) (*Result, *testsupport.Messages, time.Duration) {
 	t.Helper()
 	logged := &testsupport.Messages{}
 	s, err := New(cfg, Options{Logger: slog.New(logged)})

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/plugins/host"
 )
@@ -54,7 +55,7 @@ func ListPlugins(ctx context.Context, dir string, stderr io.Writer) ([]PluginInf
 // ResolvePlugins gives every data source that names neither a plugin nor
 // an in-process data source the plugin in plugin_dir that serves it. It
 // returns a *ValidationError naming each data source no plugin serves.
-func ResolvePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
+func ResolvePlugins(ctx context.Context, cfg *config.Config, stderr io.Writer) error {
 	var need []int
 	for i, ds := range cfg.DataSources {
 		if ds.Plugin == "" && ds.Name != "" {
@@ -68,7 +69,7 @@ func ResolvePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
 	}
 	list, err := ListPlugins(ctx, cfg.PluginDir, stderr)
 	if err != nil {
-		return &ValidationError{Problems: []Problem{{Path: "plugin_dir", Message: err.Error()}}}
+		return &config.ValidationError{Problems: []config.Problem{{Path: "plugin_dir", Message: err.Error()}}}
 	}
 	serves := map[string]string{}
 	var names []string
@@ -81,7 +82,7 @@ func ResolvePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
 		}
 	}
 	sort.Strings(names)
-	var problems []Problem
+	var problems []config.Problem
 	for _, i := range need {
 		ds := &cfg.DataSources[i]
 		path, ok := serves[ds.Name]
@@ -90,18 +91,18 @@ func ResolvePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
 			if have == "" {
 				have = "none"
 			}
-			problems = append(problems, Problem{Path: fmt.Sprintf("data_sources[%d].name", i),
+			problems = append(problems, config.Problem{Path: fmt.Sprintf("data_sources[%d].name", i),
 				Message: fmt.Sprintf("unknown data source %q: not built in (%s) and no plugin in %s serves it (they serve: %s; a plugin there is an executable named %s*)", ds.Name, strings.Join(plugins.Names(), ", "), cfg.PluginDir, have, PluginPrefix)})
 			continue
 		}
 		ds.Plugin = path
 		if ds.PerfettoConfig != nil {
-			problems = append(problems, Problem{Path: fmt.Sprintf("data_sources[%d].perfetto_config", i),
+			problems = append(problems, config.Problem{Path: fmt.Sprintf("data_sources[%d].perfetto_config", i),
 				Message: fmt.Sprintf("nothing reads it: the plugin %s serves %q, and plugins read data_sources[%d].config", path, ds.Name, i)})
 		}
 	}
 	if len(problems) > 0 {
-		return &ValidationError{Problems: problems}
+		return &config.ValidationError{Problems: problems}
 	}
 	return nil
 }

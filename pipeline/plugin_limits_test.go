@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/plugins"
 )
 
 // data_sources[i].limits decodes sizes and durations, and each bad value
@@ -15,14 +18,14 @@ func TestPluginLimitsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := func(ds string) (*Config, error) {
+	load := func(ds string) (*config.Config, error) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "c.yaml")
 		text := fmt.Sprintf("buffers: [{size_kb: 1024}]\nsinks: [{type: file, path: out.pftrace}]\ndata_sources:\n  - %s\n", ds)
 		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return Load(LoadOptions{Path: path})
+		return config.Load(config.LoadOptions{Path: path})
 	}
 	plugin := fmt.Sprintf("{name: x.y, plugin: %q, ", exe)
 
@@ -30,24 +33,24 @@ func TestPluginLimitsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := PluginLimits{Memory: 256 << 20, CPU: 90 * time.Second, StderrLinesPerSecond: 10, StderrBytesPerSecond: 4096}
+	want := config.PluginLimits{Memory: 256 << 20, CPU: 90 * time.Second, StderrLinesPerSecond: 10, StderrBytesPerSecond: 4096}
 	if got := cfg.DataSources[0].Limits; got == nil || *got != want {
 		t.Fatalf("limits decoded as %+v, want %+v", got, want)
 	}
-	if hl := got(cfg).hostLimits(); hl.Memory != 256<<20 || hl.CPU != 90*time.Second {
+	if hl := hostLimits(got(cfg)); hl.Memory != 256<<20 || hl.CPU != 90*time.Second {
 		t.Errorf("host limits %+v", hl)
 	}
-	if lines, bytes := got(cfg).stderrRates(); lines != 10 || bytes != 4096 {
+	if lines, bytes := got(cfg).StderrRates(); lines != 10 || bytes != 4096 {
 		t.Errorf("stderr rates %v, %v", lines, bytes)
 	}
 	cfg, err = load(plugin + "limits: {memory: 1073741824}}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lines, bytes := got(cfg).stderrRates(); got(cfg).Memory != 1<<30 || lines != DefaultStderrLinesPerSecond || bytes != DefaultStderrBytesPerSecond {
+	if lines, bytes := got(cfg).StderrRates(); got(cfg).Memory != 1<<30 || lines != config.DefaultStderrLinesPerSecond || bytes != config.DefaultStderrBytesPerSecond {
 		t.Errorf("limits %+v, stderr rates %v, %v: want 1 GiB and the default rates", got(cfg), lines, bytes)
 	}
-	if lines, bytes := (*PluginLimits)(nil).stderrRates(); lines != DefaultStderrLinesPerSecond || bytes != DefaultStderrBytesPerSecond {
+	if lines, bytes := (*config.PluginLimits)(nil).StderrRates(); lines != config.DefaultStderrLinesPerSecond || bytes != config.DefaultStderrBytesPerSecond {
 		t.Errorf("no limits section: stderr rates %v, %v, want the defaults", lines, bytes)
 	}
 
@@ -68,4 +71,9 @@ func TestPluginLimitsConfig(t *testing.T) {
 	}
 }
 
-func got(cfg *Config) *PluginLimits { return cfg.DataSources[0].Limits }
+func got(cfg *config.Config) *config.PluginLimits { return cfg.DataSources[0].Limits }
+
+// test.fake stands for an in-process data source in TestPluginLimitsConfig.
+func init() {
+	plugins.Register("test.fake", func(map[string]any) (plugins.DataSource, error) { return nil, nil })
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -99,7 +100,7 @@ sinks: [{type: file, path: %q}]
 	}
 
 	// With on_start_error: abort the session ends and Run says why.
-	bad.DataSources[0].OnStartError = OnStartErrorAbort
+	bad.DataSources[0].OnStartError = config.OnStartErrorAbort
 	bad.Sinks[0].Path = filepath.Join(t.TempDir(), "abort.pftrace")
 	s, err = New(bad, Options{})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/plugins/host"
 )
 
@@ -15,11 +16,11 @@ import (
 // starts one short-lived process per plugin data source, so Validate (which
 // must stay cheap and side-effect free) does not call it; `tracepipe
 // validate` does. stderr receives the plugins' own output (nil: dropped).
-func ValidatePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
+func ValidatePlugins(ctx context.Context, cfg *config.Config, stderr io.Writer) error {
 	if err := ResolvePlugins(ctx, cfg, stderr); err != nil {
 		return err
 	}
-	var problems []Problem
+	var problems []config.Problem
 	for i, ds := range cfg.DataSources {
 		if ds.Plugin == "" {
 			continue
@@ -27,7 +28,7 @@ func ValidatePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
 		p := fmt.Sprintf("data_sources[%d]", i)
 		found, err := host.Validate(ctx, ds.Plugin, ds.Name, ds.Config, stderr)
 		if err != nil {
-			problems = append(problems, Problem{Path: p + ".plugin", Message: err.Error()})
+			problems = append(problems, config.Problem{Path: p + ".plugin", Message: err.Error()})
 			continue
 		}
 		for _, q := range found {
@@ -35,11 +36,11 @@ func ValidatePlugins(ctx context.Context, cfg *Config, stderr io.Writer) error {
 			if q.Path != "" {
 				path += "." + q.Path
 			}
-			problems = append(problems, Problem{Path: path, Message: q.Message})
+			problems = append(problems, config.Problem{Path: path, Message: q.Message})
 		}
 	}
 	if len(problems) > 0 {
-		return &ValidationError{Problems: attributeEnv(problems, cfg.envs)}
+		return &config.ValidationError{Problems: cfg.AttributeEnv(problems)}
 	}
 	return nil
 }

@@ -4,32 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"regexp"
-	"slices"
+
+	"github.com/tracepipe/tracepipe/config"
 )
-
-// producerFilter is a data source's producer_name_filter (exact names)
-// and producer_name_regex_filter (full-match expressions): a producer
-// passes if either lists it, as traced's OR; with neither, every one does.
-type producerFilter struct {
-	names   []string
-	regexes []*regexp.Regexp
-}
-
-func (f producerFilter) admits(producer string) bool {
-	if len(f.names) == 0 && len(f.regexes) == 0 {
-		return true
-	}
-	if slices.Contains(f.names, producer) {
-		return true
-	}
-	for _, re := range f.regexes {
-		if re.MatchString(producer) {
-			return true
-		}
-	}
-	return false
-}
 
 // ChangeProducerFilters takes the producer_name_filter and
 // producer_name_regex_filter of newCfg's data sources into the running
@@ -40,14 +17,14 @@ func (f producerFilter) admits(producer string) bool {
 // source yet start serving it; those no longer admitted go on (as in
 // traced). The caller checked that nothing else changed. It fails once the
 // session is ending.
-func (s *Service) ChangeProducerFilters(ctx context.Context, newCfg *Config) error {
+func (s *Service) ChangeProducerFilters(ctx context.Context, newCfg *config.Config) error {
 	// The session's data sources are those of the config some producer
 	// served at EnableTracing: matched by name and config.
-	filters := map[int]producerFilter{}
+	filters := map[int]config.ProducerFilter{}
 	for i, dc := range s.cfg.DataSources {
 		for _, nd := range newCfg.DataSources {
-			if nd.Name == dc.Name && bytes.Equal(nd.perfettoConfig, dc.perfettoConfig) {
-				filters[i] = nd.perfettoProducers
+			if nd.Name == dc.Name && bytes.Equal(nd.EncodedPerfettoConfig, dc.EncodedPerfettoConfig) {
+				filters[i] = nd.PerfettoProducers
 				break
 			}
 		}
@@ -58,7 +35,7 @@ func (s *Service) ChangeProducerFilters(ctx context.Context, newCfg *Config) err
 // changeProducerFilters applies new producer_name_filters (by
 // data_sources index) on the service goroutine and starts the producers
 // they admit that do not serve the data source yet.
-func (s *Service) changeProducerFilters(ctx context.Context, filters map[int]producerFilter) error {
+func (s *Service) changeProducerFilters(ctx context.Context, filters map[int]config.ProducerFilter) error {
 	errc := make(chan error, 1)
 	if err := s.onLoop(ctx, loopCallWait, func() { errc <- s.applyProducerFilters(filters) }); err != nil {
 		return err
@@ -66,7 +43,7 @@ func (s *Service) changeProducerFilters(ctx context.Context, filters map[int]pro
 	return <-errc
 }
 
-func (s *Service) applyProducerFilters(filters map[int]producerFilter) error {
+func (s *Service) applyProducerFilters(filters map[int]config.ProducerFilter) error {
 	if s.phase != phaseRecording {
 		return errors.New("ChangeTraceConfig: the session is ending")
 	}
@@ -74,7 +51,7 @@ func (s *Service) applyProducerFilters(filters map[int]producerFilter) error {
 	var errs []error
 	for i, filter := range filters {
 		dc := &s.cfg.DataSources[i]
-		dc.perfettoProducers = filter
+		dc.PerfettoProducers = filter
 		if r == nil || !r.Serves(dc.Name) {
 			continue // a built-in data source
 		}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/transport/goplugin"
 )
 
@@ -9,7 +10,7 @@ import (
 type pluginSpec struct {
 	path     string
 	config   map[string]any
-	limits   *PluginLimits
+	limits   *config.PluginLimits
 	smbSize  int
 	pageSize int
 	logf     func(string, ...any)
@@ -21,12 +22,12 @@ type pluginSpec struct {
 func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIdentity,
 	commits chan<- commitMsg, notes chan<- note, finished <-chan struct{}) (*producer, error) {
 	var p *producer
-	lineRate, byteRate := ps.limits.stderrRates()
+	lineRate, byteRate := ps.limits.StderrRates()
 	t, s, err := goplugin.New(goplugin.Config{
 		Index: spec.index, Name: spec.name, Path: ps.path, Label: spec.label(),
 		DataSourceConfig: ps.config, SMBSize: ps.smbSize, PageSize: ps.pageSize,
 		TargetBuffer: bufferID(spec.target), Policy: spec.policy,
-		Limits: ps.limits.hostLimits(), StderrLineRate: lineRate, StderrByteRate: byteRate,
+		Limits: hostLimits(ps.limits), StderrLineRate: lineRate, StderrByteRate: byteRate,
 		Logf:       ps.logf,
 		OnTriggers: func(names []string) { p.onTriggers(names) },
 	})

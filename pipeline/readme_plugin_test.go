@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -120,7 +121,7 @@ func TestREADMEPluginBuildsAndRuns(t *testing.T) {
 	}
 
 	out := filepath.Join(dir, "out.pftrace")
-	cfg, err := Load(LoadOptions{Path: filepath.Join(dir, "ticker.yaml"), Output: out, Sets: []string{"duration=1s"}})
+	cfg, err := config.Load(config.LoadOptions{Path: filepath.Join(dir, "ticker.yaml"), Output: out, Sets: []string{"duration=1s"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/smb"
 )
 
@@ -41,7 +42,7 @@ type RemoteSession interface {
 	// skipped and none is no error. It returns the instances it made and
 	// the errors of those it could not make (with bound nil, it stops at
 	// the first).
-	Bind(index int, dc *DataSourceConfig, duration time.Duration, bound func(conn any) bool) ([]RemoteInstance, error)
+	Bind(index int, dc *config.DataSourceConfig, duration time.Duration, bound func(conn any) bool) ([]RemoteInstance, error)
 }
 
 // RemoteInstance is one data source instance a remote producer serves,
@@ -77,7 +78,7 @@ func (s *Service) addRemoteProducers(i int) error {
 	dc := &s.cfg.DataSources[i]
 	insts, err := s.remoteSession().Bind(i, dc, s.cfg.Duration, nil)
 	for _, in := range insts {
-		s.producers = append(s.producers, s.newRemoteProducer(i, in, dc.OnStartError == OnStartErrorAbort))
+		s.producers = append(s.producers, s.newRemoteProducer(i, in, dc.OnStartError == config.OnStartErrorAbort))
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -21,7 +22,7 @@ func TestRingBufferConfigSurvivorsImport(t *testing.T) {
 		name := map[bool]string{true: "program", false: "no_program"}[withProgram]
 		t.Run(name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "ring.pftrace.gz")
-			cfg, err := Load(LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
+			cfg, err := config.Load(config.LoadOptions{Path: filepath.Join("..", "configs", "ring_buffer.yaml"), Sets: []string{
 				"duration=2s", "buffers[0].size_kb=1024", "data_sources[0].config.rate=5000", "sinks[0].path=" + out,
 			}})
 			if err != nil {

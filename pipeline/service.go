@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/restore"
@@ -100,7 +101,7 @@ const (
 // sources, scrapes their SMBs, does a final read pass with a TraceStats
 // packet and closes the sinks.
 type Service struct {
-	cfg  *Config
+	cfg  *config.Config
 	opts Options
 	uid  int32
 	pid  int32
@@ -247,14 +248,14 @@ type bufferState struct {
 // New builds a session from a validated config: buffers, sinks and one
 // producer (SMB, arbiter, data source instance) per data_sources entry.
 // Nothing runs until Run.
-func New(cfg *Config, opts Options) (*Service, error) {
+func New(cfg *config.Config, opts Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if err := ResolvePlugins(context.Background(), cfg, nil); err != nil {
 		return nil, err
 	}
-	if err := checkFixedMemory(cfg, opts.MaxMemory, "the session memory bound: run --max-memory"); err != nil {
+	if err := config.CheckFixedMemory(cfg, opts.MaxMemory, "the session memory bound: run --max-memory"); err != nil {
 		return nil, err
 	}
 	s := &Service{
@@ -338,7 +339,7 @@ func (s *Service) buildProducers() error {
 		if dc.PerfettoConfig != nil {
 			return fmt.Errorf("data_sources[%d].perfetto_config: nothing reads it: no Perfetto producer registered %q, so the built-in data source of that name serves it, and it reads data_sources[%d].config", i, dc.Name, i)
 		}
-		if own := sourceConfigFields(dc.perfettoConfig); len(own) > 0 && dc.Plugin == "" {
+		if own := sourceConfigFields(dc.EncodedPerfettoConfig); len(own) > 0 && dc.Plugin == "" {
 			// A Perfetto consumer's (or text config's) DataSourceConfig
 			// meant for a producer: traced would have recorded nothing
 			// without one, so the built-in stands in, and says what it
@@ -367,7 +368,7 @@ func (s *Service) buildProducer(i int, id uint16) (*producer, error) {
 	}
 	spec := producerSpec{
 		id: id, index: i, name: dc.Name, target: dc.TargetBuffer,
-		source: dc.Name, policy: policy, abortOnStartError: dc.OnStartError == OnStartErrorAbort,
+		source: dc.Name, policy: policy, abortOnStartError: dc.OnStartError == config.OnStartErrorAbort,
 	}
 	var p *producer
 	var err error
@@ -500,7 +501,7 @@ func (s *Service) buildProtoVMs() error {
 		if bs.buf.Policy() != buffer.RingBuffer {
 			s.logf("data_sources[%d].protovm: buffer %d discards when full and never overwrites; the program will see no packets", p.index, p.target)
 		}
-		if pc.Path != ProtoVMPathPerfetto {
+		if pc.Path != config.ProtoVMPathPerfetto {
 			if bs.restore == nil {
 				bs.restore = restore.NewSet()
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -87,7 +88,7 @@ func lastStats(t *testing.T, pkts []tracePacket) tracefile.TraceStats {
 	return tracefile.TraceStats{}
 }
 
-func runSession(t *testing.T, cfg *Config) *Result {
+func runSession(t *testing.T, cfg *config.Config) *Result {
 	t.Helper()
 	s, err := New(cfg, Options{Logger: testsupport.Logger(t)})
 	if err != nil {

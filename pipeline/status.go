@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -81,7 +82,7 @@ func (s *Service) publishStatus() {
 		BytesIn: s.counters.bytesIn, BytesOut: out.Bytes, Packets: out.Packets,
 	}
 	ts := s.traceStats()
-	st.Losses, st.RingOverwrites = s.cfg.lossTotals(tracefile.LossReport(ts))
+	st.Losses, st.RingOverwrites = lossTotals(s.cfg, tracefile.LossReport(ts))
 	for _, bs := range s.buffers {
 		st.Buffers = append(st.Buffers, BufferStatus{Name: bs.name, Size: bs.buf.Size(), Unread: bs.unread})
 	}
@@ -100,14 +101,14 @@ func (s *Service) publishStatus() {
 // `tracepipe sessions` (bytes_overwritten aside: chunks_overwritten counts
 // the same loss), and the part of it that is chunks a ring buffer
 // overwrote in a session that reads its buffers once.
-func (c *Config) lossTotals(rows []tracefile.LossRow) (losses, ringOverwrites uint64) {
+func lossTotals(c *config.Config, rows []tracefile.LossRow) (losses, ringOverwrites uint64) {
 	for _, r := range rows {
 		if !r.Lost() || r.Name == "final_flush_outcome" || r.Name == "bytes_overwritten" {
 			continue
 		}
 		losses += r.Value
 		if r.Name == "chunks_overwritten" && !c.WriteIntoFile && r.Index >= 0 && r.Index < len(c.Buffers) &&
-			c.Buffers[r.Index].FillPolicy != FillPolicyDiscard {
+			c.Buffers[r.Index].FillPolicy != config.FillPolicyDiscard {
 			ringOverwrites += r.Value
 		}
 	}

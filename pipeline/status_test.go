@@ -3,6 +3,7 @@ package pipeline
 import (
 	"testing"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -17,14 +18,14 @@ func TestLossTotalsTellRingOverwritesApart(t *testing.T) {
 	rows := tracefile.LossReport(ts)
 	for _, c := range []struct {
 		name          string
-		cfg           Config
+		cfg           config.Config
 		losses, rings uint64
 	}{
-		{"read once", Config{Buffers: []BufferConfig{{FillPolicy: FillPolicyRingBuffer}, {FillPolicy: FillPolicyRingBuffer}}}, 763734 + 7 + 2, 763734 + 7},
-		{"streaming", Config{WriteIntoFile: true, Buffers: []BufferConfig{{FillPolicy: FillPolicyRingBuffer}, {FillPolicy: FillPolicyRingBuffer}}}, 763734 + 7 + 2, 0},
-		{"discard", Config{Buffers: []BufferConfig{{FillPolicy: FillPolicyRingBuffer}, {FillPolicy: FillPolicyDiscard}}}, 763734 + 7 + 2, 763734},
+		{"read once", config.Config{Buffers: []config.BufferConfig{{FillPolicy: config.FillPolicyRingBuffer}, {FillPolicy: config.FillPolicyRingBuffer}}}, 763734 + 7 + 2, 763734 + 7},
+		{"streaming", config.Config{WriteIntoFile: true, Buffers: []config.BufferConfig{{FillPolicy: config.FillPolicyRingBuffer}, {FillPolicy: config.FillPolicyRingBuffer}}}, 763734 + 7 + 2, 0},
+		{"discard", config.Config{Buffers: []config.BufferConfig{{FillPolicy: config.FillPolicyRingBuffer}, {FillPolicy: config.FillPolicyDiscard}}}, 763734 + 7 + 2, 763734},
 	} {
-		losses, rings := c.cfg.lossTotals(rows)
+		losses, rings := lossTotals(&c.cfg, rows)
 		if losses != c.losses || rings != c.rings {
 			t.Errorf("%s: losses %d, ring overwrites %d; want %d, %d", c.name, losses, rings, c.losses, c.rings)
 		}

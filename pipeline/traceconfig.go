@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/wire"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -18,7 +19,7 @@ import (
 // (perfetto_config, or the consumer's DataSourceConfig) are echoed as
 // sent; the config sections of built-in and plugin sources
 // (data_sources[i].config) have no generic encoding and are left out.
-func appendTraceConfig(dst []byte, c *Config) []byte {
+func appendTraceConfig(dst []byte, c *config.Config) []byte {
 	tc := tracefile.TraceConfig{
 		DurationMs:        millis(c.Duration),
 		SMBSizeKB:         uint64(c.Producers.SMBSizeKB),
@@ -36,7 +37,7 @@ func appendTraceConfig(dst []byte, c *Config) []byte {
 	}
 	for _, bc := range c.Buffers {
 		tc.Buffers = append(tc.Buffers, tracefile.TraceConfigBuffer{
-			SizeKB: uint64(bc.SizeKB), Discard: bc.FillPolicy == FillPolicyDiscard, Name: bc.Name,
+			SizeKB: uint64(bc.SizeKB), Discard: bc.FillPolicy == config.FillPolicyDiscard, Name: bc.Name,
 			TransferOnClone: bc.TransferOnClone, ClearBeforeClone: bc.ClearBeforeClone,
 		})
 	}
@@ -44,9 +45,9 @@ func appendTraceConfig(dst []byte, c *Config) []byte {
 		ds := tracefile.TraceConfigDataSource{
 			Name:          dc.Name,
 			TargetBuffer:  uint64(dc.TargetBuffer),
-			StallWhenFull: dc.BufferExhaustedPolicy == BufferExhaustedStall,
+			StallWhenFull: dc.BufferExhaustedPolicy == config.BufferExhaustedStall,
 		}
-		ds.SourceConfig = sourceConfigFields(dc.perfettoConfig)
+		ds.SourceConfig = sourceConfigFields(dc.EncodedPerfettoConfig)
 		if dc.ProtoVM != nil {
 			ds.HasProtoVM, ds.ProtoVMMemoryKB = true, uint64(dc.ProtoVM.MemoryLimitKB)
 		}
@@ -82,7 +83,7 @@ func sourceConfigNames(fields []byte) string {
 	for it.Next() {
 		num := it.Field().Num
 		name := fmt.Sprintf("field %d", num)
-		if fd := dataSourceConfigDesc().Fields().ByNumber(num); fd != nil {
+		if fd := config.DataSourceConfigDesc().Fields().ByNumber(num); fd != nil {
 			name = string(fd.Name())
 		}
 		if !slices.Contains(names, name) {

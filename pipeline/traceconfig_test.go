@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tracepipe/tracepipe/config"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -137,7 +138,7 @@ func TestTraceConfigEchoesPerfettoConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Config{Buffers: []BufferConfig{{SizeKB: 64}}, DataSources: []DataSourceConfig{{Name: "linux.sys_stats", perfettoConfig: raw}}}
+	c := &config.Config{Buffers: []config.BufferConfig{{SizeKB: 64}}, DataSources: []config.DataSourceConfig{{Name: "linux.sys_stats", EncodedPerfettoConfig: raw}}}
 	pkt := appendTraceConfig(nil, c)
 	num, typ, n := protowire.ConsumeTag(pkt)
 	body, m := protowire.ConsumeBytes(pkt[max(n, 0):])

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/config"
 )
 
 // newConfigCmd builds `tracepipe config`: the configuration schema, as a
@@ -32,7 +32,7 @@ default, the sink types that take it, and a description.
 		Short: "Print the JSON Schema of the configuration file",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := pipeline.JSONSchema()
+			b, err := config.JSONSchema()
 			if err != nil {
 				return err
 			}
@@ -45,7 +45,7 @@ default, the sink types that take it, and a description.
 		Short: "Print the configuration reference in Markdown",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := pipeline.ReferenceMarkdown()
+			b, err := config.ReferenceMarkdown()
 			if err != nil {
 				return err
 			}
@@ -58,7 +58,7 @@ default, the sink types that take it, and a description.
 		Short: "Print what a Perfetto TraceConfig's fields become (Markdown)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := cmd.OutOrStdout().Write(pipeline.PerfettoTraceConfigMarkdown())
+			_, err := cmd.OutOrStdout().Write(config.PerfettoTraceConfigMarkdown())
 			return err
 		},
 	})

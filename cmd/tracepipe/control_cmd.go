@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/control"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/sinks"
@@ -72,7 +73,7 @@ func (c *sessionControl) Stop()                     { c.stop() }
 // openControl opens the session's control socket; a name a live session
 // holds is an error, any other failure only a warning (the session runs
 // without control).
-func openControl(svc *pipeline.Service, cfg *pipeline.Config, stop func(), stderr io.Writer) (*control.Server, error) {
+func openControl(svc *pipeline.Service, cfg *config.Config, stop func(), stderr io.Writer) (*control.Server, error) {
 	dir, err := control.Dir()
 	if err == nil {
 		var srv *control.Server

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/configs"
-	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/tpimport"
 )
 
@@ -78,10 +78,10 @@ func TestDocsConfigReferenceIsCurrent(t *testing.T) {
 		file string
 		gen  func() ([]byte, error)
 	}{
-		{"docs/configuration-reference.md", pipeline.ReferenceMarkdown},
-		{"docs/perfetto-traceconfig.md", func() ([]byte, error) { return pipeline.PerfettoTraceConfigMarkdown(), nil }},
+		{"docs/configuration-reference.md", config.ReferenceMarkdown},
+		{"docs/perfetto-traceconfig.md", func() ([]byte, error) { return config.PerfettoTraceConfigMarkdown(), nil }},
 		{"docs/config.schema.json", func() ([]byte, error) {
-			b, err := pipeline.JSONSchema()
+			b, err := config.JSONSchema()
 			return append(b, '\n'), err
 		}},
 	} {
@@ -99,7 +99,7 @@ func TestDocsConfigReferenceIsCurrent(t *testing.T) {
 // Every key of the configuration is in the reference, and so every key of
 // every shipped config: the schema holds no undocumented key.
 func TestDocsSchemaDocumentsEveryKey(t *testing.T) {
-	keys, err := pipeline.Schema()
+	keys, err := config.Schema()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestDocsSchemaDocumentsEveryKey(t *testing.T) {
 	for _, want := range []string{"trigger_config", "rotate_period", "unique_session_name", "plugin_dir", "perfetto",
 		"data_sources[].protovm", "data_sources[].restart", "data_sources[].on_start_error", "buffers[].transfer_on_clone",
 		"sinks[].relay.address", "sinks[].nats.subject", "sinks[].file.buffer_size"} {
-		i := slices.IndexFunc(keys, func(k pipeline.SchemaKey) bool { return k.Path == want })
+		i := slices.IndexFunc(keys, func(k config.SchemaKey) bool { return k.Path == want })
 		if i < 0 {
 			t.Errorf("the schema has no key %s", want)
 			continue
@@ -170,7 +170,7 @@ func schemaCheck(node map[string]any, v any, path string) []string {
 
 func loadJSONSchema(t *testing.T) map[string]any {
 	t.Helper()
-	b, err := pipeline.JSONSchema()
+	b, err := config.JSONSchema()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestDocsYAMLBlocksAreValidConfigs(t *testing.T) {
 			if err := os.WriteFile(cfgPath, out, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := pipeline.Load(pipeline.LoadOptions{Path: cfgPath}); err != nil {
+			if _, err := config.Load(config.LoadOptions{Path: cfgPath}); err != nil {
 				t.Errorf("%s: not a valid config: %v", where, err)
 			}
 		}
@@ -494,7 +494,7 @@ func TestDefaultConfigMentionsEveryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(b)
-	keys, err := pipeline.Schema()
+	keys, err := config.Schema()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/config"
 )
 
 // buildTracepipe builds the real binary (no -race: the race detector's
@@ -210,7 +210,7 @@ func BenchmarkExampleConfigsPeakRSS(b *testing.B) {
 		b.Run(strings.TrimSuffix(filepath.Base(path), ".yaml"), func(b *testing.B) {
 			dir := b.TempDir()
 			sets := []string{"duration=5s"}
-			cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets})
+			cfg, err := config.Load(config.LoadOptions{Path: path, Sets: sets})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -8,10 +8,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"github.com/tracepipe/tracepipe/perfettoipc"
-	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/sinks"
 )
@@ -21,7 +21,7 @@ import (
 // and waits, at most perfetto.wait_for_producers, until the data sources
 // the config names and nothing else serves are registered. The caller
 // closes the host when the session ended.
-func startPerfetto(ctx context.Context, cfg *pipeline.Config, log *slog.Logger) (*perfetto.Producers, *perfettoipc.Host, error) {
+func startPerfetto(ctx context.Context, cfg *config.Config, log *slog.Logger) (*perfetto.Producers, *perfettoipc.Host, error) {
 	reg := perfetto.NewProducers()
 	host := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
 	host.MaxConns, host.MaxConnsPerUID = cfg.Perfetto.MaxConnections, cfg.Perfetto.MaxConnectionsPerUID
@@ -79,7 +79,7 @@ func startPerfetto(ctx context.Context, cfg *pipeline.Config, log *slog.Logger) 
 
 // producerSocketSource says where the producer socket's path came from,
 // for the log line that names it (producers must be given the same path).
-func producerSocketSource(c pipeline.PerfettoConfig) string {
+func producerSocketSource(c config.PerfettoConfig) string {
 	switch {
 	case c.ProducerSocket != "":
 		return "perfetto.producer_socket; producers find it in PERFETTO_PRODUCER_SOCK_NAME"

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/perfettoipc"
-	"github.com/tracepipe/tracepipe/pipeline"
 )
 
 const perfettoSourcesLong = `List the data sources Perfetto producers (SDK apps, traced_probes)
@@ -33,7 +33,7 @@ func newPerfettoSourcesCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if sock == "" {
-				sock = pipeline.PerfettoConsumerSocket()
+				sock = config.PerfettoConsumerSocket()
 			}
 			c, err := perfettoipc.DialService(sock, "ConsumerPort", timeout)
 			if err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/config"
 )
 
 // run --perfetto listens on PERFETTO_PRODUCER_SOCK_NAME and, when no
@@ -42,14 +42,14 @@ sinks: [{type: file, path: `+filepath.Join(dir, "out.pftrace")+`}]
 // (it said PERFETTO_PRODUCER_SOCK_NAME whichever it was).
 func TestProducerSocketSource(t *testing.T) {
 	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", "")
-	if got := producerSocketSource(pipeline.PerfettoConfig{ProducerSocket: "/x.sock"}); !strings.Contains(got, "perfetto.producer_socket") {
+	if got := producerSocketSource(config.PerfettoConfig{ProducerSocket: "/x.sock"}); !strings.Contains(got, "perfetto.producer_socket") {
 		t.Errorf("configured: %q", got)
 	}
-	if got := producerSocketSource(pipeline.PerfettoConfig{}); !strings.Contains(got, "default") {
+	if got := producerSocketSource(config.PerfettoConfig{}); !strings.Contains(got, "default") {
 		t.Errorf("default: %q", got)
 	}
 	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", "/y.sock")
-	if got := producerSocketSource(pipeline.PerfettoConfig{}); !strings.Contains(got, "PERFETTO_PRODUCER_SOCK_NAME") {
+	if got := producerSocketSource(config.PerfettoConfig{}); !strings.Contains(got, "PERFETTO_PRODUCER_SOCK_NAME") {
 		t.Errorf("environment: %q", got)
 	}
 }

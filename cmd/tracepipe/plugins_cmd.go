@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
 )
 
@@ -31,7 +32,7 @@ func newPluginsCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" && path != "" {
-				cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Env: os.Environ(), Warn: warnTo(cmd.ErrOrStderr())})
+				cfg, err := config.Load(config.LoadOptions{Path: path, Env: os.Environ(), Warn: warnTo(cmd.ErrOrStderr())})
 				if err != nil {
 					return err
 				}

@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/protovm/eval"
 )
 
@@ -56,7 +56,7 @@ func newProtoVMEvalCmd() *cobra.Command {
   tracepipe protovm eval --trace full.pftrace --buffer 1MiB --program a.yaml --program b.bin --json --plot eval.svg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			size, err := pipeline.ParseByteSize(bufSize)
+			size, err := config.ParseByteSize(bufSize)
 			switch {
 			case err != nil:
 				return usageError{fmt.Errorf("--buffer %q: want a size like 4MiB (%v)", bufSize, err)}

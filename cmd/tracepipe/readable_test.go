@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -99,12 +100,12 @@ func TestStatusLineRingOverwrites(t *testing.T) {
 func TestSummaryRingOverwrites(t *testing.T) {
 	res := &pipeline.Result{Stats: tracefile.TraceStats{BufferStats: []tracefile.BufferStats{{ChunksOverwritten: 282688}}}}
 	var b strings.Builder
-	printSummary(&b, res, lossContext(&pipeline.Config{Buffers: []pipeline.BufferConfig{{FillPolicy: pipeline.FillPolicyRingBuffer}}}))
+	printSummary(&b, res, lossContext(&config.Config{Buffers: []config.BufferConfig{{FillPolicy: config.FillPolicyRingBuffer}}}))
 	if !strings.Contains(b.String(), "tracepipe: no data loss\n") || !strings.Contains(b.String(), "chunks_overwritten[buffer 0]=282688 (a ring read once") {
 		t.Errorf("read once:\n%s", b.String())
 	}
 	b.Reset()
-	printSummary(&b, res, lossContext(&pipeline.Config{WriteIntoFile: true, Buffers: []pipeline.BufferConfig{{FillPolicy: pipeline.FillPolicyRingBuffer}}}))
+	printSummary(&b, res, lossContext(&config.Config{WriteIntoFile: true, Buffers: []config.BufferConfig{{FillPolicy: config.FillPolicyRingBuffer}}}))
 	if !strings.Contains(b.String(), "tracepipe: data loss: chunks_overwritten[buffer 0]=282688") {
 		t.Errorf("streaming:\n%s", b.String())
 	}

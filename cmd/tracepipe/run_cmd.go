@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -80,9 +81,9 @@ func newRunCmd() *cobra.Command {
 			if _, err := newLogger(io.Discard, logFormat, ""); err != nil {
 				return err
 			}
-			var cfg *pipeline.Config
+			var cfg *config.Config
 			var err error
-			if pipeline.IsTraceConfigText(path) {
+			if config.IsTraceConfigText(path) {
 				cfg, err = loadTextRunConfig(path, output, sets, cmd.Flags().Changed("duration"), duration, cmd.ErrOrStderr())
 			} else {
 				if perfetto {
@@ -135,8 +136,8 @@ func configArg(cmd *cobra.Command, path *string, args []string) error {
 
 // loadRunConfig loads the config; output, if set, replaces the first
 // file sink's path (or adds a file sink).
-func loadRunConfig(path, output string, sets []string, stderr io.Writer) (*pipeline.Config, error) {
-	return pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Output: output, Warn: warnTo(stderr)})
+func loadRunConfig(path, output string, sets []string, stderr io.Writer) (*config.Config, error) {
+	return config.Load(config.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Output: output, Warn: warnTo(stderr)})
 }
 
 // loadTextRunConfig loads a Perfetto text TraceConfig (.pbtxt,
@@ -144,20 +145,20 @@ func loadRunConfig(path, output string, sets []string, stderr io.Writer) (*pipel
 // Perfetto producers enabled; --duration and -o apply, and --set of the
 // perfetto.* settings (the rest of tracepipe's keys describe a session,
 // which the text config does).
-func loadTextRunConfig(path, output string, sets []string, durationSet bool, duration time.Duration, stderr io.Writer) (*pipeline.Config, error) {
+func loadTextRunConfig(path, output string, sets []string, durationSet bool, duration time.Duration, stderr io.Writer) (*config.Config, error) {
 	for _, s := range sets {
 		if !strings.HasPrefix(s, "perfetto.") {
 			return nil, usageError{fmt.Errorf("--set %s: a Perfetto text config (%s) is run as written; only tracepipe's perfetto.* settings may be set (edit the text config, or write the session in YAML with data_sources[i].perfetto_config)", s, path)}
 		}
 	}
-	opts := pipeline.TraceConfigTextOptions{Output: output, Sets: sets, Env: os.Environ(), Warn: warnTo(stderr)}
+	opts := config.TraceConfigTextOptions{Output: output, Sets: sets, Env: os.Environ(), Warn: warnTo(stderr)}
 	if durationSet {
 		if duration <= 0 {
 			return nil, usageError{fmt.Errorf("--duration %v: a Perfetto text config's duration_ms cannot be replaced by \"until stopped\" (give a positive duration)", duration)}
 		}
 		opts.Duration = duration
 	}
-	cfg, err := pipeline.LoadTraceConfigText(path, opts)
+	cfg, err := config.LoadTraceConfigText(path, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +222,7 @@ func (r *stopRequests) on(now time.Time) int {
 }
 
 // runSession runs one session with a status line on a terminal.
-func runSession(ctx context.Context, cfg *pipeline.Config, stderr io.Writer, metricsAddr, alertAddr, alertToken, logFormat string, maxMemory int64) error {
+func runSession(ctx context.Context, cfg *config.Config, stderr io.Writer, metricsAddr, alertAddr, alertToken, logFormat string, maxMemory int64) error {
 	tty := isTerminal(stderr)
 	console := &syncWriter{w: stderr, tty: tty} // sinks log from their own goroutines
 	stderr = console
@@ -486,10 +487,10 @@ func printSummary(w io.Writer, res *pipeline.Result, lc tracefile.LossContext) {
 
 // lossContext is what the trace's echoed config will tell `stats` (see
 // tracefile.LossContext), from the session's config.
-func lossContext(cfg *pipeline.Config) tracefile.LossContext {
+func lossContext(cfg *config.Config) tracefile.LossContext {
 	lc := tracefile.LossContext{Known: true, WriteIntoFile: cfg.WriteIntoFile}
 	for _, b := range cfg.Buffers {
-		lc.Ring = append(lc.Ring, b.FillPolicy != pipeline.FillPolicyDiscard)
+		lc.Ring = append(lc.Ring, b.FillPolicy != config.FillPolicyDiscard)
 	}
 	return lc
 }
@@ -520,7 +521,7 @@ func firstOr(s []string, def string) string {
 
 // writesStdout reports whether a file sink of cfg streams to standard
 // output (path "-", flat or in its file section).
-func writesStdout(cfg *pipeline.Config) bool {
+func writesStdout(cfg *config.Config) bool {
 	for _, s := range cfg.Sinks {
 		if s.Type != sinks.SinkTypeFile {
 			continue
@@ -556,7 +557,7 @@ func parseMemoryBound(flag, v string) (int64, error) {
 	case "none":
 		return -1, nil
 	}
-	n, err := pipeline.ParseByteSize(v)
+	n, err := config.ParseByteSize(v)
 	if err != nil || n <= 0 {
 		return 0, usageError{fmt.Errorf("%s %q: want a size like 8GiB, or none", flag, v)}
 	}

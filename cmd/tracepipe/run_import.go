@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/plugins/builtin"
 )
@@ -20,7 +21,7 @@ import (
 // unthrottled source may never write: a trace of 20,462 producer packets
 // imported none, and the summary said only "data loss". The line names
 // `tracepipe check`, which tells exactly what imports.
-func importWarning(res *pipeline.Result, cfg *pipeline.Config) string {
+func importWarning(res *pipeline.Result, cfg *config.Config) string {
 	var why []string
 	for i, b := range res.Stats.BufferStats {
 		if b.ChunksOverwritten == 0 {
@@ -63,7 +64,7 @@ var statelessSources = []string{builtin.SysStatsName, builtin.ProcessStatsName}
 
 // statefulWithoutVM names the data sources writing into buffer i that may
 // intern data and have no ProtoVM program.
-func statefulWithoutVM(cfg *pipeline.Config, i int) []string {
+func statefulWithoutVM(cfg *config.Config, i int) []string {
 	var out []string
 	for _, ds := range cfg.DataSources {
 		if ds.TargetBuffer == i && ds.ProtoVM == nil && !slices.Contains(statelessSources, ds.Name) && !slices.Contains(out, ds.Name) {

@@ -7,11 +7,11 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/perfettosvc"
-	"github.com/tracepipe/tracepipe/pipeline"
 )
 
 // servePerfetto is `tracepipe serve --perfetto`: act as Perfetto's traced.
@@ -37,7 +37,7 @@ func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error
 	prod.Logf, cons.Logf = logf, logf
 	defer prod.Close()
 	defer cons.Close()
-	pp, cp := pipeline.PerfettoProducerSocket(), pipeline.PerfettoConsumerSocket()
+	pp, cp := config.PerfettoProducerSocket(), config.PerfettoConsumerSocket()
 	if err := prod.Listen(pp); err != nil {
 		return err
 	}

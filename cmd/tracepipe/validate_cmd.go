@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
 )
 
@@ -61,16 +62,16 @@ func newValidateCmd() *cobra.Command {
 }
 
 func runValidate(path string, sets []string, printCfg bool, stdout, stderr io.Writer) error {
-	var cfg *pipeline.Config
+	var cfg *config.Config
 	var err error
-	if pipeline.IsTraceConfigText(path) {
+	if config.IsTraceConfigText(path) {
 		// As `run -c x.pbtxt` loads it (run_cmd.go).
 		if printCfg {
 			return usageError{fmt.Errorf("--print: %s is a Perfetto text config, which has no faithful YAML form (its data sources wait for Perfetto producers before a built-in stands in, and producer_name_filter/producer_name_regex_filter have no YAML key); validate it without --print", path)}
 		}
 		cfg, err = loadTextRunConfig(path, "", sets, false, 0, stderr)
 	} else {
-		cfg, err = pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Warn: warnTo(stderr)})
+		cfg, err = config.Load(config.LoadOptions{Path: path, Sets: sets, Env: os.Environ(), Warn: warnTo(stderr)})
 	}
 	if err == nil {
 		// Plugins check their own config sections (a validate-only call).
@@ -80,7 +81,7 @@ func runValidate(path string, sets []string, printCfg bool, stdout, stderr io.Wr
 		// A *ValidationError lists its problems one per line without
 		// naming the file; other errors (unreadable file, bad syntax, bad
 		// --set) already name what failed.
-		var verr *pipeline.ValidationError
+		var verr *config.ValidationError
 		if errors.As(err, &verr) {
 			source := "the embedded default config"
 			if path != "" {

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
 	_ "github.com/tracepipe/tracepipe/plugins/builtin" // the synthetic source
 )
@@ -31,17 +32,17 @@ func main() {
 	every := flag.Duration("every", 2*time.Second, "snapshot period (0: none, the baseline)")
 	bufMiB := flag.Int("buffer", 256, "ring buffer size, MiB")
 	smbKiB := flag.Int("smb", 0, "producers.smb_size_kb (0: the config's)")
-	config := flag.String("config", "configs/flight_recorder.yaml", "session config (its first data source must be the synthetic one)")
+	configPath := flag.String("config", "configs/flight_recorder.yaml", "session config (its first data source must be the synthetic one)")
 	out := flag.String("out", "", "directory for the live trace and snapshots (default: a new one under /dev/shm or the temp dir)")
 	flag.Parse()
-	if err := run(*duration, *rate, *every, *bufMiB, *smbKiB, *config, *out); err != nil {
+	if err := run(*duration, *rate, *every, *bufMiB, *smbKiB, *configPath, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "snapload: FAIL:", err)
 		os.Exit(1)
 	}
 	fmt.Println("snapload: PASS")
 }
 
-func run(duration time.Duration, rate float64, every time.Duration, bufMiB, smbKiB int, config, dir string) error {
+func run(duration time.Duration, rate float64, every time.Duration, bufMiB, smbKiB int, configPath, dir string) error {
 	if dir == "" {
 		var err error
 		if dir, err = os.MkdirTemp("/dev/shm", "snapload"); err != nil {
@@ -60,7 +61,7 @@ func run(duration time.Duration, rate float64, every time.Duration, bufMiB, smbK
 	if smbKiB > 0 {
 		sets = append(sets, fmt.Sprintf("producers.smb_size_kb=%d", smbKiB))
 	}
-	cfg, err := pipeline.Load(pipeline.LoadOptions{Path: config, Sets: sets})
+	cfg, err := config.Load(config.LoadOptions{Path: configPath, Sets: sets})
 	if err != nil {
 		return err
 	}

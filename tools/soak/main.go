@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/plugins/builtin"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -98,7 +99,7 @@ sinks:
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
 		return err
 	}
-	cfg, err := pipeline.Load(pipeline.LoadOptions{Path: cfgPath})
+	cfg, err := config.Load(config.LoadOptions{Path: cfgPath})
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/config"
 )
 
 // The small helpers this package's tests share with package pipeline's
@@ -27,13 +27,13 @@ func benchDir(b *testing.B, disk bool) string {
 }
 
 // loadYAML loads a session config from YAML text with pipeline.Load.
-func loadYAML(t testing.TB, text string, sets ...string) *pipeline.Config {
+func loadYAML(t testing.TB, text string, sets ...string) *config.Config {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "session.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pipeline.Load(pipeline.LoadOptions{Path: path, Sets: sets})
+	cfg, err := config.Load(config.LoadOptions{Path: path, Sets: sets})
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/plugins"
@@ -477,7 +478,7 @@ func (r *Producers) Serves(name string) bool {
 // producer_name_filter and producer_name_regex_filter admit registered
 // dc.Name (false for a nil set): whether a Perfetto consumer's session
 // has a producer for the data source.
-func (r *Producers) HasProducerFor(dc *pipeline.DataSourceConfig) bool {
+func (r *Producers) HasProducerFor(dc *config.DataSourceConfig) bool {
 	return r.has(dc.Name, dc.AdmitsProducer)
 }
 
@@ -526,7 +527,7 @@ func (r *Producers) has(name string, admits func(producer string) bool) bool {
 // Perfetto producer that registered data_sources[index].name and that its
 // producer filters admit. (The buffer-exhausted policy is the producer's
 // own: its SDK applies it.)
-func (sess *perfettoSession) Bind(index int, dc *pipeline.DataSourceConfig, duration time.Duration, bound func(conn any) bool) ([]pipeline.RemoteInstance, error) {
+func (sess *perfettoSession) Bind(index int, dc *config.DataSourceConfig, duration time.Duration, bound func(conn any) bool) ([]pipeline.RemoteInstance, error) {
 	r := sess.r
 	conns, descs := r.matching(dc.Name, dc.AdmitsProducer)
 	if len(conns) == 0 && bound == nil {
@@ -561,7 +562,7 @@ func (sess *perfettoSession) Bind(index int, dc *pipeline.DataSourceConfig, dura
 
 // newInstance builds the data source instance through which connection c
 // serves data_sources[index] (dc) in the session.
-func (sess *perfettoSession) newInstance(index int, dc *pipeline.DataSourceConfig, duration time.Duration, c *perfettoConn, desc *perfettoipc.DataSourceDescriptor) (pipeline.RemoteInstance, error) {
+func (sess *perfettoSession) newInstance(index int, dc *config.DataSourceConfig, duration time.Duration, c *perfettoConn, desc *perfettoipc.DataSourceDescriptor) (pipeline.RemoteInstance, error) {
 	r := sess.r
 	source := fmt.Sprintf("perfetto producer %q pid %d", c.pp.Name(), c.pp.Peer().PID)
 	wire := sess.buffers[dc.TargetBuffer]

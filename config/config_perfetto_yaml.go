@@ -1,4 +1,4 @@
-package pipeline
+package config
 
 import (
 	"encoding/base64"
@@ -282,7 +282,7 @@ func fieldNames(desc protoreflect.MessageDescriptor) string {
 	fs := desc.Fields()
 	for i := range fs.Len() {
 		fd := fs.Get(i)
-		if desc.FullName() == dataSourceConfigDesc().FullName() && fd.Number() < 100 {
+		if desc.FullName() == DataSourceConfigDesc().FullName() && fd.Number() < 100 {
 			continue
 		}
 		names = append(names, string(fd.Name()))

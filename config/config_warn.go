@@ -1,4 +1,4 @@
-package pipeline
+package config
 
 import "fmt"
 
@@ -6,11 +6,11 @@ import "fmt"
 // config's author expects, each naming its field and what will happen.
 // Load reports them through LoadOptions.Warn (validate, run); the
 // Perfetto consumer port logs them for the sessions it creates.
-func (c *Config) Warnings() []string { return c.warnings(FillPolicyDiscard) }
+func (c *Config) Warnings() []string { return c.WarningsSpelling(FillPolicyDiscard) }
 
-// warnings is Warnings with the fill policy spelt as the config at hand
+// WarningsSpelling is Warnings with the fill policy spelt as the config at hand
 // spells it ("discard" in YAML, "DISCARD" in a Perfetto TraceConfig).
-func (c *Config) warnings(discard string) []string {
+func (c *Config) WarningsSpelling(discard string) []string {
 	out := c.perfettoWarnings()
 	if !c.WriteIntoFile {
 		return out

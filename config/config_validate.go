@@ -1,4 +1,4 @@
-package pipeline
+package config
 
 import (
 	"errors"
@@ -316,11 +316,11 @@ func (c *Config) checkPerfettoConfig(k *checker, i int, builtin bool) {
 	case ds.PerfettoConfig != nil && !c.Perfetto.Enabled:
 		k.bad(p+".perfetto_config", "nothing reads it: only Perfetto producers do, and perfetto.enabled is false")
 	case ds.PerfettoConfig != nil:
-		ds.perfettoConfig = encodePerfettoConfig(k, p+".perfetto_config", ds.PerfettoConfig)
-	case len(ds.perfettoConfig) > 0:
+		ds.EncodedPerfettoConfig = encodePerfettoConfig(k, p+".perfetto_config", ds.PerfettoConfig)
+	case len(ds.EncodedPerfettoConfig) > 0:
 		// A Perfetto consumer's DataSourceConfig: the producers get it
 		// through the schema, so it must parse.
-		if err := proto.Unmarshal(ds.perfettoConfig, &perfettoipc.DataSourceConfig{}); err != nil {
+		if err := proto.Unmarshal(ds.EncodedPerfettoConfig, &perfettoipc.DataSourceConfig{}); err != nil {
 			k.bad(p+".config", "the DataSourceConfig does not parse: %v", err)
 		}
 	}

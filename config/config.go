@@ -1,4 +1,4 @@
-package pipeline
+package config
 
 import (
 	"bytes"
@@ -96,15 +96,15 @@ type DataSourceConfig struct {
 	Limits                *PluginLimits  `koanf:"limits"`         // plugins: memory, CPU and stderr bounds of the plugin's processes (plugin_limits.go; nil: stderr defaults only)
 	OnStartError          string         `koanf:"on_start_error"` // "continue" (default, also "") | "abort": what a failed Start does to the session
 
-	// perfettoConfig is the serialized DataSourceConfig passed on to
+	// EncodedPerfettoConfig is the serialized DataSourceConfig passed on to
 	// Perfetto producers with its data-source specific fields: the one a
 	// Perfetto consumer sent (ConfigFromTraceConfig), or PerfettoConfig
 	// encoded by Validate.
-	perfettoConfig []byte
-	// perfettoProducers is its producer_name_filter and
+	EncodedPerfettoConfig []byte
+	// PerfettoProducers is its producer_name_filter and
 	// producer_name_regex_filter: the Perfetto producers that may serve
 	// it (empty: any).
-	perfettoProducers producerFilter
+	PerfettoProducers ProducerFilter
 }
 
 // RestartConfig relaunches a plugin that died while recording, on a fresh
@@ -399,7 +399,7 @@ const (
 	// maxNameLen bounds a data source's name (every log line and status
 	// row repeats it; Perfetto's names are a few dozen bytes).
 	maxNameLen = 1024
-	// maxRegexLen bounds a producer name regex: compiling a 4 MB one took
+	// MaxRegexLen bounds a producer name regex: compiling a 4 MB one took
 	// 6 s, and a real one is a few dozen bytes.
-	maxRegexLen = 4096
+	MaxRegexLen = 4096
 )

@@ -1,4 +1,4 @@
-package pipeline
+package config
 
 import (
 	"github.com/tracepipe/tracepipe/sinks"
@@ -486,7 +486,7 @@ func TestConfigCountBounds(t *testing.T) {
 // each refused at its field.
 func TestConfigNameAndRegexBounds(t *testing.T) {
 	long := strings.Repeat("a", maxNameLen+1)
-	re := strings.Repeat("a", maxRegexLen+1)
+	re := strings.Repeat("a", MaxRegexLen+1)
 	path := filepath.Join(t.TempDir(), "long.yaml")
 	yaml := fmt.Sprintf("buffers: [{size_kb: 4096}]\ndata_sources: [{name: tracepipe.synthetic}, {name: %s}]\nsinks: [{type: file, path: /tmp/x.pftrace}]\ntrigger_config: {trigger_mode: stop_tracing, trigger_timeout: 10s, triggers: [{name: t, producer_name_regex: %s}]}\n", long, re)
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {

@@ -1,4 +1,4 @@
-package pipeline
+package config
 
 import (
 	"fmt"
@@ -64,7 +64,7 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 		case 2:
 			i := len(cfg.DataSources)
 			var dsc []byte
-			var filter producerFilter
+			var filter ProducerFilter
 			err := walkProto(payload, func(n protowire.Number, _ uint64, p []byte) error {
 				switch n {
 				case 1:
@@ -73,8 +73,8 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 					filter.names = append(filter.names, string(p))
 				case 3:
 					// A full match, as traced's std::regex_match.
-					if len(p) > maxRegexLen {
-						return fmt.Errorf("producer_name_regex_filter[%d]: %d bytes, at most %d", len(filter.regexes), len(p), maxRegexLen)
+					if len(p) > MaxRegexLen {
+						return fmt.Errorf("producer_name_regex_filter[%d]: %d bytes, at most %d", len(filter.regexes), len(p), MaxRegexLen)
 					}
 					re, err := regexp.Compile(`^(?:` + string(p) + `)$`)
 					if err != nil {
@@ -89,7 +89,7 @@ func ConfigFromTraceConfig(b []byte) (*Config, error) {
 			if err != nil {
 				return fmt.Errorf("data_sources[%d]: %w", i, err)
 			}
-			dc := DataSourceConfig{perfettoConfig: append([]byte(nil), dsc...), perfettoProducers: filter}
+			dc := DataSourceConfig{EncodedPerfettoConfig: append([]byte(nil), dsc...), PerfettoProducers: filter}
 			err = walkProto(dsc, func(n protowire.Number, v uint64, _ []byte) error {
 				switch n {
 				case 2:
@@ -190,13 +190,13 @@ const activateTriggersNote = "activate_triggers is not acted on by the service, 
 // TraceConfigWarnings are the config's warnings (Warnings) in the words
 // of a Perfetto TraceConfig (fill_policy DISCARD), for a session that
 // came from one (ConfigFromTraceConfig).
-func (c *Config) TraceConfigWarnings() []string { return c.warnings("DISCARD") }
+func (c *Config) TraceConfigWarnings() []string { return c.WarningsSpelling("DISCARD") }
 
 // maxWarnedTriggers bounds the names one warning lists.
 const maxWarnedTriggers = 8
 
 // perfettoWarnings are the warnings of a session config that came from a
-// Perfetto TraceConfig (Config.warnings): activate_triggers is accepted,
+// Perfetto TraceConfig (Config.WarningsSpelling): activate_triggers is accepted,
 // as traced accepts it, and does nothing.
 func (c *Config) perfettoWarnings() []string {
 	names := c.perfettoActivateTriggers
@@ -310,10 +310,10 @@ func uint64Field(b []byte, num protowire.Number) uint64 {
 // producer_name_regex_filter admit a producer of that name (with
 // neither, every one).
 func (dc *DataSourceConfig) AdmitsProducer(name string) bool {
-	return dc.perfettoProducers.admits(name)
+	return dc.PerfettoProducers.Admits(name)
 }
 
 // RawPerfettoConfig is the serialized DataSourceConfig passed on to
 // Perfetto producers: the one a Perfetto consumer sent, or PerfettoConfig
 // encoded by Validate (nil: none).
-func (dc *DataSourceConfig) RawPerfettoConfig() []byte { return dc.perfettoConfig }
+func (dc *DataSourceConfig) RawPerfettoConfig() []byte { return dc.EncodedPerfettoConfig }

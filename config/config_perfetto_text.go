@@ -1,4 +1,4 @@
-package pipeline
+package config
 
 import (
 	"errors"
@@ -166,7 +166,7 @@ func opaqueFieldOnLine(data []byte, n int) string {
 	if i := strings.IndexAny(word, " \t:{"); i >= 0 {
 		word = word[:i]
 	}
-	fd := dataSourceConfigDesc().Fields().ByName(protoreflect.Name(word))
+	fd := DataSourceConfigDesc().Fields().ByName(protoreflect.Name(word))
 	if fd != nil && fd.Kind() == protoreflect.BytesKind && fd.Number() >= 100 {
 		return word
 	}
@@ -225,7 +225,7 @@ func lineOf(lines []string, item string) string {
 	return ""
 }
 
-func dataSourceConfigDesc() protoreflect.MessageDescriptor {
+func DataSourceConfigDesc() protoreflect.MessageDescriptor {
 	return (&perfettoipc.DataSourceConfig{}).ProtoReflect().Descriptor()
 }
 

@@ -1,11 +1,12 @@
-package pipeline
+package config
 
 import (
-	"github.com/knadh/koanf/providers/env/v2"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/knadh/koanf/providers/env/v2"
 )
 
 // envOverrides turns the TRACEPIPE_* entries of environ into overrides,
@@ -101,4 +102,10 @@ func overridePath(path []pathSeg) string {
 		}
 	}
 	return p
+}
+
+// AttributeEnv is attributeEnv with the TRACEPIPE_ overrides Load applied
+// to c: for problems found outside this package (a plugin's own check).
+func (c *Config) AttributeEnv(problems []Problem) []Problem {
+	return attributeEnv(problems, c.envs)
 }

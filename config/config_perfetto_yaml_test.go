@@ -1,4 +1,4 @@
-package pipeline
+package config
 
 import (
 	"encoding/base64"
@@ -53,7 +53,7 @@ sinks: [{type: file, path: `+filepath.Join(t.TempDir(), "t.pftrace")+`}]
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := cfg.DataSources[i].perfettoConfig; string(got) != string(b) {
+		if got := cfg.DataSources[i].EncodedPerfettoConfig; string(got) != string(b) {
 			t.Errorf("data_sources[%d]: encoded %x, want %x", i, got, b)
 		}
 	}
