@@ -59,9 +59,9 @@ snapload:
 	$(GO) run ./tools/snapload $(SNAPLOAD_FLAGS)
 
 # The generated docs: the configuration reference and its JSON Schema, from
-# the code's config schema (pipeline/config_schema.go), and the Perfetto
+# the code's config schema (config/config_schema.go), and the Perfetto
 # TraceConfig fields the consumer port maps and refuses
-# (pipeline/perfetto_fields.go). A test (cmd/tracepipe
+# (config/perfetto_fields.go). A test (cmd/tracepipe
 # TestDocsConfigReferenceIsCurrent) fails when they are stale.
 docs:
 	$(GO) run ./cmd/tracepipe config reference > docs/configuration-reference.md

@@ -47,7 +47,7 @@ type Config struct {
 	Producers        ProducersConfig        `koanf:"producers"`
 	Sinks            []sinks.Config         `koanf:"sinks"`
 	PluginDir        string                 `koanf:"plugin_dir"` // directory of data-source plugins: data_sources[i].name alone finds the plugin serving it
-	// Flight recording (triggers.go, snapshot.go, control/).
+	// Flight recording (triggers.go here; pipeline/triggers.go, pipeline/snapshot.go, control/).
 	TriggerConfig     *TriggerConfig `koanf:"trigger_config"`      // nil: no triggers
 	UniqueSessionName string         `koanf:"unique_session_name"` // names the session; a second session with the name is refused
 	RotatePeriod      time.Duration  `koanf:"rotate_period"`       // rotate the file sinks' files this often (beside max_file_size); 0 = never
@@ -73,7 +73,7 @@ type BufferConfig struct {
 	Name       string `koanf:"name"`        // optional; unique; referenced by data_sources[i].target_buffer_name
 	SizeKB     uint32 `koanf:"size_kb"`     // a multiple of 4, > 0, < 4 GiB (≤ 4194303)
 	FillPolicy string `koanf:"fill_policy"` // "ring_buffer" (default when empty) | "discard"
-	// Snapshots (snapshot.go): transfer_on_clone moves the buffer into
+	// Snapshots (pipeline/snapshot.go): transfer_on_clone moves the buffer into
 	// the snapshot and leaves an empty one behind (no copy);
 	// clear_before_clone (with transfer_on_clone) empties it before the
 	// snapshot's flush, so the snapshot holds only what that flush wrote.

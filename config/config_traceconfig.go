@@ -213,7 +213,7 @@ func (c *Config) perfettoWarnings() []string {
 }
 
 // triggerConfigFromPerfetto maps TraceConfig.trigger_config onto the
-// session's trigger engine (triggers.go): START_TRACING, STOP_TRACING and
+// session's trigger engine (pipeline/triggers.go): START_TRACING, STOP_TRACING and
 // CLONE_SNAPSHOT (the consumer is told, TYPE_CLONE_TRIGGER_HIT, and
 // clones) with their triggers (name, producer_name_regex, stop_delay_ms,
 // max_per_24_h, skip_probability) and trigger_timeout_ms. It returns what

@@ -1,10 +1,9 @@
-// Package pipeline owns a tracing session: its configuration (YAML, TOML
-// or JSON files and TRACEPIPE_ environment variables read through koanf,
-// --set flags, decoded by config_decode.go and validated with messages
-// that name the field), the Service that accepts CommitData
-// from producers, copies chunks into the trace buffers, runs the readback
-// loop, stamps trusted fields and feeds sinks, and the timers for flush,
-// incremental-state clearing and duration. With ProtoVM programs on the
+// Package pipeline owns a tracing session: the Service that accepts
+// CommitData from producers, copies chunks into the trace buffers, runs the
+// readback loop, stamps trusted fields and feeds sinks, and the timers for
+// flush, incremental-state clearing and duration. Its configuration (types,
+// loading, validation, the Perfetto TraceConfig mapping) is package config's;
+// New takes a *config.Config (and validates it again). With ProtoVM programs on the
 // restore path it also folds each sequence's incremental state and writes a
 // restore packet ahead of a sequence's first packet after a loss
 // (package restore, driven from the loop: service.go builds the folds and
