@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/transport/inprocess"
 )
@@ -50,7 +51,7 @@ func (s *stuckSink) Stats() sinks.SinkStats {
 // stall timeout and dropped packets.
 func TestServiceStuckSinkNeverBlocksProducers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := loadYAML(t, `
+		cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 256}]
@@ -118,7 +119,7 @@ sinks: [{type: file, path: unused.pftrace}]
 // (which would stall the producers).
 func TestServiceTwoStuckSinksNeverBlockProducers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := loadYAML(t, `
+		cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 256}]

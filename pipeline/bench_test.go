@@ -3,11 +3,13 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
 )
 
 // cpuTime is the process's user+system CPU time.
@@ -17,23 +19,6 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// benchDir returns a directory for benchmark output: tmpfs (/dev/shm)
-// when present, so that the figure measures the pipeline rather than
-// this machine's disk (which writes ~600 MB/s here), else the test's
-// temporary directory.
-func benchDir(b *testing.B, disk bool) string {
-	if !disk {
-		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-			dir, err := os.MkdirTemp("/dev/shm", "tracepipe-bench-")
-			if err == nil {
-				b.Cleanup(func() { os.RemoveAll(dir) })
-				return dir
-			}
-		}
-	}
-	return b.TempDir()
 }
 
 // BenchmarkEndToEnd measures a whole in-process session: the synthetic
@@ -63,8 +48,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			perWriter := (b.N + c.writers - 1) / c.writers
-			out := filepath.Join(benchDir(b, c.disk), "bench.pftrace")
-			cfg := loadYAML(b, fmt.Sprintf(`
+			out := filepath.Join(testsupport.BenchDir(b, c.disk), "bench.pftrace")
+			cfg := cfgtest.LoadYAML(b, fmt.Sprintf(`
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 65536}]

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 )
 
 // A plugin killed with chunks still in its SMB (complete ones whose
@@ -21,7 +24,7 @@ func TestDeadPluginSMBScrapedOnce(t *testing.T) {
 	const packets = 300
 	plugin := faultPlugin(t)
 	out := filepath.Join(t.TempDir(), "dead.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 2s
 flush_timeout: 1s
 write_into_file: true
@@ -36,8 +39,8 @@ sinks: [{type: file, path: %q}]
 `, plugin, packets, out))
 	res := runSession(t, cfg)
 	got := map[uint32]int{}
-	for _, p := range readTrace(t, out) {
-		if i, ok := faultIndex(p.raw); ok {
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if i, ok := faultIndex(p.Raw); ok {
 			got[i]++
 		}
 	}

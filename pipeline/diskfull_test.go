@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -45,7 +47,7 @@ func mountTmpfsOpts(t *testing.T, opts string) string {
 func TestServiceDiskFullTmpfs(t *testing.T) {
 	dir := mountTmpfs(t, 2<<20)
 	path := filepath.Join(dir, "t.pftrace")
-	cfg := loadYAML(t, `
+	cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 32768}] # holds all 12 MB: no ring loss on a loaded machine
@@ -69,7 +71,7 @@ sinks: [{type: file, path: `+path+`}]
 	if f := s.Status().SinkFailures; len(f) != 1 || !strings.Contains(f[0], "no space left") {
 		t.Errorf("status shows sink failures %q", f)
 	}
-	pkts := readTrace(t, path) // fails the test on a truncated record
+	pkts := tracetest.ReadTrace(t, path) // fails the test on a truncated record
 	ts := lastStats(t, pkts)
 	if !isTraceStats(pkts[len(pkts)-1]) {
 		t.Fatal("the file does not end with its TraceStats")
@@ -96,7 +98,7 @@ sinks: [{type: file, path: `+path+`}]
 func TestServiceDiskFullDropPolicy(t *testing.T) {
 	full := filepath.Join(mountTmpfs(t, 2<<20), "t.pftrace")
 	other := filepath.Join(t.TempDir(), "other.pftrace")
-	cfg := loadYAML(t, `
+	cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 32768}] # holds all 12 MB: no ring loss on a loaded machine
@@ -113,10 +115,10 @@ sinks:
 	if res.Sinks[0].Err == nil || !errors.Is(res.Sinks[0].Err, unix.ENOSPC) {
 		t.Errorf("full sink's error: %v", res.Sinks[0].Err)
 	}
-	if n := len(countScripted(readTrace(t, other))); n != 40000 {
+	if n := len(countScripted(tracetest.ReadTrace(t, other))); n != 40000 {
 		t.Errorf("the other sink holds %d scripted packets, want 40000; stats %+v %+v", n, res.Stats.BufferStats, res.Stats.Tracepipe)
 	}
-	pkts := readTrace(t, full)
+	pkts := tracetest.ReadTrace(t, full)
 	tp := lastStats(t, pkts).Tracepipe
 	if !isTraceStats(pkts[len(pkts)-1]) || tp.SinkPacketsWritten != uint64(len(pkts)) || tp.SinkPacketsDropped == 0 {
 		t.Errorf("full file: %d packets, last TraceStats written %d dropped %d", len(pkts), tp.SinkPacketsWritten, tp.SinkPacketsDropped)
@@ -255,7 +257,7 @@ func runUntilResumed(t *testing.T, path, extra, ballast string) (*Result, []stri
 	gates.Store(t.Name(), gate)
 	defer gates.Delete(t.Name())
 	const writers, per = 2, 4000 // 2.4 MB a phase: more than the room left
-	cfg := loadYAML(t, `
+	cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 32768}]
@@ -288,18 +290,18 @@ sinks:
 		}
 		return sinks.SinkStats{}
 	}
-	waitFor(t, "the sink failed", time.Minute, func() bool { return len(s.Status().SinkFailures) > 0 })
+	testsupport.WaitUntil(t, "the sink failed", time.Minute, func() bool { return len(s.Status().SinkFailures) > 0 })
 	if n := len(s.Files()); n == 0 {
 		t.Error("no file listed")
 	} else if _, err := os.Stat(s.Files()[n-1]); err != nil {
 		t.Errorf("a file listed does not exist: %v", err)
 	}
 	var droppedBefore uint64
-	waitFor(t, "the sink counted drops", time.Minute, func() bool { droppedBefore = sink().PacketsDroppedError; return droppedBefore > 0 })
+	testsupport.WaitUntil(t, "the sink counted drops", time.Minute, func() bool { droppedBefore = sink().PacketsDroppedError; return droppedBefore > 0 })
 	if err := os.RemoveAll(ballast); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the sink resumed", time.Minute, func() bool { return sink().Reconnects > 0 })
+	testsupport.WaitUntil(t, "the sink resumed", time.Minute, func() bool { return sink().Reconnects > 0 })
 	close(gate) // phase 2: all of it must reach the resumed file
 	r := <-ran
 	if r.err != nil {
@@ -314,11 +316,11 @@ sinks:
 	if len(files) < 2 {
 		t.Fatalf("files %v", files)
 	}
-	var all []tracePacket
+	var all []tracetest.Packet
 	var written uint64
 	gapSeen := false
 	for i, name := range files {
-		pkts := readTrace(t, name)
+		pkts := tracetest.ReadTrace(t, name)
 		all = append(all, pkts...)
 		written += uint64(len(pkts))
 		if i < len(files)-1 {
@@ -333,7 +335,7 @@ sinks:
 		// before any scripted packet.
 		for _, p := range pkts {
 			if isTraceStats(p) {
-				ts, _, _ := tracefile.DecodeTraceStatsPacket(p.raw)
+				ts, _, _ := tracefile.DecodeTraceStatsPacket(p.Raw)
 				if ts.Tracepipe != nil && ts.Tracepipe.SinkReconnects == 1 {
 					gapSeen = true
 					if ts.Tracepipe.SinkPacketsDropped < droppedBefore {
@@ -342,7 +344,7 @@ sinks:
 				}
 				break
 			}
-			if _, _, _, ok := scriptedID(p.raw); ok {
+			if _, _, _, ok := tracetest.ScriptedID(p.Raw); ok {
 				break
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 
 	_ "github.com/tracepipe/tracepipe/plugins/builtin"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -37,16 +38,16 @@ func TestTwoBuffersEventsOnSessionClock(t *testing.T) {
 	}
 	var start uint64
 	n := 0
-	for _, p := range readTrace(t, events) {
+	for _, p := range tracetest.ReadTrace(t, events) {
 		switch {
-		case p.info.PayloadField == tracefile.FieldClockSnapshot:
-			start = p.info.Timestamp
-		case p.info.PayloadField == tracefile.FieldTrackEvent:
+		case p.Info.PayloadField == tracefile.FieldClockSnapshot:
+			start = p.Info.Timestamp
+		case p.Info.PayloadField == tracefile.FieldTrackEvent:
 			n++
 			if start == 0 {
 				t.Fatal("track event before the clock snapshot")
 			}
-			if ts := p.info.Timestamp; ts+uint64(time.Second) < start || ts > start+uint64(time.Minute) {
+			if ts := p.Info.Timestamp; ts+uint64(time.Second) < start || ts > start+uint64(time.Minute) {
 				t.Fatalf("event at %d ns of boot time, session started at %d", ts, start)
 			}
 		}

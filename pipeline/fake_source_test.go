@@ -3,14 +3,10 @@ package pipeline
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
-	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -126,17 +122,3 @@ func (s *scripted) Flush() error           { <-s.done; return nil }
 func (s *scripted) ClearIncrementalState() {}
 func (s *scripted) Stop() error            { <-s.done; return nil }
 func (s *scripted) Done() <-chan struct{}  { return s.done }
-
-// loadYAML loads a config from YAML text (through the real loader).
-func loadYAML(t testing.TB, text string, sets ...string) *config.Config {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "session.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(config.LoadOptions{Path: path, Sets: sets})
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	return cfg
-}

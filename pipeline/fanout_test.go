@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -63,10 +65,10 @@ func init() {
 }
 
 // countScripted counts each scripted (writer, index) in a trace.
-func countScripted(pkts []tracePacket) map[[2]int]int {
+func countScripted(pkts []tracetest.Packet) map[[2]int]int {
 	seen := map[[2]int]int{}
 	for _, p := range pkts {
-		if w, i, _, ok := scriptedID(p.raw); ok {
+		if w, i, _, ok := tracetest.ScriptedID(p.Raw); ok {
 			seen[[2]int{w, i}]++
 		}
 	}
@@ -91,7 +93,7 @@ func testServiceBlockedSinkDoesNotDelayFileSink(t *testing.T) {
 	defer func() { sinkCloseTime = old }()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "t.pftrace")
-	cfg := loadYAML(t, `
+	cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 4096}]
@@ -125,7 +127,7 @@ sinks:
 	if res == nil {
 		t.Fatal(err)
 	}
-	pkts := readTrace(t, path)
+	pkts := tracetest.ReadTrace(t, path)
 	seen := countScripted(pkts)
 	if len(seen) != 6000 {
 		t.Errorf("file holds %d distinct scripted packets, want 6000; losses %+v %+v", len(seen), res.Stats.Tracepipe, res.Stats.BufferStats)
@@ -163,7 +165,7 @@ sinks:
 func TestServicePerSinkTraceStats(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.pftrace"), filepath.Join(dir, "b.pftrace.zst")
-	cfg := loadYAML(t, `
+	cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 stats_period: 1s
@@ -182,7 +184,7 @@ sinks:
 	res := runSession(t, cfg)
 	var filtered uint64
 	for i, path := range []string{a, b} {
-		pkts := readTrace(t, path)
+		pkts := tracetest.ReadTrace(t, path)
 		ts := lastStats(t, pkts)
 		if !isTraceStats(pkts[len(pkts)-1]) {
 			t.Errorf("%s does not end with a TraceStats", path)
@@ -205,7 +207,7 @@ sinks:
 	}
 }
 
-func isTraceStats(p tracePacket) bool { return p.info.PayloadField == tracefile.FieldTraceStats }
+func isTraceStats(p tracetest.Packet) bool { return p.Info.PayloadField == tracefile.FieldTraceStats }
 
 // Rotation makes self-contained files: every file after the first starts
 // with the clock snapshot and trace_config, every file but the last ends
@@ -217,7 +219,7 @@ func TestServiceRotationSelfContained(t *testing.T) {
 	for _, name := range []string{"t.pftrace"} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), name)
-			cfg := loadYAML(t, `
+			cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 8192}]
@@ -238,17 +240,17 @@ sinks:
 			seen := map[[2]int]int{}
 			var total uint64
 			for i, f := range files {
-				pkts := readTrace(t, f)
+				pkts := tracetest.ReadTrace(t, f)
 				total += uint64(len(pkts))
 				if st, err := os.Stat(f); err != nil || st.Size() >= 1<<20 {
 					t.Errorf("%s: %v bytes, cap 1 MiB (%v)", f, st.Size(), err)
 				}
 				if i > 0 {
-					if pkts[0].info.PayloadField != tracefile.FieldClockSnapshot {
-						t.Errorf("%s starts with %s, want the clock snapshot", f, pkts[0].info.Kind())
+					if pkts[0].Info.PayloadField != tracefile.FieldClockSnapshot {
+						t.Errorf("%s starts with %s, want the clock snapshot", f, pkts[0].Info.Kind())
 					}
-					if pkts[1].info.PayloadField != tracefile.FieldTraceConfig {
-						t.Errorf("%s: packet 1 is %s, want trace_config", f, pkts[1].info.Kind())
+					if pkts[1].Info.PayloadField != tracefile.FieldTraceConfig {
+						t.Errorf("%s: packet 1 is %s, want trace_config", f, pkts[1].Info.Kind())
 					}
 				}
 				if !isTraceStats(pkts[len(pkts)-1]) {
@@ -281,7 +283,7 @@ sinks:
 func TestServiceFiltersKeepServicePacketsAndCountErrors(t *testing.T) {
 	dir := t.TempDir()
 	kindOnly, divDrop, divKeep := filepath.Join(dir, "kind.pftrace"), filepath.Join(dir, "div.pftrace"), filepath.Join(dir, "keep.pftrace")
-	cfg := loadYAML(t, `
+	cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 4096}]
@@ -299,10 +301,10 @@ sinks:
 		scripted  int
 		errorsMin uint64
 	}{{kindOnly, 0, 0}, {divDrop, 0, 500}, {divKeep, 500, 500}} {
-		pkts := readTrace(t, c.path)
+		pkts := tracetest.ReadTrace(t, c.path)
 		kinds := map[int32]bool{}
 		for _, p := range pkts {
-			kinds[p.info.PayloadField] = true
+			kinds[p.Info.PayloadField] = true
 		}
 		for _, k := range []int32{tracefile.FieldClockSnapshot, tracefile.FieldTraceConfig, tracefile.FieldSystemInfo, tracefile.FieldTraceStats} {
 			if !kinds[k] {
@@ -329,7 +331,7 @@ sinks:
 // models trace_processor's rule (trace-processor-import.md §2).
 func TestServiceRotatedFilesResolveInternedNames(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.pftrace")
-	cfg := loadYAML(t, `
+	cfg := cfgtest.LoadYAML(t, `
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 16384}]
@@ -347,12 +349,12 @@ sinks: [{type: file, path: `+path+`, max_file_size: 1MiB}]
 	for _, f := range res.Files {
 		defined := map[uint32]map[uint64]bool{}
 		var used int
-		for i, p := range readTrace(t, f) {
-			seq := p.info.SequenceID
-			if p.info.SequenceFlags&1 != 0 { // CLEARED: a new generation
+		for i, p := range tracetest.ReadTrace(t, f) {
+			seq := p.Info.SequenceID
+			if p.Info.SequenceFlags&1 != 0 { // CLEARED: a new generation
 				defined[seq] = map[uint64]bool{}
 			}
-			for _, in := range lenFields(p.raw, tracefile.FieldInternedData) {
+			for _, in := range lenFields(p.Raw, tracefile.FieldInternedData) {
 				for _, name := range lenFields(in, 2) { // event_names
 					if defined[seq] == nil {
 						continue // interned data on a sequence not yet valid: dropped by trace_processor
@@ -362,7 +364,7 @@ sinks: [{type: file, path: `+path+`, max_file_size: 1MiB}]
 					}
 				}
 			}
-			for _, te := range lenFields(p.raw, tracefile.FieldTrackEvent) {
+			for _, te := range lenFields(p.Raw, tracefile.FieldTrackEvent) {
 				for _, iid := range varintsOf(te, 10) { // name_iid
 					used++
 					if !defined[seq][iid] {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -141,7 +143,7 @@ func TestPluginFaultContainment(t *testing.T) {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
 			out := filepath.Join(t.TempDir(), "fault.pftrace")
-			cfg := loadYAML(t, fmt.Sprintf(`
+			cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: %v
 flush_timeout: %v
 write_into_file: true
@@ -203,12 +205,12 @@ sinks: [{type: file, path: %q}]
 			}
 			got := map[uint32]int{}
 			scripted := map[[2]int]bool{}
-			for _, p := range readTrace(t, out) {
-				if w, i, _, ok := scriptedID(p.raw); ok && p.info.TrustedPID == int32(os.Getpid()) {
+			for _, p := range tracetest.ReadTrace(t, out) {
+				if w, i, _, ok := tracetest.ScriptedID(p.Raw); ok && p.Info.TrustedPID == int32(os.Getpid()) {
 					scripted[[2]int{w, i}] = true
 					continue
 				}
-				if i, ok := faultIndex(p.raw); ok {
+				if i, ok := faultIndex(p.Raw); ok {
 					got[i]++
 				}
 			}
@@ -244,7 +246,7 @@ func wantAll(t *testing.T, got map[uint32]int, n int) {
 func TestPluginRestart(t *testing.T) {
 	plugin := faultPlugin(t)
 	out := filepath.Join(t.TempDir(), "restart.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 3s
 flush_timeout: 1s
 write_into_file: true
@@ -260,10 +262,10 @@ sinks: [{type: file, path: %q}]
 	res := runSession(t, cfg)
 	got := map[uint32]int{}
 	pids := map[int32]bool{}
-	for _, p := range readTrace(t, out) {
-		if i, ok := faultIndex(p.raw); ok {
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if i, ok := faultIndex(p.Raw); ok {
 			got[i]++
-			pids[p.info.TrustedPID] = true
+			pids[p.Info.TrustedPID] = true
 		}
 	}
 	for i := uint32(0); i < 40; i++ {
@@ -294,7 +296,7 @@ sinks: [{type: file, path: %q}]
 func TestPluginRestartReleasesDeadSMBs(t *testing.T) {
 	plugin := faultPlugin(t)
 	out := filepath.Join(t.TempDir(), "restart.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 60s
 flush_timeout: 1s
 write_into_file: true
@@ -355,8 +357,8 @@ sinks: [{type: file, path: %q}]
 	}
 	// What each run committed is still in the trace.
 	got := map[uint32]int{}
-	for _, p := range readTrace(t, out) {
-		if i, ok := faultIndex(p.raw); ok {
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if i, ok := faultIndex(p.Raw); ok {
 			got[i]++
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -23,7 +25,7 @@ import (
 func TestRotatePeriod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "rot.pftrace")
-		cfg := loadYAML(t, fmt.Sprintf(`
+		cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 2500ms
 write_into_file: true
 file_write_period: 100ms
@@ -40,12 +42,12 @@ sinks: [{type: file, path: %q}]
 			t.Fatalf("files %v; want a rotation per second (3 files)", res.Files)
 		}
 		for i, f := range res.Files {
-			pkts := readTrace(t, f)
-			if len(pkts) == 0 || pkts[0].info.PayloadField != tracefile.FieldClockSnapshot {
+			pkts := tracetest.ReadTrace(t, f)
+			if len(pkts) == 0 || pkts[0].Info.PayloadField != tracefile.FieldClockSnapshot {
 				t.Fatalf("%s does not start with a clock snapshot", f)
 			}
 			if i < len(res.Files)-1 {
-				if _, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1].raw); !ok || err != nil {
+				if _, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1].Raw); !ok || err != nil {
 					t.Fatalf("%s does not end with a TraceStats", f)
 				}
 			}
@@ -66,7 +68,7 @@ sinks: [{type: file, path: %q}]
 func TestRotateBeforeDataKeepsTheFile(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "ring.pftrace")
-		cfg := loadYAML(t, fmt.Sprintf(`
+		cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 2500ms
 write_into_file: false
 rotate_period: 1s

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tpimport"
 )
 
@@ -74,7 +75,7 @@ func checkImports(t *testing.T, what, path string) {
 func TestTransferOnCloneKeepsLiveTraceImportable(t *testing.T) {
 	s, _, stop := snapshotSession(t, "buffers[0].size_kb=16384", "buffers[0].transfer_on_clone=true",
 		"incremental_state.clear_period=0s", "data_sources[0].config.writers=2")
-	waitFor(t, "half a second of recording", 20*time.Second, func() bool { return s.Status().Elapsed >= 500*time.Millisecond })
+	testsupport.WaitUntil(t, "half a second of recording", 20*time.Second, func() bool { return s.Status().Elapsed >= 500*time.Millisecond })
 	var snaps []string
 	for range 2 {
 		r := <-s.Snapshot(SnapshotRequest{Trigger: "moved"})
@@ -83,7 +84,7 @@ func TestTransferOnCloneKeepsLiveTraceImportable(t *testing.T) {
 		}
 		snaps = append(snaps, r.Files[0])
 		in := s.Status().BytesIn
-		waitFor(t, "data after the transfer", 20*time.Second, func() bool { return s.Status().BytesIn > in+256<<10 })
+		testsupport.WaitUntil(t, "data after the transfer", 20*time.Second, func() bool { return s.Status().BytesIn > in+256<<10 })
 	}
 	res := stop()
 	for _, f := range snaps {
@@ -103,11 +104,11 @@ trigger_config:
   triggers: [{name: first}, {name: second}]`
 	var manual SnapshotResult
 	res, pkts, dir := triggerSession(t, tc, func(s *Service) {
-		waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
+		testsupport.WaitUntil(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
 		s.ActivateTriggers("", "first")
-		waitFor(t, "the first snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 1 })
+		testsupport.WaitUntil(t, "the first snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 1 })
 		s.ActivateTriggers("", "second")
-		waitFor(t, "the second snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 2 })
+		testsupport.WaitUntil(t, "the second snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 2 })
 		manual = <-s.Snapshot(SnapshotRequest{})
 	}, "duration=3s")
 	if manual.Err != nil {
@@ -120,7 +121,7 @@ trigger_config:
 		{filepath.Join(dir, "live.snap-2-second.pftrace"), "second", "first,second"},
 		{manual.Files[0], "manual", "first,second"},
 	} {
-		sp := readTrace(t, c.file)
+		sp := tracetest.ReadTrace(t, c.file)
 		if got := triggerPackets(sp, fieldCloneSnapshotTrigger); strings.Join(got, ",") != c.clone {
 			t.Errorf("%s: clone_snapshot_trigger %v, want %s", c.file, got, c.clone)
 		}
@@ -149,7 +150,7 @@ func TestSnapshotsCauseNoProducerLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, stop := startSession(t, cfg, Options{Logger: testsupport.Logger(t)})
-	waitFor(t, "4 MiB written (the ring wrapped)", 30*time.Second, func() bool { return s.Status().BytesIn >= 4<<20 })
+	testsupport.WaitUntil(t, "4 MiB written (the ring wrapped)", 30*time.Second, func() bool { return s.Status().BytesIn >= 4<<20 })
 	for i := range 6 {
 		r := <-s.Snapshot(SnapshotRequest{Trigger: "load", Path: filepath.Join(dir, fmt.Sprintf("s%d.pftrace", i))})
 		if r.Err != nil {
@@ -178,14 +179,14 @@ func TestSnapshotFileFiltered(t *testing.T) {
 		t.Fatalf("files %v", r.Files)
 	}
 	var events, trig, stats int
-	for _, p := range readTrace(t, r.Files[0]) {
+	for _, p := range tracetest.ReadTrace(t, r.Files[0]) {
 		switch {
-		case p.info.Kind() == "track_event":
+		case p.Info.Kind() == "track_event":
 			events++
-		case p.info.Kind() == "trace_stats":
+		case p.Info.Kind() == "trace_stats":
 			stats++
 		}
-		if _, ok := triggerName(p.raw, fieldCloneSnapshotTrigger); ok {
+		if _, ok := triggerName(p.Raw, fieldCloneSnapshotTrigger); ok {
 			trig++
 		}
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -18,18 +20,6 @@ import (
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // triggerName returns the trigger_name of a trigger / clone_snapshot_trigger
 // field in packet p, if it has one.
@@ -83,7 +73,7 @@ func TestSnapshotsOfWrappedRingStandAlone(t *testing.T) {
 		res, err := s.Run(ctx)
 		done <- runOut{res, err}
 	}()
-	waitFor(t, "4 MiB through a 1 MiB ring (3 wraps)", 30*time.Second, func() bool {
+	testsupport.WaitUntil(t, "4 MiB through a 1 MiB ring (3 wraps)", 30*time.Second, func() bool {
 		return s.Status().BytesIn >= 4<<20
 	})
 	var results []SnapshotResult
@@ -133,14 +123,14 @@ func TestSnapshotsOfWrappedRingStandAlone(t *testing.T) {
 
 func checkSnapshotFile(t *testing.T, path, trigger string, requested uint64) {
 	t.Helper()
-	pkts := readTrace(t, path)
+	pkts := tracetest.ReadTrace(t, path)
 	last := map[uint32]uint64{} // sequence → its last TrackEvent's timestamp
 	var clock, config, stats, trig bool
 	lossAfterFirst := map[uint32]bool{}
 	seen := map[uint32]bool{}
 	wrapped := 0 // sequences whose window starts after an overwrite
 	for _, p := range pkts {
-		switch p.info.PayloadField {
+		switch p.Info.PayloadField {
 		case tracefile.FieldClockSnapshot:
 			clock = true
 		case tracefile.FieldTraceConfig:
@@ -148,20 +138,20 @@ func checkSnapshotFile(t *testing.T, path, trigger string, requested uint64) {
 		case tracefile.FieldTraceStats:
 			stats = true
 		}
-		if name, ok := triggerName(p.raw, fieldCloneSnapshotTrigger); ok {
+		if name, ok := triggerName(p.Raw, fieldCloneSnapshotTrigger); ok {
 			if name != trigger {
 				t.Fatalf("%s: clone_snapshot_trigger %q, want %q", path, name, trigger)
 			}
 			trig = true
 		}
-		if id := p.info.SequenceID; id > 1 {
-			if p.info.PayloadField == tracefile.FieldTrackEvent && p.info.HasTimestamp {
-				last[id] = max(last[id], p.info.Timestamp)
+		if id := p.Info.SequenceID; id > 1 {
+			if p.Info.PayloadField == tracefile.FieldTrackEvent && p.Info.HasTimestamp {
+				last[id] = max(last[id], p.Info.Timestamp)
 			}
-			if seen[id] && p.info.PreviousPacketDropped != 0 {
+			if seen[id] && p.Info.PreviousPacketDropped != 0 {
 				lossAfterFirst[id] = true
 			}
-			if !seen[id] && p.info.PreviousPacketDropped != 0 {
+			if !seen[id] && p.Info.PreviousPacketDropped != 0 {
 				wrapped++
 			}
 			seen[id] = true
@@ -203,7 +193,7 @@ func snapshotSession(t *testing.T, sets ...string) (s *Service, dir string, stop
 		t.Fatal(err)
 	}
 	s, stop = startSession(t, cfg, Options{Logger: testsupport.Logger(t)})
-	waitFor(t, "data in the buffer", 30*time.Second, func() bool { return s.Status().BytesIn > 64<<10 })
+	testsupport.WaitUntil(t, "data in the buffer", 30*time.Second, func() bool { return s.Status().BytesIn > 64<<10 })
 	return s, dir, stop
 }
 
@@ -305,7 +295,7 @@ func (m *memorySink) Stats() sinks.SinkStats { return sinks.SinkStats{} }
 // Options.SnapshotSink receives each snapshot as a trace of its own, as a
 // file sink's snapshot file does.
 func TestSnapshotSinkOption(t *testing.T) {
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 60s
 buffers: [{size_kb: 1024}]
 data_sources: [{name: tracepipe.synthetic, config: {writers: 1, rate: 500}}]
@@ -326,7 +316,7 @@ sinks: [{type: file, path: %q}]
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _, _ = s.Run(ctx) }()
-	waitFor(t, "data", 20*time.Second, func() bool { return s.Status().BytesIn > 0 })
+	testsupport.WaitUntil(t, "data", 20*time.Second, func() bool { return s.Status().BytesIn > 0 })
 	r := <-s.Snapshot(SnapshotRequest{Trigger: "mem"})
 	cancel()
 	<-done
@@ -356,7 +346,7 @@ func TestSnapshotTransferOnClone(t *testing.T) {
 	for _, clear := range []bool{false, true} {
 		t.Run(fmt.Sprint("clear=", clear), func(t *testing.T) {
 			s, dir, stop := snapshotSession(t, "buffers[0].size_kb=16384", "buffers[0].transfer_on_clone=true", fmt.Sprintf("buffers[0].clear_before_clone=%v", clear))
-			waitFor(t, "1 s of recording", 20*time.Second, func() bool { return s.Status().Elapsed >= time.Second })
+			testsupport.WaitUntil(t, "1 s of recording", 20*time.Second, func() bool { return s.Status().Elapsed >= time.Second })
 			before := bootNanos()
 			r := <-s.Snapshot(SnapshotRequest{Trigger: "moved"})
 			after := bootNanos()
@@ -364,8 +354,8 @@ func TestSnapshotTransferOnClone(t *testing.T) {
 				t.Fatal(r.Err)
 			}
 			res := stop()
-			snapTS := dataTimestamps(readTrace(t, r.Files[0]))
-			liveTS := dataTimestamps(readTrace(t, res.Files[0]))
+			snapTS := dataTimestamps(tracetest.ReadTrace(t, r.Files[0]))
+			liveTS := dataTimestamps(tracetest.ReadTrace(t, res.Files[0]))
 			if len(snapTS) == 0 || len(liveTS) == 0 {
 				t.Fatalf("snapshot %d data packets, live %d", len(snapTS), len(liveTS))
 			}
@@ -388,11 +378,11 @@ func TestSnapshotTransferOnClone(t *testing.T) {
 }
 
 // dataTimestamps lists the timestamps of the data sources' packets.
-func dataTimestamps(pkts []tracePacket) []uint64 {
+func dataTimestamps(pkts []tracetest.Packet) []uint64 {
 	var out []uint64
 	for _, p := range pkts {
-		if p.info.SequenceID > 1 && p.info.HasTimestamp && p.info.PayloadField == tracefile.FieldTrackEvent {
-			out = append(out, p.info.Timestamp)
+		if p.Info.SequenceID > 1 && p.Info.HasTimestamp && p.Info.PayloadField == tracefile.FieldTrackEvent {
+			out = append(out, p.Info.Timestamp)
 		}
 	}
 	return out
@@ -407,8 +397,8 @@ func TestSnapshotTraceStatsCountsItsFile(t *testing.T) {
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	pkts := readTrace(t, r.Files[0])
-	ts, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1].raw)
+	pkts := tracetest.ReadTrace(t, r.Files[0])
+	ts, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1].Raw)
 	if !ok || err != nil {
 		t.Fatal("the snapshot does not end with its TraceStats")
 	}

@@ -7,14 +7,17 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // triggerProducer returns the producer_name of the trigger packets.
-func triggerProducers(pkts []tracePacket, field protowire.Number) []string {
+func triggerProducers(pkts []tracetest.Packet, field protowire.Number) []string {
 	var out []string
 	for _, p := range pkts {
-		walkTopLevel(p.raw, func(num protowire.Number, f []byte) {
+		walkTopLevel(p.Raw, func(num protowire.Number, f []byte) {
 			if num != field {
 				return
 			}
@@ -43,7 +46,7 @@ trigger_config:
   triggers: [{name: synth_fired, producer_name_regex: "tracepipe\\.synth.*"}]`
 		dir := ""
 		res, pkts, d := triggerSession(t, tc, func(s *Service) {
-			waitFor(t, "the source's snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 1 })
+			testsupport.WaitUntil(t, "the source's snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 1 })
 		}, "duration=3s", "data_sources[0].config.trigger=synth_fired", "data_sources[0].config.trigger_after_packets=100")
 		dir = d
 		if res.Triggers.Acted != 1 {
@@ -56,7 +59,7 @@ trigger_config:
 		if len(m) != 1 {
 			t.Fatal("no snapshot file for the source's trigger")
 		}
-		sp := readTrace(t, m[0])
+		sp := tracetest.ReadTrace(t, m[0])
 		if got := triggerProducers(sp, fieldCloneSnapshotTrigger); len(got) != 1 || got[0] != "tracepipe.synthetic" {
 			t.Fatalf("clone_snapshot_trigger producers %v", got)
 		}
@@ -75,7 +78,7 @@ func TestPluginFiresStopTrigger(t *testing.T) {
 	}{{"example\\..*", true}, {"someone_else", false}} {
 		t.Run(tc.regex, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "p.pftrace")
-			cfg := loadYAML(t, fmt.Sprintf(`
+			cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 60s
 buffers: [{size_kb: 1024}]
 data_sources:
@@ -89,7 +92,7 @@ trigger_config:
   triggers: [{name: counted, stop_delay: 100ms, producer_name_regex: %q}]
 `, plugin, out, tc.regex))
 			res := runSession(t, cfg)
-			pkts := readTrace(t, out)
+			pkts := tracetest.ReadTrace(t, out)
 			if tc.acts {
 				if res.TriggerTimedOut || res.Triggers.Acted != 1 || dataPackets(pkts) != 50 {
 					t.Fatalf("timed out %v, stats %+v, %d data packets", res.TriggerTimedOut, res.Triggers, dataPackets(pkts))

@@ -13,6 +13,8 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -20,11 +22,11 @@ import (
 // triggerSession runs a session of the synthetic source with trigger
 // config tc (YAML); act runs while it records. It returns the result and
 // the live trace's packets.
-func triggerSession(t *testing.T, tc string, act func(s *Service), extra ...string) (*Result, []tracePacket, string) {
+func triggerSession(t *testing.T, tc string, act func(s *Service), extra ...string) (*Result, []tracetest.Packet, string) {
 	t.Helper()
 	dir := t.TempDir()
 	out := filepath.Join(dir, "live.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 60s
 buffers: [{size_kb: 1024}]
 data_sources:
@@ -59,14 +61,14 @@ sinks: [{type: file, path: %q}]
 	if ctx.Err() != nil {
 		t.Fatal("the session ran until the test's deadline instead of ending on its trigger")
 	}
-	return res, readTrace(t, out), dir
+	return res, tracetest.ReadTrace(t, out), dir
 }
 
 // dataPackets counts the packets of data sources (not the service's).
-func dataPackets(pkts []tracePacket) int {
+func dataPackets(pkts []tracetest.Packet) int {
 	n := 0
 	for _, p := range pkts {
-		if p.info.SequenceID > 1 {
+		if p.Info.SequenceID > 1 {
 			n++
 		}
 	}
@@ -74,10 +76,10 @@ func dataPackets(pkts []tracePacket) int {
 }
 
 // triggerPackets lists the trigger names written as trigger packets.
-func triggerPackets(pkts []tracePacket, field protowire.Number) []string {
+func triggerPackets(pkts []tracetest.Packet, field protowire.Number) []string {
 	var out []string
 	for _, p := range pkts {
-		if name, ok := triggerName(p.raw, field); ok {
+		if name, ok := triggerName(p.Raw, field); ok {
 			out = append(out, name)
 		}
 	}
@@ -161,7 +163,7 @@ trigger_config:
   triggers: [{name: crash, stop_delay: 200ms}]`
 		var t0 time.Time
 		res, pkts, _ := triggerSession(t, tc, func(s *Service) {
-			waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
+			testsupport.WaitUntil(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
 			t0 = time.Now()
 			s.ActivateTriggers("", "crash")
 			s.ActivateTriggers("", "crash") // a second one changes nothing
@@ -193,13 +195,13 @@ trigger_config:
     - {name: later, stop_delay: 100ms}`
 		var snaps int
 		res, pkts, dir := triggerSession(t, tc, func(s *Service) {
-			waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
+			testsupport.WaitUntil(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
 			s.ActivateTriggers("", "once", "once", "never")
 			s.ActivateTriggers("tool", "from_app")
 			s.ActivateTriggers("app12", "from_app")
-			waitFor(t, "2 snapshots", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 2 })
+			testsupport.WaitUntil(t, "2 snapshots", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 2 })
 			s.ActivateTriggers("", "later")
-			waitFor(t, "the delayed snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 3 })
+			testsupport.WaitUntil(t, "the delayed snapshot", 20*time.Second, func() bool { return s.SnapshotStats().Taken == 3 })
 			snaps = int(s.SnapshotStats().Taken)
 			s.ActivateTriggers("", "zzz") // unknown
 		}, "duration=5s")
@@ -215,7 +217,7 @@ trigger_config:
 			if len(m) != 1 {
 				t.Fatalf("snapshot files for %s: %v", name, m)
 			}
-			sp := readTrace(t, m[0])
+			sp := tracetest.ReadTrace(t, m[0])
 			if got := triggerPackets(sp, fieldCloneSnapshotTrigger); len(got) != 1 || got[0] != name {
 				t.Fatalf("%s: clone_snapshot_trigger %v", m[0], got)
 			}

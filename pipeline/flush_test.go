@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/plugins/builtin"
 )
 
@@ -15,7 +17,7 @@ import (
 func TestServicePeriodicFlushScrapesWithoutLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "flush.pftrace")
-		res := runSession(t, loadYAML(t, fmt.Sprintf(`
+		res := runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 1s
 write_into_file: true
 file_write_period: 100ms
@@ -26,20 +28,20 @@ data_sources:
     config: {writers: 2, rate: 3000, packet_size: 300, counter_every: 0}
 sinks: [{type: file, path: %q}]
 `, out)))
-		pkts := readTrace(t, out)
+		pkts := tracetest.ReadTrace(t, out)
 		next := map[uint32]uint64{}
 		for _, p := range pkts {
-			if p.info.SequenceID < 2 {
+			if p.Info.SequenceID < 2 {
 				continue
 			}
-			seq, ok := builtin.SyntheticSeq(p.raw)
+			seq, ok := builtin.SyntheticSeq(p.Raw)
 			if !ok {
 				continue // track descriptors carry no index
 			}
-			if want := next[p.info.SequenceID]; seq != want {
-				t.Fatalf("sequence %d: packet %d after %d (lost or duplicated around a scrape)", p.info.SequenceID, seq, want-1)
+			if want := next[p.Info.SequenceID]; seq != want {
+				t.Fatalf("sequence %d: packet %d after %d (lost or duplicated around a scrape)", p.Info.SequenceID, seq, want-1)
 			}
-			next[p.info.SequenceID] = seq + 1
+			next[p.Info.SequenceID] = seq + 1
 		}
 		if len(next) != 2 {
 			t.Fatalf("%d sequences", len(next))

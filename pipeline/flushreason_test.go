@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -64,8 +66,8 @@ func (f *flushMarks) Stop() error            { return f.w.Flush() }
 func flushMarksIn(t *testing.T, path string) map[uint32]map[string]int {
 	t.Helper()
 	out := map[uint32]map[string]int{}
-	for _, p := range readTrace(t, path) {
-		ev, ok := bytesField(p.raw, tracefile.FieldForTesting)
+	for _, p := range tracetest.ReadTrace(t, path) {
+		ev, ok := bytesField(p.Raw, tracefile.FieldForTesting)
 		if !ok {
 			continue
 		}
@@ -73,10 +75,10 @@ func flushMarksIn(t *testing.T, path string) map[uint32]map[string]int {
 		if !ok || !strings.HasPrefix(string(str), "flush:") {
 			continue
 		}
-		if out[p.info.SequenceID] == nil {
-			out[p.info.SequenceID] = map[string]int{}
+		if out[p.Info.SequenceID] == nil {
+			out[p.Info.SequenceID] = map[string]int{}
 		}
-		out[p.info.SequenceID][strings.TrimPrefix(string(str), "flush:")]++
+		out[p.Info.SequenceID][strings.TrimPrefix(string(str), "flush:")]++
 	}
 	return out
 }
@@ -90,7 +92,7 @@ func flushMarksIn(t *testing.T, path string) map[uint32]map[string]int {
 func TestFlushReasonReachesDataSources(t *testing.T) {
 	dir := t.TempDir()
 	live := filepath.Join(dir, "live.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 60s
 flush_period: 100ms
 buffers: [{size_kb: 1024, fill_policy: ring_buffer}]
@@ -102,7 +104,7 @@ data_sources:
 sinks: [{type: file, path: %q}]
 `, faultPlugin(t), live))
 	s, stop := startSession(t, cfg, Options{Logger: testsupport.Logger(t)})
-	waitFor(t, "periodic flushes", 30*time.Second, func() bool { return s.Status().Stats.FlushesSucceeded >= 2 })
+	testsupport.WaitUntil(t, "periodic flushes", 30*time.Second, func() bool { return s.Status().Stats.FlushesSucceeded >= 2 })
 	r := <-s.Snapshot(SnapshotRequest{Trigger: "reason"})
 	if r.Err != nil {
 		t.Fatal(r.Err)

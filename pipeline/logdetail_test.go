@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,10 +8,11 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
 	"github.com/tracepipe/tracepipe/plugins"
 )
 
@@ -28,29 +28,11 @@ func init() {
 	plugins.Register("test.docs_failstart", func(map[string]any) (plugins.DataSource, error) { return failingStart{}, nil })
 }
 
-// lockedBuffer is a bytes.Buffer for a logger used from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // JSON logs carried only msg: a data source's failure now comes with its
 // facts as fields (detail: data_source, index, error).
 func TestLogDetailOfFailedStart(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "t.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 300ms
 buffers: [{size_kb: 1024}]
 data_sources:
@@ -58,7 +40,7 @@ data_sources:
   - name: test.docs_failstart
 sinks: [{type: file, path: %q}]
 `, out))
-	var logs lockedBuffer
+	var logs testsupport.LockedBuffer
 	s, err := New(cfg, Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -5,24 +5,26 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
 // sequences groups a trace's scripted packets by sequence id: packet
 // indices in file order, and the loss flags seen.
-func sequences(t *testing.T, pkts []tracePacket) (idx map[uint32][]int, flagged map[uint32][]int) {
+func sequences(t *testing.T, pkts []tracetest.Packet) (idx map[uint32][]int, flagged map[uint32][]int) {
 	idx, flagged = map[uint32][]int{}, map[uint32][]int{}
 	for _, p := range pkts {
-		if p.info.SequenceID < 2 {
+		if p.Info.SequenceID < 2 {
 			continue
 		}
-		_, i, _, ok := scriptedID(p.raw)
+		_, i, _, ok := tracetest.ScriptedID(p.Raw)
 		if !ok {
-			t.Fatalf("unexpected packet %s", tracefile.DumpPacket(p.raw))
+			t.Fatalf("unexpected packet %s", tracefile.DumpPacket(p.Raw))
 		}
-		idx[p.info.SequenceID] = append(idx[p.info.SequenceID], i)
-		if p.info.PreviousPacketDropped != 0 && i > 0 {
-			flagged[p.info.SequenceID] = append(flagged[p.info.SequenceID], i)
+		idx[p.Info.SequenceID] = append(idx[p.Info.SequenceID], i)
+		if p.Info.PreviousPacketDropped != 0 && i > 0 {
+			flagged[p.Info.SequenceID] = append(flagged[p.Info.SequenceID], i)
 		}
 	}
 	return idx, flagged
@@ -55,7 +57,7 @@ func checkSubsequence(t *testing.T, seq uint32, idx, flagged []int) (gaps int) {
 // TraceStats counts the overwrites.
 func TestServiceRingBufferOverwritesAreCounted(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "ring.pftrace")
-	res := runSession(t, loadYAML(t, fmt.Sprintf(`
+	res := runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(`
 buffers: [{size_kb: 64, fill_policy: ring_buffer}]
 data_sources:
   - name: test.scripted
@@ -63,7 +65,7 @@ data_sources:
     config: {writers: 1, packets: 2000, sizes: [200, 1500]}
 sinks: [{type: file, path: %q}]
 `, out)))
-	pkts := readTrace(t, out)
+	pkts := tracetest.ReadTrace(t, out)
 	ts := lastStats(t, pkts)
 	bs := ts.BufferStats[0]
 	if bs.ChunksOverwritten == 0 || bs.BytesOverwritten == 0 || bs.WriteWrapCount == 0 {
@@ -90,7 +92,7 @@ sinks: [{type: file, path: %q}]
 // A discard buffer keeps the oldest data and counts what it refused.
 func TestServiceDiscardPolicyCountsDiscards(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "discard.pftrace")
-	runSession(t, loadYAML(t, fmt.Sprintf(`
+	runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(`
 buffers: [{size_kb: 64, fill_policy: discard}]
 data_sources:
   - name: test.scripted
@@ -98,7 +100,7 @@ data_sources:
     config: {writers: 1, packets: 1000, sizes: [500]}
 sinks: [{type: file, path: %q}]
 `, out)))
-	pkts := readTrace(t, out)
+	pkts := tracetest.ReadTrace(t, out)
 	bs := lastStats(t, pkts).BufferStats[0]
 	if bs.ChunksDiscarded == 0 || bs.ChunksOverwritten != 0 {
 		t.Fatalf("discard stats %+v", bs)
@@ -125,7 +127,7 @@ func TestServiceProducerDropsAreCounted(t *testing.T) {
 	// the service keep up, and nothing was dropped to count).
 	const written = 1000
 	out := filepath.Join(t.TempDir(), "drops.pftrace")
-	res := runSession(t, loadYAML(t, fmt.Sprintf(`
+	res := runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(`
 buffers: [{size_kb: 4096}]
 producers: {smb_size_kb: 16, smb_page_size_kb: 4}
 data_sources:
@@ -134,7 +136,7 @@ data_sources:
     config: {writers: 1, packets: %d, sizes: [1000], in_start: true}
 sinks: [{type: file, path: %q}]
 `, written, out)))
-	pkts := readTrace(t, out)
+	pkts := tracetest.ReadTrace(t, out)
 	ts := lastStats(t, pkts)
 	if ts.Tracepipe == nil || ts.Tracepipe.ProducerPacketsDropped == 0 {
 		t.Fatalf("no producer drop counted: %+v", ts.Tracepipe)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
 )
 
 // A session whose buffers and SMBs add up to more than its bound is
@@ -17,7 +18,7 @@ import (
 // bound (negative) the same config is built.
 func TestNewRefusesSessionOverMemoryBound(t *testing.T) {
 	cfg := func() *config.Config {
-		return loadYAML(t, fmt.Sprintf(`
+		return cfgtest.LoadYAML(t, fmt.Sprintf(`
 buffers: [{size_kb: 65536}, {size_kb: 65536}]
 data_sources:
   - {name: tracepipe.synthetic, target_buffer: 0}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 // Every owner of buffer memory gives it back: the session its buffers at
@@ -25,7 +26,7 @@ func TestSessionGivesMemoryBack(t *testing.T) {
 			for _, b := range s.cfg.Buffers {
 				rings += int64(b.SizeKB) << 10
 			}
-			waitFor(t, "the memory status", 20*time.Second, func() bool { return s.Status().Memory.Buffers == rings })
+			testsupport.WaitUntil(t, "the memory status", 20*time.Second, func() bool { return s.Status().Memory.Buffers == rings })
 			if m := s.Status().Memory; m.SMBs <= 0 || m.Total() != m.Buffers+m.SMBs+m.Clones {
 				t.Fatalf("memory status %+v: want the producers' SMBs counted", m)
 			}
@@ -34,7 +35,7 @@ func TestSessionGivesMemoryBack(t *testing.T) {
 					t.Fatal(r.Err)
 				}
 			}
-			waitFor(t, "the clone memory given back", 20*time.Second, func() bool { return s.Status().Memory.Clones == 0 })
+			testsupport.WaitUntil(t, "the clone memory given back", 20*time.Second, func() bool { return s.Status().Memory.Clones == 0 })
 			if got := mapped() - before; got != rings {
 				t.Fatalf("after the snapshots %d bytes of buffers mapped, want the live rings' %d", got, rings)
 			}

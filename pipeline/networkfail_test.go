@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -68,7 +70,7 @@ func TestNetworkSinkFailureReachesOtherSinks(t *testing.T) {
 	for _, policy := range []string{"drop", "stop"} {
 		t.Run(policy, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "t.pftrace")
-			cfg := loadYAML(t, `
+			cfg := cfgtest.LoadYAML(t, `
 duration: 1m
 write_into_file: true
 file_write_period: 100ms
@@ -104,7 +106,7 @@ sinks:
 			if o := s.Status().SinkOutages; len(o) != 1 || o[0] != "sinks[1]: connection refused" {
 				t.Errorf("status outages %q", o)
 			}
-			ts := lastStats(t, readTrace(t, path))
+			ts := lastStats(t, tracetest.ReadTrace(t, path))
 			var peer *tracefile.PeerSinkStats
 			for i := range ts.Tracepipe.PeerSinks {
 				if ts.Tracepipe.PeerSinks[i].Index == 1 {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -20,7 +22,7 @@ func TestPerfettoPathKeepsEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "trace.pftrace")
-	runSession(t, loadYAML(t, fmt.Sprintf(`
+	runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(`
 buffers: [{size_kb: 4096, fill_policy: ring_buffer}]
 data_sources:
   - name: tracepipe.synthetic
@@ -30,8 +32,8 @@ data_sources:
 sinks: [{type: file, path: %q}]
 `, program, out)))
 	protovms := 0
-	for _, p := range readTrace(t, out) {
-		if p.info.PayloadField == tracefile.FieldProtoVMs {
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if p.Info.PayloadField == tracefile.FieldProtoVMs {
 			protovms++
 		}
 	}

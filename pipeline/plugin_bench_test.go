@@ -8,6 +8,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
 )
 
 // syntheticPlugin builds plugins/internal/syntheticplugin (the built-in
@@ -54,8 +57,8 @@ func BenchmarkPluginVsInProcess(b *testing.B) {
 			if c.plugin {
 				plugin = fmt.Sprintf("    plugin: %q\n", pluginPath)
 			}
-			out := filepath.Join(benchDir(b, false), "bench.pftrace")
-			cfg := loadYAML(b, fmt.Sprintf(`
+			out := filepath.Join(testsupport.BenchDir(b, false), "bench.pftrace")
+			cfg := cfgtest.LoadYAML(b, fmt.Sprintf(`
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 524288}]

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
 	"github.com/tracepipe/tracepipe/tracefile"
 	"github.com/tracepipe/tracepipe/transport/goplugin"
 )
@@ -64,7 +65,7 @@ func TestPluginSetsidChildrenEndWithSession(t *testing.T) {
 	dir := t.TempDir()
 	pidfile := filepath.Join(dir, "pids")
 	tag := fmt.Sprintf("1002.%d", time.Now().UnixNano()%1_000_000)
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 1s
 buffers: [{size_kb: 1024}]
 data_sources:
@@ -105,7 +106,7 @@ sinks: [{type: file, path: %q}]
 func TestPluginMemoryLimitIsItsFailure(t *testing.T) {
 	plugin := faultPlugin(t)
 	dir := t.TempDir()
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 60s
 flush_period: 100ms
 buffers: [{size_kb: 1024}]
@@ -186,7 +187,7 @@ func TestPluginStderrFloodBounded(t *testing.T) {
 		lineRate  = 50
 		linesOnce = 655 // lines per write of the fault plugin (64 KiB of 100-byte lines)
 	)
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 100s
 buffers: [{size_kb: 1024}]
 data_sources:

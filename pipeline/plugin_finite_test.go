@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -25,7 +27,7 @@ func TestPluginFiniteEndsSessionWithOthers(t *testing.T) {
 	bound := flushTimeout + stopTimeout + teardown
 	plugin := faultPlugin(t)
 	out := filepath.Join(t.TempDir(), "finite.pftrace")
-	s, err := New(loadYAML(t, fmt.Sprintf(`
+	s, err := New(cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 0s
 flush_timeout: %v
 write_into_file: true
@@ -62,12 +64,12 @@ sinks: [{type: file, path: %q}]
 	}
 	got := map[uint32]int{}
 	scripted := map[[2]int]bool{}
-	for _, p := range readTrace(t, out) {
-		if w, i, _, ok := scriptedID(p.raw); ok && p.info.TrustedPID == int32(os.Getpid()) {
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if w, i, _, ok := tracetest.ScriptedID(p.Raw); ok && p.Info.TrustedPID == int32(os.Getpid()) {
 			scripted[[2]int{w, i}] = true
 			continue
 		}
-		if i, ok := faultIndex(p.raw); ok {
+		if i, ok := faultIndex(p.Raw); ok {
 			got[i]++
 		}
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -28,7 +30,7 @@ func counterPlugin(t *testing.T) string { return buildPlugin(t, "plugins/example
 func TestServicePluginDataSource(t *testing.T) {
 	plugin := counterPlugin(t)
 	out := filepath.Join(t.TempDir(), "plugin.pftrace")
-	res := runSession(t, loadYAML(t, fmt.Sprintf(`
+	res := runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 1500ms
 write_into_file: true
 file_write_period: 100ms
@@ -44,23 +46,23 @@ sinks: [{type: file, path: %q}]
 `, plugin, out)))
 	var next uint32
 	pluginSeq, pid := uint32(0), int32(0)
-	for _, p := range readTrace(t, out) {
-		if p.info.SequenceID < 2 {
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if p.Info.SequenceID < 2 {
 			continue
 		}
-		if p.info.TrustedPID == int32(os.Getpid()) {
-			if _, _, _, ok := scriptedID(p.raw); !ok {
-				t.Fatalf("a packet stamped with this process's pid is not the in-process source's: %s", tracefile.DumpPacket(p.raw))
+		if p.Info.TrustedPID == int32(os.Getpid()) {
+			if _, _, _, ok := tracetest.ScriptedID(p.Raw); !ok {
+				t.Fatalf("a packet stamped with this process's pid is not the in-process source's: %s", tracefile.DumpPacket(p.Raw))
 			}
 			continue
 		}
 		if pluginSeq == 0 {
-			pluginSeq, pid = p.info.SequenceID, p.info.TrustedPID
+			pluginSeq, pid = p.Info.SequenceID, p.Info.TrustedPID
 		}
-		if p.info.SequenceID != pluginSeq || p.info.TrustedPID != pid {
-			t.Fatalf("plugin packet on sequence %d pid %d, want %d pid %d", p.info.SequenceID, p.info.TrustedPID, pluginSeq, pid)
+		if p.Info.SequenceID != pluginSeq || p.Info.TrustedPID != pid {
+			t.Fatalf("plugin packet on sequence %d pid %d, want %d pid %d", p.Info.SequenceID, p.Info.TrustedPID, pluginSeq, pid)
 		}
-		i, ok := counterIndex(p.raw)
+		i, ok := counterIndex(p.Raw)
 		if !ok || i != next {
 			t.Fatalf("plugin packet %d (ok=%v), want %d", i, ok, next)
 		}
@@ -77,7 +79,7 @@ sinks: [{type: file, path: %q}]
 	}
 
 	// The plugin refuses a bad config: Run reports it, naming the key.
-	bad := loadYAML(t, fmt.Sprintf(`
+	bad := cfgtest.LoadYAML(t, fmt.Sprintf(`
 buffers: [{size_kb: 64}]
 data_sources: [{name: example.counter, plugin: %q, config: {packets: -1}}]
 sinks: [{type: file, path: %q}]
@@ -166,7 +168,7 @@ func bytesField(p []byte, num protowire.Number) ([]byte, bool) {
 func TestServicePluginFinite(t *testing.T) {
 	plugin := counterPlugin(t)
 	out := filepath.Join(t.TempDir(), "finite.pftrace")
-	s, err := New(loadYAML(t, fmt.Sprintf(`
+	s, err := New(cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 0s
 buffers: [{size_kb: 4096}]
 data_sources:
@@ -190,8 +192,8 @@ sinks: [{type: file, path: %q}]
 		t.Fatal("the session ran until its context ended: the plugin's Done did not reach the service")
 	}
 	n := 0
-	for _, p := range readTrace(t, out) {
-		if i, ok := counterIndex(p.raw); ok {
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if i, ok := counterIndex(p.Raw); ok {
 			if int(i) != n {
 				t.Fatalf("packet %d, want %d", i, n)
 			}
@@ -218,7 +220,7 @@ func TestPluginSMBSize(t *testing.T) {
 		{"producers: {smb_size_kb: 8192}", 8192 << 10, 8192 << 10},
 		{"producers: {smb_size_kb: 64}", 64 << 10, 4096 << 10},
 	} {
-		cfg := loadYAML(t, fmt.Sprintf(`
+		cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 buffers: [{size_kb: 1024}]
 %s
 data_sources:

@@ -8,29 +8,24 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
-
-// fields calls fn for every field of a message (bytes fields get their
-// payload, varints their value). Malformed input fails the test.
-func fields(t *testing.T, b []byte, fn func(num protowire.Number, v uint64, payload []byte)) {
-	t.Helper()
-	testsupport.Fields(t, b, fn)
-}
 
 // internedNames returns the event-name iids a TracePacket (or a ProtoVM
 // state, which is a TracePacket) defines in interned_data.event_names.
 func internedNames(t *testing.T, pkt []byte) []uint64 {
 	var iids []uint64
-	fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
+	testsupport.Fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
 		if num != tracefile.FieldInternedData {
 			return
 		}
-		fields(t, p, func(num protowire.Number, _ uint64, p []byte) {
+		testsupport.Fields(t, p, func(num protowire.Number, _ uint64, p []byte) {
 			if num != 2 { // InternedData.event_names
 				return
 			}
-			fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
+			testsupport.Fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
 				if num == 1 { // EventName.iid
 					iids = append(iids, v)
 				}
@@ -42,11 +37,11 @@ func internedNames(t *testing.T, pkt []byte) []uint64 {
 
 // referencedName returns TrackEvent.name_iid (10) if the packet has one.
 func referencedName(t *testing.T, pkt []byte) (iid uint64, ok bool) {
-	fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
+	testsupport.Fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
 		if num != tracefile.FieldTrackEvent {
 			return
 		}
-		fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
+		testsupport.Fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
 			if num == 10 {
 				iid, ok = v, true
 			}
@@ -57,15 +52,15 @@ func referencedName(t *testing.T, pkt []byte) (iid uint64, ok bool) {
 
 // protoVMStates returns the states of the instances of a protovms packet.
 func protoVMStates(t *testing.T, pkt []byte) (states [][]byte, producers []int64) {
-	fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
+	testsupport.Fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
 		if num != tracefile.FieldProtoVMs {
 			return
 		}
-		fields(t, p, func(num protowire.Number, _ uint64, inst []byte) {
+		testsupport.Fields(t, p, func(num protowire.Number, _ uint64, inst []byte) {
 			if num != 1 {
 				return
 			}
-			fields(t, inst, func(num protowire.Number, v uint64, p []byte) {
+			testsupport.Fields(t, inst, func(num protowire.Number, v uint64, p []byte) {
 				switch num {
 				case 2:
 					states = append(states, p)
@@ -108,27 +103,27 @@ func TestProtoVMKeepsOverwrittenInternedNames(t *testing.T) {
 			if withVM {
 				vm = fmt.Sprintf("    protovm: {program: %q, memory_limit_kb: 1024}", program)
 			}
-			res := runSession(t, loadYAML(t, fmt.Sprintf(protoVMSession, vm, out)))
+			res := runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(protoVMSession, vm, out)))
 			if res.Stats.BufferStats[0].ChunksOverwritten == 0 {
 				t.Fatal("the ring buffer did not wrap; the test proves nothing")
 			}
-			pkts := readTrace(t, out)
+			pkts := tracetest.ReadTrace(t, out)
 			m := newTPModel()
 			restores := 0
 			for i, p := range pkts {
-				if p.info.PayloadField == tracefile.FieldProtoVMs {
+				if p.Info.PayloadField == tracefile.FieldProtoVMs {
 					t.Fatal("protovms packet for a restore-path program")
 				}
-				if p.info.SequenceID >= 2 && p.info.SequenceFlags&tracefile.SeqIncrementalStateCleared != 0 && !p.info.HasTimestamp {
+				if p.Info.SequenceID >= 2 && p.Info.SequenceFlags&tracefile.SeqIncrementalStateCleared != 0 && !p.Info.HasTimestamp {
 					restores++
-					if p.info.PreviousPacketDropped == 0 {
+					if p.Info.PreviousPacketDropped == 0 {
 						t.Errorf("restore packet %d does not carry the sequence's loss flag", i)
 					}
-					if i+1 >= len(pkts) || pkts[i+1].info.SequenceID != p.info.SequenceID || pkts[i+1].info.PreviousPacketDropped != 0 {
-						t.Errorf("packet after restore %d: %+v (want the survivor, on the same sequence, without loss flag)", i, pkts[i+1].info)
+					if i+1 >= len(pkts) || pkts[i+1].Info.SequenceID != p.Info.SequenceID || pkts[i+1].Info.PreviousPacketDropped != 0 {
+						t.Errorf("packet after restore %d: %+v (want the survivor, on the same sequence, without loss flag)", i, pkts[i+1].Info)
 					}
 				}
-				m.packet(t, p.raw)
+				m.packet(t, p.Raw)
 			}
 			if !withVM {
 				if restores != 0 {
@@ -161,7 +156,7 @@ func TestProtoVMStatesReemittedAfterOverwrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "trace.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 write_into_file: true
 buffers: [{size_kb: 64}]
 data_sources:

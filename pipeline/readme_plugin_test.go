@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -127,11 +128,11 @@ func TestREADMEPluginBuildsAndRuns(t *testing.T) {
 	}
 	res := runSession(t, cfg)
 	var slices, counters, track int
-	for _, p := range readTrace(t, out) {
-		if p.info.SequenceID < 2 {
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if p.Info.SequenceID < 2 {
 			continue
 		}
-		if ev, ok := bytesField(p.raw, tracefile.FieldTrackEvent); ok {
+		if ev, ok := bytesField(p.Raw, tracefile.FieldTrackEvent); ok {
 			switch {
 			case bytes.HasPrefix(ev, []byte{9 << 3, 1}):
 				slices++
@@ -139,7 +140,7 @@ func TestREADMEPluginBuildsAndRuns(t *testing.T) {
 				counters++
 			}
 		}
-		if d, ok := bytesField(p.raw, tracefile.FieldTrackDescriptor); ok && bytes.Contains(d, []byte("ticker")) {
+		if d, ok := bytesField(p.Raw, tracefile.FieldTrackDescriptor); ok && bytes.Contains(d, []byte("ticker")) {
 			track++
 		}
 	}

@@ -9,6 +9,9 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -148,7 +151,7 @@ func (s *stateSource) Done() <-chan struct{}  { return s.done }
 // packets each: the ring wraps several times) with program (a path under
 // configs/protovm, "" for none) and returns the trace and the TP model
 // fed with it.
-func runStateScript(t *testing.T, script, program string, streaming bool) ([]tracePacket, *tpModel, *Result) {
+func runStateScript(t *testing.T, script, program string, streaming bool) ([]tracetest.Packet, *tpModel, *Result) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "trace.pftrace")
 	vm := ""
@@ -163,7 +166,7 @@ func runStateScript(t *testing.T, script, program string, streaming bool) ([]tra
 	if streaming {
 		mode = "write_into_file: true\nfile_write_period: 100ms\n"
 	}
-	res := runSession(t, loadYAML(t, fmt.Sprintf(`%sbuffers: [{size_kb: 64, fill_policy: ring_buffer}]
+	res := runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(`%sbuffers: [{size_kb: 64, fill_policy: ring_buffer}]
 data_sources:
   - name: test.state
     buffer_exhausted_policy: stall
@@ -173,10 +176,10 @@ data_sources:
 	if st := res.Stats.BufferStats[0]; st.WriteWrapCount < 3 || st.ChunksOverwritten == 0 {
 		t.Fatalf("the ring wrapped %d times (%d chunks overwritten): the test proves nothing", st.WriteWrapCount, st.ChunksOverwritten)
 	}
-	pkts := readTrace(t, out)
+	pkts := tracetest.ReadTrace(t, out)
 	m := newTPModel()
 	for _, p := range pkts {
-		m.packet(t, p.raw)
+		m.packet(t, p.Raw)
 	}
 	// The project's oracle (`tracepipe check`) must agree with the model
 	// on what is skipped, unresolved and dropped.
@@ -202,17 +205,17 @@ data_sources:
 // danglingNames counts name_iid references with no definition on their
 // sequence since its last CLEARED packet, in file order, whatever the
 // sequence's validity.
-func danglingNames(t *testing.T, pkts []tracePacket) (refs, dangling int) {
+func danglingNames(t *testing.T, pkts []tracetest.Packet) (refs, dangling int) {
 	defined := map[uint32]map[uint64]bool{}
 	for _, p := range pkts {
-		seq := p.info.SequenceID
-		if p.info.SequenceFlags&tracefile.SeqIncrementalStateCleared != 0 || defined[seq] == nil {
+		seq := p.Info.SequenceID
+		if p.Info.SequenceFlags&tracefile.SeqIncrementalStateCleared != 0 || defined[seq] == nil {
 			defined[seq] = map[uint64]bool{}
 		}
-		for _, iid := range internedNames(t, p.raw) {
+		for _, iid := range internedNames(t, p.Raw) {
 			defined[seq][iid] = true
 		}
-		if iid, ok := referencedName(t, p.raw); ok {
+		if iid, ok := referencedName(t, p.Raw); ok {
 			refs++
 			if !defined[seq][iid] {
 				dangling++
@@ -223,11 +226,11 @@ func danglingNames(t *testing.T, pkts []tracePacket) (refs, dangling int) {
 }
 
 // dataSequences counts the producer sequences (id ≥ 2) in a trace.
-func dataSequences(pkts []tracePacket) int {
+func dataSequences(pkts []tracetest.Packet) int {
 	seen := map[uint32]bool{}
 	for _, p := range pkts {
-		if p.info.SequenceID >= 2 {
-			seen[p.info.SequenceID] = true
+		if p.Info.SequenceID >= 2 {
+			seen[p.Info.SequenceID] = true
 		}
 	}
 	return len(seen)
@@ -300,16 +303,16 @@ func TestRestoreLibraryCounterValues(t *testing.T) {
 	}
 	// The restored event carries the survivor's timestamp.
 	for i, p := range pkts {
-		if p.info.SequenceFlags&tracefile.SeqIncrementalStateCleared == 0 || p.info.SequenceID < 2 {
+		if p.Info.SequenceFlags&tracefile.SeqIncrementalStateCleared == 0 || p.Info.SequenceID < 2 {
 			continue
 		}
-		var evs []tracePacket // the restored counter event, then the survivor
+		var evs []tracetest.Packet // the restored counter event, then the survivor
 		for _, q := range pkts[i+1:] {
-			if q.info.PayloadField == tracefile.FieldTrackEvent && len(evs) < 2 {
+			if q.Info.PayloadField == tracefile.FieldTrackEvent && len(evs) < 2 {
 				evs = append(evs, q)
 			}
 		}
-		if len(evs) != 2 || !evs[0].info.HasTimestamp || evs[0].info.Timestamp != evs[1].info.Timestamp {
+		if len(evs) != 2 || !evs[0].Info.HasTimestamp || evs[0].Info.Timestamp != evs[1].Info.Timestamp {
 			t.Fatalf("restore at packet %d: the restored counter and the survivor do not share a timestamp", i)
 		}
 	}
@@ -324,10 +327,10 @@ func TestRestoreLibraryProcessThreads(t *testing.T) {
 	// Every thread a surviving TestEvent names resolves to its process.
 	refs := 0
 	for _, p := range pkts {
-		if p.info.PayloadField != tracefile.FieldForTesting {
+		if p.Info.PayloadField != tracefile.FieldForTesting {
 			continue
 		}
-		fields(t, p.info.Payload, func(num protowire.Number, v uint64, _ []byte) {
+		testsupport.Fields(t, p.Info.Payload, func(num protowire.Number, v uint64, _ []byte) {
 			if num != 2 {
 				return
 			}

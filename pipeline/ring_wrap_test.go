@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tpimport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -36,13 +37,13 @@ func TestRingBufferConfigSurvivorsImport(t *testing.T) {
 			if st.WriteWrapCount < 3 {
 				t.Fatalf("the ring wrapped %d times; want >= 3", st.WriteWrapCount)
 			}
-			pkts := readTrace(t, out)
+			pkts := tracetest.ReadTrace(t, out)
 			m := newTPModel()
 			for _, p := range pkts {
-				if p.info.PayloadField == tracefile.FieldProtoVMs {
+				if p.Info.PayloadField == tracefile.FieldProtoVMs {
 					t.Fatal("protovms packet for a restore-path program")
 				}
-				m.packet(t, p.raw)
+				m.packet(t, p.Raw)
 			}
 			rep, err := tpimport.CheckFile(out, tpimport.Options{})
 			if err != nil {

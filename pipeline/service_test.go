@@ -3,7 +3,6 @@ package pipeline
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,71 +11,18 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
-
-	"google.golang.org/protobuf/encoding/protowire"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 
 	"github.com/tracepipe/tracepipe/plugins/builtin"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
-// tracePacket is one packet of an output trace, decoded.
-type tracePacket struct {
-	raw  []byte
-	info tracefile.PacketInfo
-}
-
-// readTrace reads every packet of a trace file.
-func readTrace(t *testing.T, path string) []tracePacket {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	raw, err := tracefile.ReadAll(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	var out []tracePacket
-	for i, p := range raw {
-		info, err := tracefile.DecodePacket(p)
-		if err != nil {
-			t.Fatalf("packet %d: %v", i, err)
-		}
-		out = append(out, tracePacket{raw: p, info: info})
-	}
-	return out
-}
-
-// scriptedID extracts (writer, index) from a scripted packet, if it is one.
-func scriptedID(p []byte) (w, i int, body []byte, ok bool) {
-	for len(p) > 0 {
-		num, typ, n := protowire.ConsumeTag(p)
-		if n < 0 {
-			return
-		}
-		p = p[n:]
-		if num == tracefile.FieldForTesting && typ == protowire.BytesType {
-			b, n := protowire.ConsumeBytes(p)
-			if n < 0 || len(b) < 8 {
-				return
-			}
-			return int(binary.LittleEndian.Uint32(b)), int(binary.LittleEndian.Uint32(b[4:])), b, true
-		}
-		n = protowire.ConsumeFieldValue(num, typ, p)
-		if n < 0 {
-			return
-		}
-		p = p[n:]
-	}
-	return
-}
-
 // lastStats returns the last TraceStats in the trace.
-func lastStats(t *testing.T, pkts []tracePacket) tracefile.TraceStats {
+func lastStats(t *testing.T, pkts []tracetest.Packet) tracefile.TraceStats {
 	t.Helper()
 	for i := len(pkts) - 1; i >= 0; i-- {
-		ts, ok, err := tracefile.DecodeTraceStatsPacket(pkts[i].raw)
+		ts, ok, err := tracefile.DecodeTraceStatsPacket(pkts[i].Raw)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +54,7 @@ func runSession(t *testing.T, cfg *config.Config) *Result {
 
 func TestServiceStreamsExactPacketsWithTrustedFields(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "trace.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 4096}]
@@ -122,48 +68,48 @@ data_sources:
 sinks: [{type: file, path: %q}]
 `, out))
 	res := runSession(t, cfg)
-	pkts := readTrace(t, out)
+	pkts := tracetest.ReadTrace(t, out)
 
 	got := map[uint32][]int{}       // sequence id → packet indices, in file order
 	writerOf := map[uint32][2]int{} // sequence id → (first packet's size, writer)
 	uid, pid := int32(os.Getuid()), int32(os.Getpid())
 	var serviceSeq int
 	for _, p := range pkts {
-		if p.info.SequenceID == 1 {
+		if p.Info.SequenceID == 1 {
 			serviceSeq++
 			continue
 		}
-		if p.info.SequenceID < 2 {
-			t.Fatalf("packet without a trusted sequence id: %+v", p.info)
+		if p.Info.SequenceID < 2 {
+			t.Fatalf("packet without a trusted sequence id: %+v", p.Info)
 		}
-		if !p.info.HasTrustedUID || p.info.TrustedUID != uid || !p.info.HasTrustedPID || p.info.TrustedPID != pid {
-			t.Fatalf("trusted fields %+v, want uid %d pid %d", p.info, uid, pid)
+		if !p.Info.HasTrustedUID || p.Info.TrustedUID != uid || !p.Info.HasTrustedPID || p.Info.TrustedPID != pid {
+			t.Fatalf("trusted fields %+v, want uid %d pid %d", p.Info, uid, pid)
 		}
-		w, i, body, ok := scriptedID(p.raw)
+		w, i, body, ok := tracetest.ScriptedID(p.Raw)
 		if !ok {
-			t.Fatalf("unexpected producer packet %s", tracefile.DumpPacket(p.raw))
+			t.Fatalf("unexpected producer packet %s", tracefile.DumpPacket(p.Raw))
 		}
-		if _, seen := writerOf[p.info.SequenceID]; !seen {
-			writerOf[p.info.SequenceID] = [2]int{len(body), w}
-		} else if writerOf[p.info.SequenceID][1] != w {
-			t.Fatalf("sequence %d mixes writers %d and %d", p.info.SequenceID, writerOf[p.info.SequenceID][1], w)
+		if _, seen := writerOf[p.Info.SequenceID]; !seen {
+			writerOf[p.Info.SequenceID] = [2]int{len(body), w}
+		} else if writerOf[p.Info.SequenceID][1] != w {
+			t.Fatalf("sequence %d mixes writers %d and %d", p.Info.SequenceID, writerOf[p.Info.SequenceID][1], w)
 		}
 		want := scriptedPacket(w, i, len(body), false)
-		raw := p.raw
+		raw := p.Raw
 		if i == 0 {
 			// The TraceWriter marks a writer's first packet
 			// (first_packet_on_sequence = true, field 87).
 			raw = bytes.TrimPrefix(raw, []byte{0xb8, 0x05, 0x01})
 		}
 		if !bytes.HasPrefix(raw, want) {
-			t.Fatalf("sequence %d packet %d differs from what the writer wrote:\n got %x\nwant %x", p.info.SequenceID, i, p.raw, want)
+			t.Fatalf("sequence %d packet %d differs from what the writer wrote:\n got %x\nwant %x", p.Info.SequenceID, i, p.Raw, want)
 		}
 		// The buffer flags the first packet of a sequence (nothing before
 		// it can be vouched for); any later flag is a loss.
-		if i > 0 && p.info.PreviousPacketDropped != 0 {
-			t.Fatalf("sequence %d packet %d flagged dropped (%s)", p.info.SequenceID, i, tracefile.LossReasonString(p.info.PreviousPacketDropped))
+		if i > 0 && p.Info.PreviousPacketDropped != 0 {
+			t.Fatalf("sequence %d packet %d flagged dropped (%s)", p.Info.SequenceID, i, tracefile.LossReasonString(p.Info.PreviousPacketDropped))
 		}
-		got[p.info.SequenceID] = append(got[p.info.SequenceID], i)
+		got[p.Info.SequenceID] = append(got[p.Info.SequenceID], i)
 	}
 	if len(got) != 4 {
 		t.Fatalf("%d producer sequences, want 4", len(got))
@@ -213,7 +159,7 @@ func TestServiceSyntheticStreamExact(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "synthetic.pftrace")
 	srcCfg := map[string]any{"writers": 3, "rate": 0, "packet_size": 300, "max_packets": 700,
 		"names": 50, "counter_every": 5, "deterministic_timestamps": true}
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 write_into_file: true
 file_write_period: 100ms
 buffers: [{size_kb: 8192}]
@@ -231,17 +177,17 @@ sinks: [{type: file, path: %q}]
 	got := map[uint32][][]byte{}
 	var order []uint32
 	uid, pid := int32(os.Getuid()), int32(os.Getpid())
-	for _, p := range readTrace(t, out) {
-		if p.info.SequenceID < 2 {
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if p.Info.SequenceID < 2 {
 			continue
 		}
-		if p.info.TrustedUID != uid || p.info.TrustedPID != pid {
-			t.Fatalf("trusted fields %+v", p.info)
+		if p.Info.TrustedUID != uid || p.Info.TrustedPID != pid {
+			t.Fatalf("trusted fields %+v", p.Info)
 		}
-		if _, ok := got[p.info.SequenceID]; !ok {
-			order = append(order, p.info.SequenceID)
+		if _, ok := got[p.Info.SequenceID]; !ok {
+			order = append(order, p.Info.SequenceID)
 		}
-		got[p.info.SequenceID] = append(got[p.info.SequenceID], p.raw)
+		got[p.Info.SequenceID] = append(got[p.Info.SequenceID], p.Raw)
 	}
 	if len(got) != 3 {
 		t.Fatalf("%d sequences, want 3", len(got))

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"testing"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -64,7 +66,7 @@ func TestExamplePluginTestEventIsStrict(t *testing.T) {
 	mt := testEventType(t)
 	plugin := counterPlugin(t)
 	out := t.TempDir() + "/strict.pftrace"
-	runSession(t, loadYAML(t, `
+	runSession(t, cfgtest.LoadYAML(t, `
 duration: 0s
 buffers: [{size_kb: 1024}]
 data_sources:
@@ -75,8 +77,8 @@ data_sources:
 sinks: [{type: file, path: `+out+`}]
 `))
 	n := 0
-	for _, p := range readTrace(t, out) {
-		ev, ok := bytesField(p.raw, 900)
+	for _, p := range tracetest.ReadTrace(t, out) {
+		ev, ok := bytesField(p.Raw, 900)
 		if !ok {
 			continue
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -121,7 +123,7 @@ func TestSessionBoundsWithHungDataSource(t *testing.T) {
 				hangGates.Store(t.Name(), gate)
 				defer hangGates.Delete(t.Name())
 				out := filepath.Join(t.TempDir(), "hang.pftrace")
-				cfg := loadYAML(t, fmt.Sprintf(`
+				cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: %v
 flush_timeout: %v
 write_into_file: true
@@ -152,8 +154,8 @@ sinks: [{type: file, path: %q}]
 					t.Errorf("the session took %v of synctest's clock, want %v..%v (duration + flush_timeout + stop bound)", elapsed, tc.least, bound)
 				}
 				perWriter := map[int]int{}
-				for _, p := range readTrace(t, out) {
-					if w, _, _, ok := scriptedID(p.raw); ok {
+				for _, p := range tracetest.ReadTrace(t, out) {
+					if w, _, _, ok := tracetest.ScriptedID(p.Raw); ok {
 						perWriter[w]++
 					}
 				}
@@ -199,7 +201,7 @@ func TestStartBoundCountsFromTheStartTrigger(t *testing.T) {
 		defer hangGates.Delete(t.Name())
 		const late = startTimeout + 2*time.Second // the trigger comes after the timer armed at Run
 		out := filepath.Join(t.TempDir(), "hang.pftrace")
-		cfg := loadYAML(t, fmt.Sprintf(`
+		cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 0
 write_into_file: true
 file_write_period: 200ms

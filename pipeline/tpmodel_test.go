@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -58,17 +59,17 @@ func (m *tpModel) packet(t *testing.T, raw []byte) {
 		q.valid = false
 	}
 	var trackEvent, trackDesc, processTree []byte
-	fields(t, raw, func(num protowire.Number, _ uint64, p []byte) {
+	testsupport.Fields(t, raw, func(num protowire.Number, _ uint64, p []byte) {
 		switch num {
 		case tracefile.FieldInternedData:
 			if !q.valid {
 				return
 			}
-			fields(t, p, func(num protowire.Number, _ uint64, e []byte) {
+			testsupport.Fields(t, p, func(num protowire.Number, _ uint64, e []byte) {
 				if num != 2 { // event_names
 					return
 				}
-				fields(t, e, func(num protowire.Number, v uint64, _ []byte) {
+				testsupport.Fields(t, e, func(num protowire.Number, v uint64, _ []byte) {
 					if num == 1 {
 						q.names[v] = true
 					}
@@ -89,7 +90,7 @@ func (m *tpModel) packet(t *testing.T, raw []byte) {
 	if trackDesc != nil {
 		var uuid uint64
 		counter := false
-		fields(t, trackDesc, func(num protowire.Number, v uint64, _ []byte) {
+		testsupport.Fields(t, trackDesc, func(num protowire.Number, v uint64, _ []byte) {
 			switch num {
 			case 1:
 				uuid = v
@@ -103,17 +104,17 @@ func (m *tpModel) packet(t *testing.T, raw []byte) {
 		}
 	}
 	if processTree != nil {
-		fields(t, processTree, func(num protowire.Number, _ uint64, p []byte) {
+		testsupport.Fields(t, processTree, func(num protowire.Number, _ uint64, p []byte) {
 			var tid, tgid int64
 			switch num {
 			case 1: // Process: its main thread
-				fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
+				testsupport.Fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
 					if num == 1 {
 						tid, tgid = int64(v), int64(v)
 					}
 				})
 			case 2: // Thread
-				fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
+				testsupport.Fields(t, p, func(num protowire.Number, v uint64, _ []byte) {
 					switch num {
 					case 1:
 						tid = int64(v)
@@ -130,7 +131,7 @@ func (m *tpModel) packet(t *testing.T, raw []byte) {
 	if trackEvent != nil {
 		var typ, uuid, iid, value uint64
 		var hasIID bool
-		fields(t, trackEvent, func(num protowire.Number, v uint64, _ []byte) {
+		testsupport.Fields(t, trackEvent, func(num protowire.Number, v uint64, _ []byte) {
 			switch num {
 			case 9:
 				typ = v

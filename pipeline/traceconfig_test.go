@@ -9,6 +9,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -41,7 +44,7 @@ const (
 // TraceConfig field numbers, in the first read pass.
 func TestTraceConfigEcho(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "cfg.pftrace")
-	runSession(t, loadYAML(t, fmt.Sprintf(`
+	runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 3s
 write_into_file: true
 file_write_period: 250ms
@@ -54,12 +57,12 @@ data_sources:
 sinks: [{type: file, path: %q}]
 `, out)))
 	var echoes [][]byte
-	for _, p := range readTrace(t, out) {
-		if p.info.PayloadField == tracefile.FieldTraceConfig {
-			if p.info.SequenceID != 1 {
-				t.Fatalf("trace_config on sequence %d", p.info.SequenceID)
+	for _, p := range tracetest.ReadTrace(t, out) {
+		if p.Info.PayloadField == tracefile.FieldTraceConfig {
+			if p.Info.SequenceID != 1 {
+				t.Fatalf("trace_config on sequence %d", p.Info.SequenceID)
 			}
-			echoes = append(echoes, p.info.Payload)
+			echoes = append(echoes, p.Info.Payload)
 		}
 	}
 	if len(echoes) != 1 {
@@ -67,7 +70,7 @@ sinks: [{type: file, path: %q}]
 	}
 	top := map[protowire.Number][]uint64{}
 	var buffers, sources, producers, incr [][]byte
-	fields(t, echoes[0], func(num protowire.Number, v uint64, p []byte) {
+	testsupport.Fields(t, echoes[0], func(num protowire.Number, v uint64, p []byte) {
 		switch num {
 		case tcBuffers:
 			buffers = append(buffers, p)
@@ -91,7 +94,7 @@ sinks: [{type: file, path: %q}]
 	}
 	msg := func(b []byte) map[protowire.Number]any {
 		m := map[protowire.Number]any{}
-		fields(t, b, func(num protowire.Number, v uint64, p []byte) {
+		testsupport.Fields(t, b, func(num protowire.Number, v uint64, p []byte) {
 			if p != nil {
 				m[num] = string(p)
 			} else {

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -23,29 +25,29 @@ func TestWriterStatsCoverEverySequence(t *testing.T) {
 			if streaming {
 				mode = "write_into_file: true\nfile_write_period: 100ms\nstats_period: 1s"
 			}
-			runSession(t, loadYAML(t, fmt.Sprintf(`%s
+			runSession(t, cfgtest.LoadYAML(t, fmt.Sprintf(`%s
 buffers: [{size_kb: 256}, {size_kb: 256}]
 data_sources:
   - {name: test.scripted, target_buffer: 0, buffer_exhausted_policy: stall, config: {writers: 3, packets: 200, sizes: [100]}}
   - {name: test.scripted, target_buffer: 1, buffer_exhausted_policy: stall, config: {writers: 2, packets: 200, sizes: [300]}}
 sinks: [{type: file, path: %q}]
 `, mode, out)))
-			pkts := readTrace(t, out)
+			pkts := tracetest.ReadTrace(t, out)
 			bufferOf := map[uint64]uint32{} // from the payload size
 			lastData, lastStats := -1, -1
 			var stats tracefile.TraceStats
 			for i, p := range pkts {
 				switch {
-				case p.info.PayloadField == tracefile.FieldTraceStats:
-					ts, ok, err := tracefile.DecodeTraceStatsPacket(p.raw)
+				case p.Info.PayloadField == tracefile.FieldTraceStats:
+					ts, ok, err := tracefile.DecodeTraceStatsPacket(p.Raw)
 					if err != nil || !ok {
 						t.Fatal(err)
 					}
 					stats, lastStats = ts, i
-				case p.info.SequenceID >= 2:
+				case p.Info.SequenceID >= 2:
 					lastData = i
-					if p.info.PayloadField == tracefile.FieldForTesting {
-						bufferOf[uint64(p.info.SequenceID)] = map[bool]uint32{false: 0, true: 1}[len(p.info.Payload) == 300]
+					if p.Info.PayloadField == tracefile.FieldForTesting {
+						bufferOf[uint64(p.Info.SequenceID)] = map[bool]uint32{false: 0, true: 1}[len(p.Info.Payload) == 300]
 					}
 				}
 			}
@@ -58,8 +60,8 @@ sinks: [{type: file, path: %q}]
 			}
 			seen := map[uint32]bool{}
 			for _, p := range pkts {
-				if p.info.SequenceID >= 2 {
-					seen[p.info.SequenceID] = true
+				if p.Info.SequenceID >= 2 {
+					seen[p.Info.SequenceID] = true
 				}
 			}
 			if len(seen) != 5 {

@@ -1,6 +1,12 @@
 // Package testsupport holds what tests of several packages share, so it is
 // written once: where the golden conformance data is, and the TestMain of a
-// package with leak checks and a generated seed corpus. Only tests import it.
+// package with leak checks and a generated seed corpus, and the small
+// helpers many test files had a copy of (waits with a deadline, a locked
+// log buffer, hand-built protobuf messages, a benchmark's output folder).
+// Only tests import it. It imports no package of this module, so that any
+// package's own tests (tracefile's, config's) may use it; helpers that need
+// one live in its subpackages: cfgtest (a loaded config) and tracetest (a
+// read trace).
 //
 // GoldenDir owns one decision: what a test does when ../shared is missing.
 // In CI (the CI variable set, as .ci/run does) that is a failure naming the

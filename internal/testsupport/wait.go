@@ -1,6 +1,9 @@
 package testsupport
 
-import "time"
+import (
+	"testing"
+	"time"
+)
 
 // WaitFor polls cond every millisecond until it holds or timeout passes,
 // and reports whether it held: a test's wait on a condition with a
@@ -18,4 +21,14 @@ func WaitFor(timeout time.Duration, cond func() bool) bool {
 		}
 	}
 	return true
+}
+
+// WaitUntil fails t unless cond holds within d, naming what it waited for
+// and how long: the wait of a test that has nothing better to do when the
+// condition never comes.
+func WaitUntil(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	if !WaitFor(d, cond) {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
 }
