@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 )
 
@@ -86,7 +87,7 @@ func TestPerfettoConfigYAMLMatchesGoldenSetup(t *testing.T) {
 	}
 
 	// Capture j's trace_config.pbtxt, as a tracepipe session.
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 2s
 buffers:
   - {size_kb: 4096, fill_policy: discard}

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 )
 
@@ -127,8 +129,8 @@ func runGoldenTextConfig(t *testing.T, path string) {
 	}
 	// Every double's packets are in the trace, once.
 	seen := map[uint32]int{}
-	for _, p := range readTrace(t, out) {
-		_, i, body, ok := scriptedID(p.raw)
+	for _, p := range tracetest.ReadTrace(t, out) {
+		_, i, body, ok := tracetest.ScriptedID(p.Raw)
 		if ok && binary.LittleEndian.Uint32(body) == 0xd0b1e {
 			seen[uint32(i)]++
 		}
@@ -163,7 +165,7 @@ func TestPerfettoConfigReaderAtBind(t *testing.T) {
 	}
 	defer host.Close()
 	out := filepath.Join(dir, "t.pftrace")
-	withPC := loadYAML(t, `
+	withPC := cfgtest.LoadYAML(t, `
 duration: 1s
 buffers: [{size_kb: 1024}]
 perfetto: {enabled: true}
@@ -183,7 +185,7 @@ sinks: [{type: file, path: `+out+`}]
 	if missing := reg.WaitFor(ctx, []string{"linux.sys_stats"}); len(missing) > 0 {
 		t.Fatal(missing)
 	}
-	withConfig := loadYAML(t, `
+	withConfig := cfgtest.LoadYAML(t, `
 duration: 1s
 buffers: [{size_kb: 1024}]
 perfetto: {enabled: true}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -385,7 +386,7 @@ func markerPackets(t *testing.T, pkts [][]byte) int {
 	t.Helper()
 	n := 0
 	for _, p := range pkts {
-		if _, _, body, ok := scriptedID(p); ok && binary.LittleEndian.Uint32(body) == 0xd0b1e {
+		if _, _, body, ok := tracetest.ScriptedID(p); ok && binary.LittleEndian.Uint32(body) == 0xd0b1e {
 			n++
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -157,7 +158,7 @@ func countDoublePackets(t *testing.T, pkts [][]byte) int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, i, body, ok := scriptedID(p)
+		_, i, body, ok := tracetest.ScriptedID(p)
 		if !ok || binary.LittleEndian.Uint32(body) != 0xd0b1e {
 			continue
 		}
@@ -278,8 +279,8 @@ func TestPerfettoConsumerWriteIntoPassedFile(t *testing.T) {
 		t.Fatalf("ReadBuffers on a write_into_file session: %v", r)
 	}
 	var raw [][]byte
-	for _, p := range readTrace(t, out) {
-		raw = append(raw, p.raw)
+	for _, p := range tracetest.ReadTrace(t, out) {
+		raw = append(raw, p.Raw)
 	}
 	if got := countDoublePackets(t, raw); got != packets {
 		t.Fatalf("%d of %d producer packets in the file", got, packets)

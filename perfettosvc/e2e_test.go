@@ -15,6 +15,8 @@ import (
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/pipeline"
 
 	"golang.org/x/sys/unix"
@@ -278,7 +280,7 @@ func TestPerfettoProducerEndToEnd(t *testing.T) {
 		t.Fatalf("never registered: %v", missing)
 	}
 	out := filepath.Join(dir, "trace.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 300ms
 buffers: [{size_kb: 4096}]
 perfetto: {enabled: true}
@@ -294,15 +296,15 @@ sinks: [{type: file, path: %q}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkts := readTrace(t, out)
+	pkts := tracetest.ReadTrace(t, out)
 	seen := map[int]bool{}
 	for _, p := range pkts {
-		_, i, body, ok := scriptedID(p.raw)
+		_, i, body, ok := tracetest.ScriptedID(p.Raw)
 		if !ok || binary.LittleEndian.Uint32(body) != 0xd0b1e {
 			continue
 		}
-		if !p.info.HasTrustedUID || p.info.TrustedUID != int32(os.Getuid()) || p.info.TrustedPID != int32(os.Getpid()) || p.info.SequenceID < 2 {
-			t.Fatalf("packet %d: trusted uid %d pid %d seq %d", i, p.info.TrustedUID, p.info.TrustedPID, p.info.SequenceID)
+		if !p.Info.HasTrustedUID || p.Info.TrustedUID != int32(os.Getuid()) || p.Info.TrustedPID != int32(os.Getpid()) || p.Info.SequenceID < 2 {
+			t.Fatalf("packet %d: trusted uid %d pid %d seq %d", i, p.Info.TrustedUID, p.Info.TrustedPID, p.Info.SequenceID)
 		}
 		if seen[i] {
 			t.Fatalf("packet %d twice", i)
@@ -375,7 +377,7 @@ func TestPerfettoProducerDisconnectMidSession(t *testing.T) {
 	defer cancel()
 	reg.WaitFor(ctx, []string{"test.perfetto_quitter"})
 	out := filepath.Join(dir, "trace.pftrace")
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 2s
 buffers: [{size_kb: 1024}]
 perfetto: {enabled: true}
@@ -391,8 +393,8 @@ sinks: [{type: file, path: %q}]
 		t.Fatal(err)
 	}
 	var raw [][]byte
-	for _, p := range readTrace(t, out) {
-		raw = append(raw, p.raw)
+	for _, p := range tracetest.ReadTrace(t, out) {
+		raw = append(raw, p.Raw)
 	}
 	if got := countDoublePackets(t, raw); got != packets {
 		t.Fatalf("%d of %d committed packets kept", got, packets)

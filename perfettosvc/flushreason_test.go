@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/plugins"
 )
@@ -43,7 +44,7 @@ func TestFlushReasonReachesPerfettoProducer(t *testing.T) {
 	if missing := reg.WaitFor(ctx, []string{"test.perfetto_double"}); len(missing) > 0 {
 		t.Fatalf("never registered: %v", missing)
 	}
-	cfg := loadYAML(t, fmt.Sprintf(`
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 60s
 buffers: [{size_kb: 1024}]
 perfetto: {enabled: true}
@@ -58,7 +59,7 @@ sinks: [{type: file, path: %q}]
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { _, err := s.Run(runCtx); done <- err }()
-	waitFor(t, "the data source started", 20*time.Second, func() bool {
+	testsupport.WaitUntil(t, "the data source started", 20*time.Second, func() bool {
 		pd.mu.Lock()
 		defer pd.mu.Unlock()
 		return slices.Contains(pd.commands, "start_data_source")

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/loss"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/smb"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -202,14 +203,14 @@ func TestPerfettoFullSpeedProducerNoWriterAbort(t *testing.T) {
 			}
 			var aborts, producerPackets int
 			var stats tracefile.TraceStats
-			for _, p := range readTrace(t, out) {
-				if p.info.PreviousPacketDropped&loss.WriterAbort != 0 {
+			for _, p := range tracetest.ReadTrace(t, out) {
+				if p.Info.PreviousPacketDropped&loss.WriterAbort != 0 {
 					aborts++
 				}
-				if _, _, body, ok := scriptedID(p.raw); ok && len(body) >= 4 && binary.LittleEndian.Uint32(body) == 0xd0b1e {
+				if _, _, body, ok := tracetest.ScriptedID(p.Raw); ok && len(body) >= 4 && binary.LittleEndian.Uint32(body) == 0xd0b1e {
 					producerPackets++
 				}
-				if ts, ok, _ := tracefile.DecodeTraceStatsPacket(p.raw); ok {
+				if ts, ok, _ := tracefile.DecodeTraceStatsPacket(p.Raw); ok {
 					stats = ts
 				}
 			}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/smb"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -159,10 +160,10 @@ type received struct {
 func replayGoldenSession(t *testing.T, capture, prodConn string) {
 	dir := testsupport.GoldenDir(t, "perfetto-ipc", capture)
 	rows := readGoldenConnRows(t, dir, prodConn)
-	goldenTrace := readTrace(t, filepath.Join(dir, "trace.pftrace"))
+	goldenTrace := tracetest.ReadTrace(t, filepath.Join(dir, "trace.pftrace"))
 	var raw [][]byte
 	for _, p := range goldenTrace {
-		raw = append(raw, p.raw)
+		raw = append(raw, p.Raw)
 	}
 	want := producerPackets(t, raw)
 	if len(want) < 3 { // the producers wrote 3 (f) to 201 (h) packets
@@ -473,8 +474,8 @@ func replayGoldenSession(t *testing.T, capture, prodConn string) {
 		_ = i
 	}
 	if readBack == nil { // write_into_file: the trace is in the passed file
-		for _, p := range readTrace(t, outPath) {
-			readBack = append(readBack, p.raw)
+		for _, p := range tracetest.ReadTrace(t, outPath) {
+			readBack = append(readBack, p.Raw)
 		}
 	}
 	got := producerPackets(t, readBack)

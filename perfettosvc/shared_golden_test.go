@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/smb"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -105,10 +106,10 @@ func replaySharedSession(t *testing.T, capture string, writerSeqs []goldenSeq, t
 	// The packets each writer wrote in the capture.
 	seqPackets := map[string][][]byte{}
 	for _, f := range traces {
-		for _, p := range readTrace(t, filepath.Join(dir, f)) {
-			if p.info.SequenceID > 1 {
-				k := fmt.Sprint(f, "/", p.info.SequenceID)
-				seqPackets[k] = append(seqPackets[k], stripTraced(t, p.raw))
+		for _, p := range tracetest.ReadTrace(t, filepath.Join(dir, f)) {
+			if p.Info.SequenceID > 1 {
+				k := fmt.Sprint(f, "/", p.Info.SequenceID)
+				seqPackets[k] = append(seqPackets[k], stripTraced(t, p.Raw))
 			}
 		}
 	}
@@ -378,8 +379,8 @@ func replaySharedSession(t *testing.T, capture string, writerSeqs []goldenSeq, t
 	}
 	for conn, file := range traces {
 		var raw [][]byte
-		for _, p := range readTrace(t, filepath.Join(dir, file)) {
-			raw = append(raw, p.raw)
+		for _, p := range tracetest.ReadTrace(t, filepath.Join(dir, file)) {
+			raw = append(raw, p.Raw)
 		}
 		want, got := sequenceGroups(t, raw), sequenceGroups(t, readBack[conn])
 		if len(want) == 0 || !slices.Equal(want, got) {

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/smb"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -238,7 +240,7 @@ func TestPerfettoProducerSharedAcrossInstancesAndSessions(t *testing.T) {
 
 	outA, outB := filepath.Join(dir, "a.pftrace"), filepath.Join(dir, "b.pftrace")
 	// Session A runs until cancelled; B runs inside it.
-	svcA, err := pipeline.New(loadYAML(t, fmt.Sprintf(`
+	svcA, err := pipeline.New(cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 0s
 flush_period: 200ms
 buffers: [{size_kb: 1024}, {size_kb: 1024}]
@@ -262,7 +264,7 @@ sinks: [{type: file, path: %q}]
 	go func() { r, err := svcA.Run(ctxA); doneA <- ran{r, err} }()
 	md.waitLog(t, "start", 3)
 
-	svcB, err := pipeline.New(loadYAML(t, fmt.Sprintf(`
+	svcB, err := pipeline.New(cfgtest.LoadYAML(t, fmt.Sprintf(`
 duration: 300ms
 buffers: [{size_kb: 512}]
 perfetto: {enabled: true}
@@ -327,8 +329,8 @@ sinks: [{type: file, path: %q}]
 		seqOf := map[uint64]uint32{}
 		seen := map[[2]uint64]bool{}
 		count := map[uint64]int{}
-		for _, p := range readTrace(t, path) {
-			id, i, ok := parseShared(p.raw)
+		for _, p := range tracetest.ReadTrace(t, path) {
+			id, i, ok := parseShared(p.Raw)
 			if !ok {
 				continue
 			}
@@ -336,12 +338,12 @@ sinks: [{type: file, path: %q}]
 			if !mine {
 				t.Fatalf("%s: packet %d of instance %d (session %d), not this session's", name, i, id, session(id))
 			}
-			if s, ok := seqOf[id]; ok && s != p.info.SequenceID {
-				t.Fatalf("%s: instance %d on sequences %d and %d", name, id, s, p.info.SequenceID)
+			if s, ok := seqOf[id]; ok && s != p.Info.SequenceID {
+				t.Fatalf("%s: instance %d on sequences %d and %d", name, id, s, p.Info.SequenceID)
 			}
-			seqOf[id] = p.info.SequenceID
-			if b, ok := seqBuf[p.info.SequenceID]; !ok || int(b) != wantBuf {
-				t.Fatalf("%s: instance %d's packets on sequence %d of buffer %d (known %v), want buffer %d", name, id, p.info.SequenceID, b, ok, wantBuf)
+			seqOf[id] = p.Info.SequenceID
+			if b, ok := seqBuf[p.Info.SequenceID]; !ok || int(b) != wantBuf {
+				t.Fatalf("%s: instance %d's packets on sequence %d of buffer %d (known %v), want buffer %d", name, id, p.Info.SequenceID, b, ok, wantBuf)
 			}
 			k := [2]uint64{id, uint64(i)}
 			if seen[k] {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -372,7 +373,7 @@ func TestPerfettoTriggerCloneSnapshot(t *testing.T) {
 
 // perfettoServiceLogging is perfettoService with the consumer port's
 // warnings written to log.
-func perfettoServiceLogging(t *testing.T, log *lockedBuffer) (prodSock, consSock string, reg *perfetto.Producers) {
+func perfettoServiceLogging(t *testing.T, log *testsupport.LockedBuffer) (prodSock, consSock string, reg *perfetto.Producers) {
 	t.Helper()
 	dir := t.TempDir()
 	prodSock, consSock = filepath.Join(dir, "p.sock"), filepath.Join(dir, "c.sock")
@@ -455,7 +456,7 @@ func appendActivateTriggers(tc []byte, names ...string) []byte {
 // the producer socket, gone right after sending) fires the trigger, and
 // an unknown name beside it is ignored, as traced ignores it.
 func TestPerfettoActivateTriggersInTraceConfig(t *testing.T) {
-	var log lockedBuffer
+	var log testsupport.LockedBuffer
 	prodSock, consSock, reg := perfettoServiceLogging(t, &log)
 	const packets = 50
 	pd := liveDouble(t, prodSock, reg, packets, false)
@@ -606,7 +607,7 @@ func TestPerfettoStopTracingTimeoutReturnsNothing(t *testing.T) {
 // empty one, so a second clone holds none of the first's packets (a copy
 // would hold them all again). clear_before_clone needs it, by name.
 func TestPerfettoTransferOnClone(t *testing.T) {
-	if _, err := config.ConfigFromTraceConfig(tcMsg(1, tcMsg(1, uint64(4096), 6, uint64(1)), 2, tcMsg(1, tcMsg(1, "tracepipe.synthetic")), 3, uint64(1000))); err == nil ||
+	if _, err := config.ConfigFromTraceConfig(testsupport.Msg(1, testsupport.Msg(1, uint64(4096), 6, uint64(1)), 2, testsupport.Msg(1, testsupport.Msg(1, "tracepipe.synthetic")), 3, uint64(1000))); err == nil ||
 		!strings.Contains(err.Error(), "buffers[0].clear_before_clone") {
 		t.Fatalf("clear_before_clone without transfer_on_clone: %v", err)
 	}
@@ -615,7 +616,7 @@ func TestPerfettoTransferOnClone(t *testing.T) {
 	liveDouble(t, prodSock, reg, packets, false)
 	a := dialConsumer(t, consSock)
 	defer a.pd.close()
-	tc := tcMsg(1, tcMsg(1, uint64(4096), 5, uint64(1)), 2, tcMsg(1, tcMsg(1, "test.perfetto_double")), 3, uint64(600_000), 22, "moved")
+	tc := testsupport.Msg(1, testsupport.Msg(1, uint64(4096), 5, uint64(1)), 2, testsupport.Msg(1, testsupport.Msg(1, "test.perfetto_double")), 3, uint64(600_000), 22, "moved")
 	enable := a.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
 	if r := a.reply(a.pd.invoke("Flush", &ipc.FlushRequest{TimeoutMs: proto.Uint32(10_000)}, false)); !r.GetSuccess() {
 		t.Fatalf("Flush: %v", r)
