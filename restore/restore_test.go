@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/buffer"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/internal/wire"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -57,7 +59,7 @@ func eventPacket(iid uint64) []byte {
 
 // readBack runs the readback's restore step for one packet of (1, writer)
 // and returns the packets it put into the batch.
-func readBack(t *testing.T, r *Set, writer uint16, pkt []byte, loss uint32) []tracePacket {
+func readBack(t *testing.T, r *Set, writer uint16, pkt []byte, loss uint32) []tracetest.Packet {
 	t.Helper()
 	var b batch
 	q := r.Seq(1, writer)
@@ -68,14 +70,14 @@ func readBack(t *testing.T, r *Set, writer uint16, pkt []byte, loss uint32) []tr
 	tr := r.restoreAhead(&b, q, 0, tracefile.Trusted{SequenceID: uint32(10 + writer), PreviousPacketDropped: loss})
 	b.data = tracefile.AppendTrusted(b.data, tr)
 	b.ends = append(b.ends, len(b.data))
-	var out []tracePacket
+	var out []tracetest.Packet
 	start := 0
 	for _, e := range b.ends {
 		info, err := tracefile.DecodePacket(b.data[start:e])
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, tracePacket{raw: b.data[start:e], info: info})
+		out = append(out, tracetest.Packet{Raw: b.data[start:e], Info: info})
 		start = e
 	}
 	return out
@@ -83,17 +85,17 @@ func readBack(t *testing.T, r *Set, writer uint16, pkt []byte, loss uint32) []tr
 
 func eventNames(t *testing.T, pkt []byte) map[uint64]string {
 	out := map[uint64]string{}
-	fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
+	testsupport.Fields(t, pkt, func(num protowire.Number, _ uint64, p []byte) {
 		if num != tracefile.FieldInternedData {
 			return
 		}
-		fields(t, p, func(num protowire.Number, _ uint64, e []byte) {
+		testsupport.Fields(t, p, func(num protowire.Number, _ uint64, e []byte) {
 			if num != 2 {
 				return
 			}
 			var iid uint64
 			var name string
-			fields(t, e, func(num protowire.Number, v uint64, s []byte) {
+			testsupport.Fields(t, e, func(num protowire.Number, v uint64, s []byte) {
 				if num == 1 {
 					iid = v
 				} else if num == 2 {
@@ -123,14 +125,14 @@ func TestRestorePerSequence(t *testing.T) {
 		if len(out) != 2 {
 			t.Fatalf("writer %d: %d packets, want restore + survivor", w, len(out))
 		}
-		rs, surv := out[0].info, out[1].info
+		rs, surv := out[0].Info, out[1].Info
 		if rs.SequenceFlags != tracefile.SeqIncrementalStateCleared || rs.SequenceID != uint32(10+w) || rs.PreviousPacketDropped != 65 || rs.HasTimestamp {
 			t.Errorf("writer %d restore %+v", w, rs)
 		}
 		if surv.PreviousPacketDropped != 0 || surv.SequenceID != uint32(10+w) || surv.Kind() != "track_event" {
 			t.Errorf("writer %d survivor %+v", w, surv)
 		}
-		if got := eventNames(t, out[0].raw); !namesEqual(got, want) {
+		if got := eventNames(t, out[0].Raw); !namesEqual(got, want) {
 			t.Errorf("writer %d restore names %v, want %v", w, got, want)
 		}
 	}
@@ -152,7 +154,7 @@ func TestRestoreFoldRules(t *testing.T) {
 	overwrite(r, 1, namesPacket(1, map[uint64]string{1: "new"})) // a new generation
 	// First read pass: the first survivor gets a restore; the next
 	// packet, defining name 2, is read without one.
-	if out := readBack(t, r, 1, eventPacket(1), 65); len(out) != 2 || !namesEqual(eventNames(t, out[0].raw), map[uint64]string{1: "new"}) {
+	if out := readBack(t, r, 1, eventPacket(1), 65); len(out) != 2 || !namesEqual(eventNames(t, out[0].Raw), map[uint64]string{1: "new"}) {
 		t.Fatalf("first restore: %d packets", len(out))
 	}
 	if out := readBack(t, r, 1, namesPacket(0, map[uint64]string{2: "read"}), 0); len(out) != 1 {
@@ -161,19 +163,19 @@ func TestRestoreFoldRules(t *testing.T) {
 	// Overwrites between passes, then the next pass's first packet.
 	overwrite(r, 1, eventPacket(2))
 	out := readBack(t, r, 1, eventPacket(2), 65)
-	if len(out) != 2 || !namesEqual(eventNames(t, out[0].raw), map[uint64]string{1: "new", 2: "read"}) {
-		t.Fatalf("second restore lacks the name read in the earlier pass: %v", eventNames(t, out[0].raw))
+	if len(out) != 2 || !namesEqual(eventNames(t, out[0].Raw), map[uint64]string{1: "new", 2: "read"}) {
+		t.Fatalf("second restore lacks the name read in the earlier pass: %v", eventNames(t, out[0].Raw))
 	}
 	// A survivor that clears: no restore, its loss flag stays.
 	overwrite(r, 1, eventPacket(2))
 	out = readBack(t, r, 1, namesPacket(1, map[uint64]string{3: "fresh"}), 65)
-	if len(out) != 1 || out[0].info.PreviousPacketDropped != 65 {
-		t.Fatalf("clearing survivor: %d packets, loss %d", len(out), out[0].info.PreviousPacketDropped)
+	if len(out) != 1 || out[0].Info.PreviousPacketDropped != 65 {
+		t.Fatalf("clearing survivor: %d packets, loss %d", len(out), out[0].Info.PreviousPacketDropped)
 	}
 	// …and the fold restarted with it.
 	out = readBack(t, r, 1, eventPacket(3), 65)
-	if !namesEqual(eventNames(t, out[0].raw), map[uint64]string{3: "fresh"}) {
-		t.Fatalf("fold did not restart at CLEARED: %v", eventNames(t, out[0].raw))
+	if !namesEqual(eventNames(t, out[0].Raw), map[uint64]string{3: "fresh"}) {
+		t.Fatalf("fold did not restart at CLEARED: %v", eventNames(t, out[0].Raw))
 	}
 	// Producers without a program are not folded.
 	if r.Seq(2, 1) != nil {
@@ -243,10 +245,10 @@ func FuzzRestore(f *testing.F) {
 			if len(out) == 0 {
 				t.Fatal("survivor lost")
 			}
-			if len(out) > 1 && (out[0].info.SequenceFlags&tracefile.SeqIncrementalStateCleared == 0 || out[0].info.PreviousPacketDropped != 65) {
-				t.Fatalf("restore %+v", out[0].info)
+			if len(out) > 1 && (out[0].Info.SequenceFlags&tracefile.SeqIncrementalStateCleared == 0 || out[0].Info.PreviousPacketDropped != 65) {
+				t.Fatalf("restore %+v", out[0].Info)
 			}
-			if last := out[len(out)-1]; !bytes.HasPrefix(last.raw, pkt) {
+			if last := out[len(out)-1]; !bytes.HasPrefix(last.Raw, pkt) {
 				t.Fatal("survivor altered")
 			}
 		}
@@ -264,15 +266,15 @@ func TestRestoreOnProducerLoss(t *testing.T) {
 	}
 	withLoss := wire.AppendVarint(eventPacket(1), tracefile.FieldPreviousPacketDropped, tracefile.LossPresent|tracefile.LossSMBFull)
 	out := readBack(t, r, 1, withLoss, 0) // no buffer loss, nothing overwritten
-	if len(out) != 2 || out[0].info.PreviousPacketDropped != tracefile.LossPresent|tracefile.LossSMBFull {
-		t.Fatalf("%d packets, restore loss %d", len(out), out[0].info.PreviousPacketDropped)
+	if len(out) != 2 || out[0].Info.PreviousPacketDropped != tracefile.LossPresent|tracefile.LossSMBFull {
+		t.Fatalf("%d packets, restore loss %d", len(out), out[0].Info.PreviousPacketDropped)
 	}
-	if out[1].info.PreviousPacketDropped != 0 || !namesEqual(eventNames(t, out[0].raw), map[uint64]string{1: "a"}) {
-		t.Fatalf("survivor loss %d, restore names %v", out[1].info.PreviousPacketDropped, eventNames(t, out[0].raw))
+	if out[1].Info.PreviousPacketDropped != 0 || !namesEqual(eventNames(t, out[0].Raw), map[uint64]string{1: "a"}) {
+		t.Fatalf("survivor loss %d, restore names %v", out[1].Info.PreviousPacketDropped, eventNames(t, out[0].Raw))
 	}
 	// Both causes when the buffer lost data too.
 	out = readBack(t, r, 1, withLoss, tracefile.LossPresent|tracefile.LossOverwrite)
-	if want := uint32(tracefile.LossPresent | tracefile.LossSMBFull | tracefile.LossOverwrite); len(out) != 2 || out[0].info.PreviousPacketDropped != want || out[1].info.PreviousPacketDropped != 0 {
-		t.Fatalf("restore loss %d (want %d), survivor %d", out[0].info.PreviousPacketDropped, want, out[1].info.PreviousPacketDropped)
+	if want := uint32(tracefile.LossPresent | tracefile.LossSMBFull | tracefile.LossOverwrite); len(out) != 2 || out[0].Info.PreviousPacketDropped != want || out[1].Info.PreviousPacketDropped != 0 {
+		t.Fatalf("restore loss %d (want %d), survivor %d", out[0].Info.PreviousPacketDropped, want, out[1].Info.PreviousPacketDropped)
 	}
 }

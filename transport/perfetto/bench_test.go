@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/cfgtest"
 	"github.com/tracepipe/tracepipe/pipeline"
 
 	"golang.org/x/sys/unix"
@@ -344,7 +346,7 @@ func benchProducerPath(b *testing.B, size, writers int, flush string, posted boo
 	sock := filepath.Join(dir, "producer.sock")
 	// The issue's runs stream into tmpfs: a disk's filesystem costs the
 	// writing process more kernel CPU per byte than tmpfs does.
-	out := filepath.Join(benchDir(b, false), "trace.pftrace")
+	out := filepath.Join(testsupport.BenchDir(b, false), "trace.pftrace")
 	var cpu, gb, delivered, emitted, prodCPU, drops, peak float64
 	for b.Loop() {
 		b.StopTimer()
@@ -365,7 +367,7 @@ func benchProducerPath(b *testing.B, size, writers int, flush string, posted boo
 		if missing := reg.WaitFor(ctx, []string{"bench.producer"}); len(missing) > 0 {
 			b.Fatalf("the producer never registered")
 		}
-		cfg := loadYAML(b, fmt.Sprintf(`
+		cfg := cfgtest.LoadYAML(b, fmt.Sprintf(`
 duration: 3s
 write_into_file: true
 file_write_period: 100ms
