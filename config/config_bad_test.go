@@ -417,26 +417,6 @@ func TestRegisteredList(t *testing.T) {
 	}
 }
 
-// A bare 0 is the one number that means the same in every unit: the
-// README's "duration: 0 (until signal)" is accepted as written, and a
-// sink's duration key too; any other bare number is still refused above.
-func TestBareZeroDuration(t *testing.T) {
-	cfg := loadYAML(t, `
-duration: 0
-flush_period: 0
-buffers:
-  - {name: main, size_kb: 1024}
-data_sources:
-  - name: test.fake
-sinks:
-  - {type: file, path: out.pftrace, fsync_period: 0}
-`)
-	// fsync_period 0 is the default, which the loaded config holds.
-	if cfg.Duration != 0 || cfg.FlushPeriod != 0 || cfg.Sinks[0].FsyncPeriod != sinks.DefaultFsyncPeriod {
-		t.Fatalf("duration %v, flush_period %v, fsync_period %v: want 0, 0, the default", cfg.Duration, cfg.FlushPeriod, cfg.Sinks[0].FsyncPeriod)
-	}
-}
-
 // A config file over 4 MiB is refused by its size before it is parsed
 // (the YAML loader holds about 100 times a file's size), naming the file.
 func TestConfigFileSizeBound(t *testing.T) {

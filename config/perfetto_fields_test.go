@@ -2,38 +2,13 @@ package config
 
 import (
 	"fmt"
-	"math"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protowire"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
-
-// tcMsg encodes a message from (field, value) pairs: a uint64 is a
-// varint, a float64 a fixed64, a string or []byte length-delimited.
-func tcMsg(fields ...any) []byte {
-	var b []byte
-	for i := 0; i+1 < len(fields); i += 2 {
-		n := protowire.Number(fields[i].(int))
-		switch v := fields[i+1].(type) {
-		case uint64:
-			b = protowire.AppendTag(b, n, protowire.VarintType)
-			b = protowire.AppendVarint(b, v)
-		case float64:
-			b = protowire.AppendTag(b, n, protowire.Fixed64Type)
-			b = protowire.AppendFixed64(b, math.Float64bits(v))
-		case string:
-			b = protowire.AppendTag(b, n, protowire.BytesType)
-			b = protowire.AppendString(b, v)
-		case []byte:
-			b = protowire.AppendTag(b, n, protowire.BytesType)
-			b = protowire.AppendBytes(b, v)
-		}
-	}
-	return b
-}
 
 // The table the docs are generated from is what ConfigFromTraceConfig
 // does: each field, set on an otherwise valid TraceConfig, is refused by
@@ -42,46 +17,46 @@ func tcMsg(fields ...any) []byte {
 func TestPerfettoTraceConfigFieldsAreTheMapping(t *testing.T) {
 	enums := map[string]bool{"FillPolicy": true, "ExperimentalMode": true, "LockdownModeOperation": true, "TriggerMode": true,
 		"CompressionType": true, "StatsdLogging": true, "WriteFlushMode": true, "FFlushMode": true}
-	synthetic := tcMsg(1, "tracepipe.synthetic")
-	trigger := tcMsg(1, "x")
+	synthetic := testsupport.Msg(1, "tracepipe.synthetic")
+	trigger := testsupport.Msg(1, "x")
 	// Values that make a valid config and differ from the base's.
 	values := map[string]any{
-		"buffers":                                  tcMsg(1, uint64(4096)),
+		"buffers":                                  testsupport.Msg(1, uint64(4096)),
 		"buffers[].size_kb":                        uint64(8192),
 		"buffers[].fill_policy":                    uint64(2),
-		"data_sources":                             tcMsg(1, synthetic),
-		"data_sources[].config":                    tcMsg(1, "tracepipe.synthetic", 1001, "for-the-producer"),
+		"data_sources":                             testsupport.Msg(1, synthetic),
+		"data_sources[].config":                    testsupport.Msg(1, "tracepipe.synthetic", 1001, "for-the-producer"),
 		"duration_ms":                              uint64(2000),
 		"file_write_period_ms":                     uint64(1000),
 		"max_file_size_bytes":                      uint64(1 << 20),
 		"flush_period_ms":                          uint64(1000),
 		"flush_timeout_ms":                         uint64(1000),
-		"trigger_config":                           tcMsg(1, uint64(2), 2, trigger, 3, uint64(1000)),
+		"trigger_config":                           testsupport.Msg(1, uint64(2), 2, trigger, 3, uint64(1000)),
 		"trigger_config.trigger_mode":              uint64(1),
-		"trigger_config.triggers":                  tcMsg(1, "y"),
+		"trigger_config.triggers":                  testsupport.Msg(1, "y"),
 		"trigger_config.triggers[].name":           "z",
 		"trigger_config.triggers[].stop_delay_ms":  uint64(10),
 		"trigger_config.trigger_timeout_ms":        uint64(2000),
-		"incremental_state_config":                 tcMsg(1, uint64(1000)),
+		"incremental_state_config":                 testsupport.Msg(1, uint64(1000)),
 		"incremental_state_config.clear_period_ms": uint64(1000),
 	}
 	// Each parent message, built around the field under test (nil: none).
 	base := func(extra ...any) []byte {
-		return tcMsg(append([]any{1, tcMsg(1, uint64(4096)), 2, tcMsg(1, synthetic), 3, uint64(1000)}, extra...)...)
+		return testsupport.Msg(append([]any{1, testsupport.Msg(1, uint64(4096)), 2, testsupport.Msg(1, synthetic), 3, uint64(1000)}, extra...)...)
 	}
 	wrap := map[string]func(f []byte) []byte{
 		"": func(f []byte) []byte { return append(base(), f...) },
 		"buffers[]": func(f []byte) []byte {
-			return tcMsg(1, append(tcMsg(1, uint64(4096)), f...), 2, tcMsg(1, synthetic), 3, uint64(1000))
+			return testsupport.Msg(1, append(testsupport.Msg(1, uint64(4096)), f...), 2, testsupport.Msg(1, synthetic), 3, uint64(1000))
 		},
 		"data_sources[]": func(f []byte) []byte {
-			return tcMsg(1, tcMsg(1, uint64(4096)), 2, append(tcMsg(1, synthetic), f...), 3, uint64(1000))
+			return testsupport.Msg(1, testsupport.Msg(1, uint64(4096)), 2, append(testsupport.Msg(1, synthetic), f...), 3, uint64(1000))
 		},
 		"trigger_config": func(f []byte) []byte {
-			return base(17, append(tcMsg(1, uint64(2), 2, trigger, 3, uint64(1000)), f...))
+			return base(17, append(testsupport.Msg(1, uint64(2), 2, trigger, 3, uint64(1000)), f...))
 		},
 		"trigger_config.triggers[]": func(f []byte) []byte {
-			return base(17, tcMsg(1, uint64(2), 2, append(tcMsg(1, "x"), f...), 3, uint64(1000)))
+			return base(17, testsupport.Msg(1, uint64(2), 2, append(testsupport.Msg(1, "x"), f...), 3, uint64(1000)))
 		},
 		"incremental_state_config": func(f []byte) []byte { return base(21, f) },
 	}
@@ -116,9 +91,9 @@ func TestPerfettoTraceConfigFieldsAreTheMapping(t *testing.T) {
 				v = []byte{} // a message
 			}
 		}
-		field := tcMsg(int(f.num), v)
+		field := testsupport.Msg(int(f.num), v)
 		if f.path == "buffers[].clear_before_clone" {
-			field = append(tcMsg(5, uint64(1)), field...) // it needs transfer_on_clone
+			field = append(testsupport.Msg(5, uint64(1)), field...) // it needs transfer_on_clone
 		}
 		cfg, err := ConfigFromTraceConfig(w(field))
 		want := strings.ReplaceAll(f.path, "[]", "[0]")
@@ -136,7 +111,7 @@ func TestPerfettoTraceConfigFieldsAreTheMapping(t *testing.T) {
 		}
 		var without []byte
 		if f.path == "buffers[].clear_before_clone" {
-			without = tcMsg(5, uint64(1))
+			without = testsupport.Msg(5, uint64(1))
 		}
 		before, err := ConfigFromTraceConfig(w(without))
 		if err != nil {
@@ -155,7 +130,7 @@ func TestPerfettoTraceConfigFieldsAreTheMapping(t *testing.T) {
 			t.Errorf("%s: the table says no effect; it changed the session config", f.path)
 		}
 	}
-	if _, err := ConfigFromTraceConfig(append(base(), tcMsg(999, uint64(1))...)); err == nil || !strings.HasSuffix(err.Error(), "field 999") {
+	if _, err := ConfigFromTraceConfig(append(base(), testsupport.Msg(999, uint64(1))...)); err == nil || !strings.HasSuffix(err.Error(), "field 999") {
 		t.Errorf("an unknown field: %v", err)
 	}
 }
