@@ -1,16 +1,15 @@
 package perfettosvc
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"golang.org/x/sys/unix"
@@ -85,30 +84,12 @@ func TestPerfettoConsumerRingSessionEndsWithTraceStats(t *testing.T) {
 	}
 }
 
-// outcomeLogs is a bytes.Buffer a logger may write from any goroutine.
-type outcomeLogs struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *outcomeLogs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *outcomeLogs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // EnableTracing with a DISCARD buffer and write_into_file warns where the
 // session is created, naming the TraceConfig field and what will happen:
 // tracepipe's buffers stop for good once full, where traced's V1 buffer
 // kept accepting data once it had been read. The session still runs.
 func TestPerfettoConsumerWarnsDiscardWithStreaming(t *testing.T) {
-	var logs outcomeLogs
+	var logs testsupport.LockedBuffer
 	pc := &PerfettoConsumers{Producers: perfetto.NewProducers(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	for _, tc := range []struct {
 		name      string

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/tracepipe/tracepipe/smb"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/tracepipe/tracepipe/smb"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -178,18 +178,6 @@ func checkWritersSane(t *testing.T, h *fakeHost) {
 		if !closed {
 			t.Errorf("writer %d not closed after Stop", i)
 		}
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
 }
 

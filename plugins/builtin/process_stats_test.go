@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 func writeFile(t testing.TB, path, content string) {
@@ -246,12 +248,12 @@ func TestProcessStatsClearRescans(t *testing.T) {
 		if d := time.Since(t0); d != 0 {
 			t.Fatalf("ClearIncrementalState let %v pass on the fake clock: it waited for the worker", d)
 		}
-		waitFor(t, "a scan after the clears", 5*time.Second, func() bool { return h.writer(0).count() >= 1 })
+		testsupport.WaitUntil(t, "a scan after the clears", 5*time.Second, func() bool { return h.writer(0).count() >= 1 })
 		if err := ds.Flush(); err != nil {
 			t.Fatal(err)
 		}
 		ds.ClearIncrementalState()
-		waitFor(t, "a scan after one more clear", 5*time.Second, func() bool { return h.writer(0).count() >= 2 })
+		testsupport.WaitUntil(t, "a scan after one more clear", 5*time.Second, func() bool { return h.writer(0).count() >= 2 })
 		if err := ds.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +277,7 @@ func TestProcessStatsPoll(t *testing.T) {
 	if err := ds.Start(h); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "start scan and two polls", 5*time.Second, func() bool { return h.writer(0).count() >= 3 })
+	testsupport.WaitUntil(t, "start scan and two polls", 5*time.Second, func() bool { return h.writer(0).count() >= 3 })
 	if err := ds.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/smb"
 )
@@ -222,7 +223,7 @@ func TestSyntheticThroughSMB(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := uint64(cfg.Writers) * uint64(cfg.MaxPackets+2)
-	waitFor(t, "all packets written", 20*time.Second, func() bool { return ds.Stats().Packets == total })
+	testsupport.WaitUntil(t, "all packets written", 20*time.Second, func() bool { return ds.Stats().Packets == total })
 	if err := ds.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +282,7 @@ func TestSysStatsThroughSMB(t *testing.T) {
 	if err := ds.Start(h); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "three samples", 10*time.Second, func() bool { return ds.Stats().Packets >= 3 })
+	testsupport.WaitUntil(t, "three samples", 10*time.Second, func() bool { return ds.Stats().Packets >= 3 })
 	if err := ds.Stop(); err != nil {
 		t.Fatal(err)
 	}

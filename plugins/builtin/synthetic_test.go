@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -481,7 +482,7 @@ func TestSyntheticSourceClearWhileRunning(t *testing.T) {
 			ds.ClearIncrementalState()
 			clears++
 		}
-		waitFor(t, "generator done", 20*time.Second, func() bool {
+		testsupport.WaitUntil(t, "generator done", 20*time.Second, func() bool {
 			w := h.writer(0)
 			w.mu.Lock()
 			defer w.mu.Unlock()
@@ -566,7 +567,7 @@ func TestSyntheticStopPrompt(t *testing.T) {
 		if err := ds.Start(h); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "first packets", 5*time.Second, func() bool { return ds.Stats().Packets >= 4 })
+		testsupport.WaitUntil(t, "first packets", 5*time.Second, func() bool { return ds.Stats().Packets >= 4 })
 		select {
 		case <-ds.Done():
 			t.Fatal("Done closed with max_packets 0 before Stop")
@@ -617,7 +618,7 @@ func TestSyntheticFlush(t *testing.T) {
 		cfg.Rate = rate
 		h := &fakeHost{discard: true}
 		ds := startSynthetic(t, cfg, h)
-		waitFor(t, "packets", 5*time.Second, func() bool { return ds.Stats().Packets >= 3*3 })
+		testsupport.WaitUntil(t, "packets", 5*time.Second, func() bool { return ds.Stats().Packets >= 3*3 })
 		for round := range 5 {
 			before := make([]int, cfg.Writers)
 			for w := range before {
@@ -668,7 +669,7 @@ func TestSyntheticFlushTimeout(t *testing.T) {
 	if err := ds.Start(h); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "writers blocked in WritePacket", 5*time.Second, func() bool {
+	testsupport.WaitUntil(t, "writers blocked in WritePacket", 5*time.Second, func() bool {
 		return h.numWriters() == 2 && h.writer(0).count() == 1 && h.writer(1).count() == 1
 	})
 	err := ds.Flush()
@@ -693,7 +694,7 @@ func TestSyntheticWriteErrorsCounted(t *testing.T) {
 	cfg.MaxPackets = 100
 	h := &fakeHost{failEvery: 3}
 	ds := startSynthetic(t, cfg, h)
-	waitFor(t, "all attempts", 10*time.Second, func() bool {
+	testsupport.WaitUntil(t, "all attempts", 10*time.Second, func() bool {
 		st := ds.Stats()
 		return st.Packets+st.WriteErrors == 102
 	})

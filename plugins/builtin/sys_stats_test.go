@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 const fakeMeminfo = `MemTotal:       16384000 kB
@@ -183,7 +185,7 @@ func runSysStats(t *testing.T, cfg SysStatsConfig, root string, packets int) ([]
 	if err := ds.Start(h); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "samples", 10*time.Second, func() bool { return ds.Stats().Packets >= uint64(packets) })
+	testsupport.WaitUntil(t, "samples", 10*time.Second, func() bool { return ds.Stats().Packets >= uint64(packets) })
 	if err := ds.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +250,7 @@ func TestSysStatsAllOffAndMissingFiles(t *testing.T) {
 		if err := ds.Start(h); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "read errors", 5*time.Second, func() bool { return ds.Stats().ReadErrors >= 4 })
+		testsupport.WaitUntil(t, "read errors", 5*time.Second, func() bool { return ds.Stats().ReadErrors >= 4 })
 		if err := ds.Stop(); err != nil {
 			t.Fatal(err)
 		}

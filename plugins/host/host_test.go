@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/smb"
 )
 
@@ -23,24 +23,6 @@ func newSMB(t *testing.T, size, pageSize int) *smb.SMB {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// syncBuffer collects the plugin's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func waitClosed(t *testing.T, ch <-chan struct{}, d time.Duration, what string) {
@@ -78,7 +60,7 @@ func TestCounterPluginEndToEnd(t *testing.T) {
 					c.OnCommit(b)
 				}
 			}
-			var stderr syncBuffer
+			var stderr testsupport.LockedBuffer
 			p, err := Launch(context.Background(), Config{
 				Path:             path,
 				Name:             "example.counter",
@@ -375,7 +357,7 @@ func TestStderrAndFdPassThroughWrapper(t *testing.T) {
 	shm := newSMB(t, 64<<10, 4096)
 	defer shm.Close()
 	c := newConsumer(shm, 10)
-	var stderr syncBuffer
+	var stderr testsupport.LockedBuffer
 	p, err := Launch(context.Background(), Config{
 		Path: wrapper, Name: "example.counter", DataSourceConfig: map[string]any{"packets": 10},
 		SMB: shm, Policy: smb.Stall, OnCommit: c.OnCommit, Stderr: &stderr,

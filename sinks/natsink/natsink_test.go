@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,31 +33,6 @@ func testPacket(seq uint32, n uint64, size int) []byte {
 		p = append(p, byte(i+int(n)))
 	}
 	return tracefile.AppendTrusted(p, tracefile.Trusted{UID: 7, SequenceID: seq})
-}
-
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func readFile(t testing.TB, name string) [][]byte {
-	t.Helper()
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	pkts, err := tracefile.ReadAll(f)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return pkts
 }
 
 func newTestSink(t testing.TB, url, subject string) *Sink {
@@ -80,7 +55,7 @@ func newTestSink(t testing.TB, url, subject string) *Sink {
 func send(t testing.TB, s *Sink, also sinks.Sink, from, to int, paced bool) {
 	for n := from; n < to; n++ {
 		if paced {
-			waitFor(t, "room in the queue", 30*time.Second, func() bool { return s.QueueDepth() < s.out.MaxBatches()-1 })
+			testsupport.WaitUntil(t, "room in the queue", 30*time.Second, func() bool { return s.QueueDepth() < s.out.MaxBatches()-1 })
 		}
 		batch := [][]byte{testPacket(2+uint32(n%3), uint64(n), 200)}
 		s.Write(bg, batch)
@@ -128,7 +103,7 @@ func readBack(t *testing.T, url, subject string, id remote.Identity, want uint64
 	if d := store.Stats.Duplicates.Load(); d != 0 {
 		t.Errorf("reader saw %d duplicate batches", d)
 	}
-	return readFile(t, store.FileName(id))
+	return tracetest.ReadAll(t, store.FileName(id))
 }
 
 // streamMsgs is the number of messages the stream stores.
@@ -172,7 +147,7 @@ func TestNATSRoundTrip(t *testing.T) {
 	}
 	batches := s.out.Acked()
 	got := readBack(t, srv.URL(), "traces.a", s.Identity(), batches)
-	want := readFile(t, file.Files()[0])
+	want := tracetest.ReadAll(t, file.Files()[0])
 	if len(got) != len(want) {
 		t.Fatalf("read back %d packets, the file sink wrote %d", len(got), len(want))
 	}
@@ -194,7 +169,7 @@ func TestNATSServerRestart(t *testing.T) {
 	s := newTestSink(t, srv.URL(), "traces.b")
 	send(t, s, nil, 0, 2000, false)
 	// Kill while batches are in flight: published, not acknowledged.
-	waitFor(t, "a first acknowledgement", 30*time.Second, func() bool { return s.Stats().PacketsWritten > 0 })
+	testsupport.WaitUntil(t, "a first acknowledgement", 30*time.Second, func() bool { return s.Stats().PacketsWritten > 0 })
 	inFlight := s.out.Pending()
 	srv.kill()
 	send(t, s, nil, 2000, 3000, false) // while the server is down; fits the queue
@@ -243,7 +218,7 @@ func TestNATSBeyondBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	send(t, s, nil, 0, 500, true)
-	waitFor(t, "the first batches acknowledged", 30*time.Second, func() bool { return s.Stats().PacketsWritten > 0 })
+	testsupport.WaitUntil(t, "the first batches acknowledged", 30*time.Second, func() bool { return s.Stats().PacketsWritten > 0 })
 	srv.kill()
 	send(t, s, nil, 500, 1500, false)
 	srv.start()
@@ -270,31 +245,13 @@ func TestNATSBeyondBound(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects log output across goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A server stopped and restarted mid-session, within what the queue
 // holds: one outage line with its cause, one resumed line saying nothing
 // was lost, a reconnect counted (info), no error, no failure, and every
 // packet stored once.
 func TestNATSOutageResumedNothingLost(t *testing.T) {
 	srv := startNATS(t)
-	var logs lockedBuffer
+	var logs testsupport.LockedBuffer
 	s, err := New(Options{
 		URL: srv.URL(), Subject: "traces.o", CreateStream: true, Stream: "O",
 		Identity:   remote.Identity{Machine: 79, Session: [16]byte{9}, Hostname: "outage"},
@@ -306,12 +263,12 @@ func TestNATSOutageResumedNothingLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	send(t, s, nil, 0, 300, true)
-	waitFor(t, "the first batches acknowledged", 30*time.Second, func() bool { return s.Stats().PacketsWritten == 300 })
+	testsupport.WaitUntil(t, "the first batches acknowledged", 30*time.Second, func() bool { return s.Stats().PacketsWritten == 300 })
 	srv.kill()
-	waitFor(t, "the outage noticed", 30*time.Second, func() bool { return strings.Contains(logs.String(), "unreachable since") })
+	testsupport.WaitUntil(t, "the outage noticed", 30*time.Second, func() bool { return strings.Contains(logs.String(), "unreachable since") })
 	send(t, s, nil, 300, 600, false)
 	srv.start()
-	waitFor(t, "the outage over", 30*time.Second, func() bool { return strings.Contains(logs.String(), "resumed after") })
+	testsupport.WaitUntil(t, "the outage over", 30*time.Second, func() bool { return strings.Contains(logs.String(), "resumed after") })
 	if err := s.Close(bg); err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +303,7 @@ func TestNATSNoStreamFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	send(t, s, nil, 0, 20, true)
-	waitFor(t, "the sink failed", 30*time.Second, func() bool { return s.Failed() != nil })
+	testsupport.WaitUntil(t, "the sink failed", 30*time.Second, func() bool { return s.Failed() != nil })
 	if err := s.Failed(); !strings.Contains(err.Error(), `no JetStream stream listens on subject "nostream.z"`) {
 		t.Errorf("failure %q does not name the missing stream", err)
 	}
@@ -367,7 +324,7 @@ func TestNATSAuthRefusedFails(t *testing.T) {
 	if err := srv.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "nats-server with auth listening", 20*time.Second, func() bool {
+	testsupport.WaitUntil(t, "nats-server with auth listening", 20*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", srv.port), time.Second)
 		if err == nil {
 			c.Close()
@@ -384,7 +341,7 @@ func TestNATSAuthRefusedFails(t *testing.T) {
 		return // as clear as a failure
 	}
 	send(t, s, nil, 0, 10, false)
-	waitFor(t, "the sink failed", 30*time.Second, func() bool { return s.Failed() != nil })
+	testsupport.WaitUntil(t, "the sink failed", 30*time.Second, func() bool { return s.Failed() != nil })
 	if err := s.Failed(); !strings.Contains(err.Error(), "authentication refused") {
 		t.Errorf("failure %q does not say authentication", err)
 	}

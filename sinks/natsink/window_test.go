@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -64,7 +65,7 @@ func TestReaderRefusesBatchBeyondWindow(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "batches 1..3 stored", 20*time.Second, func() bool { return store.Stats.Batches.Load() == 3 })
+	testsupport.WaitUntil(t, "batches 1..3 stored", 20*time.Second, func() bool { return store.Stats.Batches.Load() == 3 })
 	rcancel()
 	wg.Wait()
 	if r.Refused.Load() != 1 || store.Stats.RefusedWindow.Load() != 1 {
@@ -75,7 +76,7 @@ func TestReaderRefusesBatchBeyondWindow(t *testing.T) {
 	}
 	// Batch 1's packet, the receiver's packet recording the refusal, then
 	// batches 2 and 3.
-	got := readFile(t, store.FileName(id))
+	got := tracetest.ReadAll(t, store.FileName(id))
 	if len(got) != 4 {
 		t.Fatalf("%d packets stored, want 3 and the receiver's", len(got))
 	}

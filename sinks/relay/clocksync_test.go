@@ -142,7 +142,7 @@ func sendEvents(t *testing.T, s *Sink, uuid, skew uint64, n int, minRounds uint6
 		}
 		if i%20 == 19 {
 			s.Flush(ctx)
-			waitFor(t, "clock-sync rounds", 20*time.Second, func() bool {
+			testsupport.WaitUntil(t, "clock-sync rounds", 20*time.Second, func() bool {
 				return s.ClockSync().Rounds.Load() >= minRounds || i < n-20
 			})
 		}
@@ -385,7 +385,7 @@ func TestClockSyncOldReceiver(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		s.Write(context.Background(), [][]byte{testPacket(2, uint64(i), 100)})
 		s.Flush(context.Background())
-		waitFor(t, "the batch acknowledged", 10*time.Second, func() bool { return s.Stats().PacketsWritten == uint64(i+1) })
+		testsupport.WaitUntil(t, "the batch acknowledged", 10*time.Second, func() bool { return s.Stats().PacketsWritten == uint64(i+1) })
 	}
 	closeSink(t, s)
 	if st := s.Stats(); st.PacketsWritten != 5 {

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -162,34 +163,12 @@ func receiverPacket(p tracefile.PacketInfo) bool {
 // receivedPackets decodes every packet of a trace file.
 func receivedPackets(t testing.TB, name string) []tracefile.PacketInfo {
 	t.Helper()
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	pkts, err := tracefile.ReadAll(f)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
+	pkts := tracetest.ReadTrace(t, name)
 	infos := make([]tracefile.PacketInfo, len(pkts))
 	for i, p := range pkts {
-		if infos[i], err = tracefile.DecodePacket(p); err != nil {
-			t.Fatalf("%s: packet %d: %v", name, i, err)
-		}
+		infos[i] = p.Info
 	}
 	return infos
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func closeSink(t testing.TB, s *Sink) {

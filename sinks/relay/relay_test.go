@@ -22,7 +22,7 @@ func sendRange(t testing.TB, s *Sink, from, to, flushEvery int, paced bool) {
 	batch := make([][]byte, 0, 10)
 	for n := from; n < to; n++ {
 		if paced && len(batch) == 0 {
-			waitFor(t, "room in the queue", 20*time.Second, func() bool { return s.QueueDepth() < s.out.MaxBatches()-1 })
+			testsupport.WaitUntil(t, "room in the queue", 20*time.Second, func() bool { return s.QueueDepth() < s.out.MaxBatches()-1 })
 		}
 		batch = append(batch, testPacket(2+uint32(n%2), uint64(n), 100))
 		if len(batch) == cap(batch) || n == to-1 {
@@ -192,7 +192,7 @@ func TestReceiverKilled(t *testing.T) {
 			}
 			both(0, 2000, true)
 			for _, s := range senders {
-				waitFor(t, "some batches acknowledged", 20*time.Second, func() bool { return s.Stats().PacketsWritten > 500 })
+				testsupport.WaitUntil(t, "some batches acknowledged", 20*time.Second, func() bool { return s.Stats().PacketsWritten > 500 })
 			}
 			if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
@@ -282,10 +282,10 @@ func TestServerConnectionLimit(t *testing.T) {
 	defer store.Close()
 	addr := startServer(t, store, ServerOptions{MaxConns: 1})
 	a := newSink(t, addr, "first", 0, 0)
-	waitFor(t, "the first sender's session", 10*time.Second, func() bool { return a.Connects.Load() == 1 })
+	testsupport.WaitUntil(t, "the first sender's session", 10*time.Second, func() bool { return a.Connects.Load() == 1 })
 	b := newSink(t, addr, "second", 0, 0)
 	sendRange(t, b, 0, 100, 10, false)
-	waitFor(t, "the second sender refused", 10*time.Second, func() bool { return b.Failures.Load() >= 2 })
+	testsupport.WaitUntil(t, "the second sender refused", 10*time.Second, func() bool { return b.Failures.Load() >= 2 })
 	if b.Connects.Load() != 0 {
 		t.Fatal("a sender got past the connection limit")
 	}

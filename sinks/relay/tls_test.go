@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 )
 
@@ -115,7 +116,7 @@ func TestTLSClientCert(t *testing.T) {
 			t.Fatal(err)
 		}
 		sendRange(t, s, 0, 10, 5, false)
-		waitFor(t, name+": failed attempts", 10*time.Second, func() bool { return s.Failures.Load() >= 3 })
+		testsupport.WaitUntil(t, name+": failed attempts", 10*time.Second, func() bool { return s.Failures.Load() >= 3 })
 		if n := s.Connects.Load(); n != 0 {
 			t.Errorf("%s: %d sessions established", name, n)
 		}

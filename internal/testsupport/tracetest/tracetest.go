@@ -21,9 +21,9 @@ type Packet struct {
 	Info tracefile.PacketInfo
 }
 
-// ReadTrace reads and decodes every packet of a trace file, failing t
-// (naming the file and the packet) on anything it cannot read.
-func ReadTrace(t testing.TB, path string) []Packet {
+// ReadAll reads every packet of a trace file, failing t (naming the file)
+// on anything it cannot read.
+func ReadAll(t testing.TB, path string) [][]byte {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -34,6 +34,14 @@ func ReadTrace(t testing.TB, path string) []Packet {
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+	return raw
+}
+
+// ReadTrace reads and decodes every packet of a trace file, failing t
+// (naming the file and the packet) on anything it cannot read.
+func ReadTrace(t testing.TB, path string) []Packet {
+	t.Helper()
+	raw := ReadAll(t, path)
 	out := make([]Packet, 0, len(raw))
 	for i, p := range raw {
 		info, err := tracefile.DecodePacket(p)
