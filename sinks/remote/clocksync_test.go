@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -48,22 +49,9 @@ func mergedStream(t *testing.T) (*Store, *Stream) {
 
 func packetsOf(t *testing.T, name string) []tracefile.PacketInfo {
 	t.Helper()
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	pkts, err := tracefile.ReadAll(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []tracefile.PacketInfo
-	for _, p := range pkts {
-		info, err := tracefile.DecodePacket(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, info)
+	for _, p := range tracetest.ReadTrace(t, name) {
+		out = append(out, p.Info)
 	}
 	return out
 }

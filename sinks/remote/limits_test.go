@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/internal/wire"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -94,7 +95,7 @@ func TestStoreSequenceCap(t *testing.T) {
 	if ok, err := st.Append(2, d, n, b); !ok || err != nil {
 		t.Fatalf("a batch within the cap after a refusal: %v %v", ok, err)
 	}
-	pkts := machinePackets(t, filePackets(t, filepath.Join(dir, MergedName)))
+	pkts := machinePackets(t, tracetest.ReadAll(t, filepath.Join(dir, MergedName)))
 	if len(pkts) != 7 {
 		t.Fatalf("%d packets in the merged file, want 6 and a receiver packet", len(pkts))
 	}
@@ -164,7 +165,7 @@ func TestStoreGapWritten(t *testing.T) {
 			t.Fatal(ok, err)
 		}
 	}
-	pkts := filePackets(t, s.FileName(id))
+	pkts := tracetest.ReadAll(t, s.FileName(id))
 	if len(pkts) != 3 {
 		t.Fatalf("%d packets, want batch 1, batch 5 and the receiver packet", len(pkts))
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -53,24 +54,10 @@ func TestStoreReleaseAndReopen(t *testing.T) {
 	if ok, err := st.Append(2, b2, 1, 2); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	pkts := filePackets(t, s.FileName(id))
+	pkts := tracetest.ReadAll(t, s.FileName(id))
 	if len(pkts) != 2 || string(pkts[0]) != string(b1[2:]) || string(pkts[1]) != string(b2[2:]) {
 		t.Fatalf("file holds %x, want batch 1 then batch 2", pkts)
 	}
-}
-
-func filePackets(t *testing.T, name string) [][]byte {
-	t.Helper()
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	pkts, err := tracefile.ReadAll(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pkts
 }
 
 // machinePackets leaves out of a merged file's packets those the
