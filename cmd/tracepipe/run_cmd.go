@@ -340,7 +340,7 @@ func runSession(ctx context.Context, cfg *config.Config, stderr io.Writer, metri
 			printDiscarded(stderr, res)
 			return exitCodeError{code: exitNoTrigger, err: fmt.Errorf("trigger_timeout: no trigger acted within %v; no trace written", cfg.TriggerConfig.Timeout)}
 		}
-		printSummary(stderr, res, lossContext(cfg))
+		printSummary(stderr, res, cfg.LossContext())
 		if warn := importWarning(res, cfg); warn != "" { // run_import.go
 			fmt.Fprintln(stderr, warn)
 		}
@@ -483,16 +483,6 @@ func printSummary(w io.Writer, res *pipeline.Result, lc tracefile.LossContext) {
 	if len(ring) > 0 {
 		fmt.Fprintf(w, "tracepipe: the ring buffer kept its newest data, overwriting the oldest: %s (a ring read once at the end does that; not a loss)\n", strings.Join(ring, " "))
 	}
-}
-
-// lossContext is what the trace's echoed config will tell `stats` (see
-// tracefile.LossContext), from the session's config.
-func lossContext(cfg *config.Config) tracefile.LossContext {
-	lc := tracefile.LossContext{Known: true, WriteIntoFile: cfg.WriteIntoFile}
-	for _, b := range cfg.Buffers {
-		lc.Ring = append(lc.Ring, b.FillPolicy != config.FillPolicyDiscard)
-	}
-	return lc
 }
 
 // printRefusals tells what was asked of the session from outside and
