@@ -19,6 +19,7 @@ import (
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
+	"github.com/tracepipe/tracepipe/transport/perfetto"
 )
 
 const runLong = `Record a trace: start the configured data sources, collect their packets
@@ -241,7 +242,7 @@ func runSession(ctx context.Context, cfg *config.Config, stderr io.Writer, metri
 	}
 	opts := pipeline.Options{Logger: logger, Rotatable: true, MaxMemory: maxMemory}
 	if cfg.Perfetto.Enabled {
-		reg, host, err := startPerfetto(ctx, cfg, logger)
+		reg, host, err := perfetto.ListenForSession(ctx, cfg, logger)
 		if err != nil {
 			return err
 		}
