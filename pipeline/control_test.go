@@ -9,6 +9,10 @@ import (
 	"github.com/tracepipe/tracepipe/control"
 )
 
+// controlTriggers: a stop_tracing session that a control client's trigger
+// ends.
+const controlTriggers = "trigger_config: {trigger_mode: stop_tracing, trigger_timeout: 20s, triggers: [{name: crash, stop_delay: 100ms}]}"
+
 // TestControlHandlerServesTheSession: the control socket's adapter reports
 // the session's name, start and buffers, names its triggers (so the socket
 // refuses others), activates a trigger as a control client (its
@@ -16,14 +20,9 @@ import (
 // caller's stop.
 func TestControlHandlerServesTheSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tc := `
-trigger_config:
-  trigger_mode: stop_tracing
-  trigger_timeout: 20s
-  triggers: [{name: crash, stop_delay: 100ms}]`
 		start := time.Now()
 		stops := 0
-		res, _, _ := triggerSession(t, tc, func(s *Service) {
+		res, _, _ := triggerSession(t, controlTriggers, func(s *Service) {
 			h := s.ControlHandler("ctl", start, func() { stops++ })
 			waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
 			in := h.Info()
