@@ -17,7 +17,6 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
-	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 )
@@ -98,7 +97,7 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if writesStdout(cfg) && isTerminal(cmd.OutOrStdout()) {
+			if cfg.WritesStdout() && isTerminal(cmd.OutOrStdout()) {
 				return usageError{errors.New("refusing to write a binary trace to the terminal (a file sink's path is \"-\"): redirect standard output (tracepipe run -o - > t.pftrace, or | a program) or name a file with -o")}
 			}
 			bound, err := parseMemoryBound("--max-memory", maxMemory)
@@ -508,23 +507,6 @@ func firstOr(s []string, def string) string {
 		return s[0]
 	}
 	return def
-}
-
-// writesStdout reports whether a file sink of cfg streams to standard
-// output (path "-", flat or in its file section).
-func writesStdout(cfg *config.Config) bool {
-	for _, s := range cfg.Sinks {
-		if s.Type != sinks.SinkTypeFile {
-			continue
-		}
-		if s.Path == sinks.StdoutPath {
-			return true
-		}
-		if p, ok := s.Sections[sinks.SinkTypeFile]["path"].(string); ok && p == sinks.StdoutPath {
-			return true
-		}
-	}
-	return false
 }
 
 // limitHeap gives the Go runtime a soft memory limit from the session's
