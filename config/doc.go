@@ -12,6 +12,9 @@
 // (config_perfetto_yaml.go) — and the schema that `tracepipe config
 // schema`, `config reference` and `config perfetto-fields` print and
 // docs/ is generated from (config_schema.go, perfetto_fields.go).
+// It also answers what a config implies for the session's output:
+// LossContext (how its trace's loss counters read: loss_context.go) and
+// WritesStdout (stdout.go).
 //
 // Config files, environment variables and Perfetto TraceConfigs are
 // untrusted input: every bad value becomes a Problem naming its field (or

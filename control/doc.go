@@ -8,6 +8,12 @@
 // It owns the socket files (creation, stale-socket detection and
 // replacement, unique session names, removal on Close) and the decoding
 // and validation of requests, which come from other processes and are
-// untrusted. It must not know about buffers, sinks or the pipeline: the
-// Handler does the work.
+// untrusted. It also owns Prometheus Alertmanager's webhook
+// (alertmanager.go, alertauth.go, alertsession.go): decoding the
+// notifications, the bearer token, loopback by default, a bounded HTTP
+// server (ServeAlerts), and SessionAlertHandler, which drives a session
+// through the small AlertSession interface. It must not know about
+// buffers, sinks or the pipeline (it imports none of them: package config
+// imports this one, and pipeline, which imports config, implements the
+// Handler and AlertSession): the session does the work.
 package control

@@ -36,7 +36,11 @@
 //
 // Clients drive sessions through the exported API only: the CLI, and the
 // Perfetto consumer service (package perfettosvc, a layer above this
-// one, which this package must not import). Producers reach a session
+// one, which this package must not import). Two adapters of that API live
+// here so that every client shares them: ControlHandler (control.go) serves
+// a session's control socket, and Result.ImportRisks (import_risks.go)
+// says what a finished session's counters predict for trace_processor's
+// import; the wording of either is the client's. Producers reach a session
 // through a Transport (package transport): in-process and go-plugin ones
 // (transport/inprocess, transport/goplugin) that the session builds from
 // its config, and Perfetto producers bound through RemoteProducers

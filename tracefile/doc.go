@@ -14,7 +14,10 @@
 //     lifecycle events, TraceStats) and small decoders (DecodePacket,
 //     DecodeTraceStats);
 //   - ReadFile: a trace file by path, record by record, a truncation
-//     reported to the caller rather than printed;
+//     reported to the caller rather than printed; ReadFilePackets, the
+//     same with each record's top level decoded and the undecodable ones
+//     counted; PacketSelector, which packets of a trace belong to a
+//     sequence or a data source (`tracepipe protovm apply`);
 //   - LossReport / WriteLossTable and the stats scan behind `tracepipe
 //     stats` (ScanStats / StatsScan: the last TraceStats, each machine's,
 //     the flagged packets, and the --fail-on-loss verdict LossSummary);

@@ -43,3 +43,20 @@ func ReadFile(path string, opts ReaderOptions, onTruncated func(records int, err
 		}
 	}
 }
+
+// ReadFilePackets is ReadFile with each record's top-level fields decoded
+// (DecodePacket) for fn. A record whose top level does not decode is
+// skipped and counted: the count is returned, with ReadFile's error, for
+// the caller to word. With ReaderOptions.MaxPacketBuffer, fn sees
+// Record.Elided on a longer packet, decoded from what Record.Packet kept.
+func ReadFilePackets(path string, opts ReaderOptions, onTruncated func(records int, err error), fn func(Record, *PacketInfo) error) (undecodable int, err error) {
+	err = ReadFile(path, opts, onTruncated, func(rec Record) error {
+		info, err := DecodePacket(rec.Packet)
+		if err != nil {
+			undecodable++
+			return nil
+		}
+		return fn(rec, &info)
+	})
+	return undecodable, err
+}

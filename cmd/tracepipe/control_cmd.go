@@ -7,9 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -29,47 +27,6 @@ const exitNoTrigger = 4
 // included).
 const controlTimeout = 2 * time.Minute
 
-// sessionControl serves a running session's control socket.
-type sessionControl struct {
-	svc   *pipeline.Service
-	name  string
-	start time.Time
-	stop  func()
-}
-
-func (c *sessionControl) Info() control.Info {
-	st := c.svc.Status()
-	sn := c.svc.SnapshotStats()
-	in := control.Info{Name: c.name, Start: c.start, Losses: st.Losses - st.RingOverwrites, RingOverwrites: st.RingOverwrites, BytesIn: st.BytesIn,
-		SnapshotsTaken: sn.Taken, SnapshotsFailed: sn.Failed, SnapshotsRefused: sn.Refused,
-		MemoryBytes: uint64(st.Memory.Total())}
-	for _, b := range st.Buffers {
-		in.Buffers = append(in.Buffers, control.BufferInfo{Name: b.Name, Size: uint64(b.Size), Fill: b.Fill()})
-	}
-	return in
-}
-
-func (c *sessionControl) Trigger(names []string) ([]string, int) {
-	acted := c.svc.ActivateTriggers("", names...)
-	return acted, len(names) - len(acted)
-}
-
-// TriggerNames makes the control server refuse unknown trigger names
-// (control.TriggerNamer).
-func (c *sessionControl) TriggerNames() []string { return c.svc.TriggerNames() }
-
-func (c *sessionControl) Snapshot(ctx context.Context, path, trigger string) (control.SnapshotResult, error) {
-	select {
-	case r := <-c.svc.Snapshot(pipeline.SnapshotRequest{Trigger: trigger, Path: path}):
-		return control.SnapshotResult{Number: r.N, Files: r.Files, Packets: r.Packets, Bytes: r.Bytes, Pause: r.Pause}, r.Err
-	case <-ctx.Done():
-		return control.SnapshotResult{}, ctx.Err()
-	}
-}
-
-func (c *sessionControl) Rotate() ([]string, error) { return c.svc.Rotate() }
-func (c *sessionControl) Stop()                     { c.stop() }
-
 // openControl opens the session's control socket; a name a live session
 // holds is an error, any other failure only a warning (the session runs
 // without control).
@@ -77,7 +34,7 @@ func openControl(svc *pipeline.Service, cfg *config.Config, stop func(), stderr 
 	dir, err := control.Dir()
 	if err == nil {
 		var srv *control.Server
-		srv, err = control.Listen(dir, cfg.UniqueSessionName, &sessionControl{svc: svc, name: cfg.UniqueSessionName, start: time.Now(), stop: stop})
+		srv, err = control.Listen(dir, cfg.UniqueSessionName, svc.ControlHandler(cfg.UniqueSessionName, time.Now(), stop))
 		if err == nil {
 			return srv, nil
 		}
@@ -233,22 +190,11 @@ func newControlCmds() []*cobra.Command {
 	return []*cobra.Command{newSessionsCmd(), trig, snap, rot, stop}
 }
 
-// alertHandler turns Alertmanager's webhook into trigger activations;
-// refused requests and triggers are counted and logged by the session.
-func alertHandler(svc *pipeline.Service, token string, log *slog.Logger) http.Handler {
-	return control.AlertHandler(func(names []string) []string {
-		acted := svc.ActivateTriggers("alertmanager", names...)
-		sinks.LogDetail(log, slog.LevelInfo, []any{"triggers", names, "acted", acted}, "alertmanager: triggers %v, acted %v", names, acted)
-		if len(acted) < len(names) {
-			svc.TriggersRefused("alertmanager", slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(acted, n) }))
-		}
-		return acted
-	}, control.AlertOptions{Token: token, Refused: svc.AlertRequestRefused})
-}
-
 // serveAlerts serves the Alertmanager webhook at POST /alertmanager on
 // addr (loopback when it names no host) until the returned stop is
 // called; with tokenFile, every request must carry its bearer token.
+// control.SessionAlertHandler turns notifications into the session's
+// triggers; this function words the flags' errors and the startup line.
 func serveAlerts(addr, tokenFile string, svc *pipeline.Service, log *slog.Logger) (func(), error) {
 	addr, err := control.AlertListenAddr(addr)
 	if err != nil {
@@ -269,14 +215,5 @@ func serveAlerts(addr, tokenFile string, svc *pipeline.Service, log *slog.Logger
 		auth = "no --alert-token-file: whoever reaches this address can fire the session's triggers"
 	}
 	sinks.LogDetail(log, slog.LevelInfo, []any{"addr", ln.Addr().String()}, "alertmanager webhook on http://%s/alertmanager (%s)", ln.Addr(), auth)
-	mux := http.NewServeMux()
-	mux.Handle("/alertmanager", alertHandler(svc, token, log))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10}
-	go func() { _ = srv.Serve(ln) }()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
+	return control.ServeAlerts(ln, control.SessionAlertHandler(svc, token, log)), nil
 }

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/tracepipe/tracepipe/config"
 )
 
 // run --perfetto listens on PERFETTO_PRODUCER_SOCK_NAME and, when no
@@ -34,22 +32,5 @@ sinks: [{type: file, path: `+filepath.Join(dir, "out.pftrace")+`}]
 	_, stderr, code = runCLI(t, "run", "-c", cfg)
 	if code != exitError || !strings.Contains(stderr, "unknown data source") {
 		t.Fatalf("without --perfetto: exit %d, stderr %q", code, stderr)
-	}
-}
-
-// The log line naming the producer socket says where the path came from:
-// perfetto.producer_socket, PERFETTO_PRODUCER_SOCK_NAME, or the default
-// (it said PERFETTO_PRODUCER_SOCK_NAME whichever it was).
-func TestProducerSocketSource(t *testing.T) {
-	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", "")
-	if got := producerSocketSource(config.PerfettoConfig{ProducerSocket: "/x.sock"}); !strings.Contains(got, "perfetto.producer_socket") {
-		t.Errorf("configured: %q", got)
-	}
-	if got := producerSocketSource(config.PerfettoConfig{}); !strings.Contains(got, "default") {
-		t.Errorf("default: %q", got)
-	}
-	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", "/y.sock")
-	if got := producerSocketSource(config.PerfettoConfig{}); !strings.Contains(got, "PERFETTO_PRODUCER_SOCK_NAME") {
-		t.Errorf("environment: %q", got)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -107,7 +106,7 @@ type applyOptions struct {
 	memLimit, every               int
 	maxPacketBuffer               int
 	statuses                      bool
-	sel                           packetSelector
+	sel                           tracefile.PacketSelector
 }
 
 const applyLong = `Apply the packets of a trace (plain, gzip or zstd) to a ProtoVM program as
@@ -135,7 +134,7 @@ func newProtoVMApplyCmd() *cobra.Command {
   tracepipe protovm apply --program prog.bin --filter 'packet.sequence_id == 3' --every 1000 trace.pftrace`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.sel.dataSource != "" && cmd.Flags().Changed("sequence") {
+			if o.sel.DataSource != "" && cmd.Flags().Changed("sequence") {
 				return usageError{errors.New("--data-source and --sequence are exclusive")}
 			}
 			if o.every < 0 {
@@ -144,21 +143,21 @@ func newProtoVMApplyCmd() *cobra.Command {
 			if o.maxPacketBuffer < 1 {
 				return usageError{fmt.Errorf("--max-packet-buffer must be >= 1, got %d", o.maxPacketBuffer)}
 			}
-			o.sel.bySeq = cmd.Flags().Changed("sequence")
+			o.sel.BySequence = cmd.Flags().Changed("sequence")
 			if filter != "" {
 				f, err := sinks.NewFilter(filter)
 				if err != nil {
 					return usageError{err}
 				}
-				o.sel.filter = f
+				o.sel.Filter = f.Eval
 			}
 			return runApply(args[0], o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVar(&o.program, "program", "", "program: a description (.yaml, .yml) or compiled VmProgram bytes")
 	c.Flags().StringVarP(&o.descriptors, "descriptors", "d", "", "binary FileDescriptorSet for a description's field names")
-	c.Flags().StringVar(&o.sel.dataSource, "data-source", "", "only packets of sequences (trusted_packet_sequence_id) that carry this data source's payload field: track_event (11), for_testing (900) or field:N")
-	c.Flags().Uint32Var(&o.sel.seq, "sequence", 0, "only packets with this trusted_packet_sequence_id")
+	c.Flags().StringVar(&o.sel.DataSource, "data-source", "", "only packets of sequences (trusted_packet_sequence_id) that carry this data source's payload field: track_event (11), for_testing (900) or field:N")
+	c.Flags().Uint32Var(&o.sel.Sequence, "sequence", 0, "only packets with this trusted_packet_sequence_id")
 	c.Flags().StringVar(&filter, "filter", "", "only packets for which this CEL expression (sinks' filter language) is true")
 	c.Flags().IntVar(&o.memLimit, "memory-limit", protoVMDefaultMem, "state memory limit in bytes")
 	c.Flags().IntVar(&o.maxPacketBuffer, "max-packet-buffer", tracefile.DefaultMaxPacketBuffer, "bytes held of one packet; a selected packet longer than this stops apply with an error, others are skipped unread")
@@ -196,7 +195,7 @@ func runApply(path string, o applyOptions, out, stderr io.Writer) error {
 	}
 	n := 0
 	err = readTrace(path, o.maxPacketBuffer, stderr, func(rec tracefile.Record, info *tracefile.PacketInfo) error {
-		if !o.sel.accept(info) {
+		if !o.sel.Accept(info) {
 			return nil // a packet not applied is never held whole
 		}
 		if rec.Elided > 0 {
@@ -235,81 +234,17 @@ func writeState(w io.Writer, vm *protovm.VM) {
 }
 
 // readTrace streams the packets of the trace at path (plain, gzip or zstd)
-// to fn with their decoded top-level fields (see readRecords); packets
-// whose top level does not decode are skipped and counted on stderr.
-// At most maxPacketBuffer bytes of a packet are held (0: packets are read
-// whole); fn sees Record.Elided on a longer one.
+// to fn with their decoded top-level fields (tracefile.ReadFilePackets),
+// wording its warnings on stderr: a truncated trace is read up to its last
+// whole packet, and packets whose top level does not decode are skipped
+// and counted. At most maxPacketBuffer bytes of a packet are held (0:
+// packets are read whole); fn sees Record.Elided on a longer one.
 func readTrace(path string, maxPacketBuffer int, stderr io.Writer, fn func(tracefile.Record, *tracefile.PacketInfo) error) error {
-	bad := 0
-	err := readRecords(path, maxPacketBuffer, stderr, func(rec tracefile.Record) error {
-		info, err := tracefile.DecodePacket(rec.Packet)
-		if err != nil {
-			bad++
-			return nil
-		}
-		return fn(rec, &info)
-	})
+	bad, err := tracefile.ReadFilePackets(path, tracefile.ReaderOptions{MaxPacketBuffer: maxPacketBuffer}, truncatedWarning(path, stderr), fn)
 	if bad > 0 {
 		fmt.Fprintf(stderr, "tracepipe: warning: %s: %d packet(s) could not be decoded and were skipped\n", path, bad)
 	}
 	return err
-}
-
-// packetSelector selects the packets apply feeds to the VM.
-type packetSelector struct {
-	dataSource string
-	seq        uint32
-	bySeq      bool
-	filter     *sinks.Filter
-	// seqOK remembers the sequences that belong to the data source.
-	seqOK map[uint32]bool
-}
-
-// dataSourceFields maps well-known data source names to the TracePacket
-// field their packets carry.
-var dataSourceFields = map[string]int32{
-	"track_event": tracefile.FieldTrackEvent,
-	"for_testing": tracefile.FieldForTesting,
-}
-
-func (s *packetSelector) accept(info *tracefile.PacketInfo) bool {
-	if s.filter != nil {
-		if ok, err := s.filter.Eval(info); err == nil && !ok {
-			return false
-		}
-	}
-	if s.bySeq {
-		return info.SequenceID == s.seq
-	}
-	if s.dataSource == "" {
-		return true
-	}
-	if s.seqOK == nil {
-		s.seqOK = map[uint32]bool{}
-	}
-	if s.seqOK[info.SequenceID] {
-		return true
-	}
-	// A sequence belongs to the data source from its first packet that
-	// carries the data source's payload field.
-	want, known := dataSourceFields[s.dataSource]
-	if num, isNum := strings.CutPrefix(s.dataSource, "field:"); isNum {
-		n, err := strconv.ParseUint(num, 10, 31)
-		want, known = int32(n), err == nil
-	}
-	if known && info.PayloadField == want {
-		s.seqOK[info.SequenceID] = true
-		return true
-	}
-	return false
-}
-
-// readRecords streams the records of the trace at path to fn; a truncated
-// trace is read up to its last whole packet, with a warning.
-// At most maxPacketBuffer bytes of a packet are held (0: whole packets; see
-// tracefile.ReaderOptions.MaxPacketBuffer).
-func readRecords(path string, maxPacketBuffer int, stderr io.Writer, fn func(tracefile.Record) error) error {
-	return tracefile.ReadFile(path, tracefile.ReaderOptions{MaxPacketBuffer: maxPacketBuffer}, truncatedWarning(path, stderr), fn)
 }
 
 // truncatedWarning returns the warning tracefile.ReadFile gives a

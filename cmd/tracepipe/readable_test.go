@@ -100,12 +100,12 @@ func TestStatusLineRingOverwrites(t *testing.T) {
 func TestSummaryRingOverwrites(t *testing.T) {
 	res := &pipeline.Result{Stats: tracefile.TraceStats{BufferStats: []tracefile.BufferStats{{ChunksOverwritten: 282688}}}}
 	var b strings.Builder
-	printSummary(&b, res, lossContext(&config.Config{Buffers: []config.BufferConfig{{FillPolicy: config.FillPolicyRingBuffer}}}))
+	printSummary(&b, res, (&config.Config{Buffers: []config.BufferConfig{{FillPolicy: config.FillPolicyRingBuffer}}}).LossContext())
 	if !strings.Contains(b.String(), "tracepipe: no data loss\n") || !strings.Contains(b.String(), "chunks_overwritten[buffer 0]=282688 (a ring read once") {
 		t.Errorf("read once:\n%s", b.String())
 	}
 	b.Reset()
-	printSummary(&b, res, lossContext(&config.Config{WriteIntoFile: true, Buffers: []config.BufferConfig{{FillPolicy: config.FillPolicyRingBuffer}}}))
+	printSummary(&b, res, (&config.Config{WriteIntoFile: true, Buffers: []config.BufferConfig{{FillPolicy: config.FillPolicyRingBuffer}}}).LossContext())
 	if !strings.Contains(b.String(), "tracepipe: data loss: chunks_overwritten[buffer 0]=282688") {
 		t.Errorf("streaming:\n%s", b.String())
 	}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
-	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
+	"github.com/tracepipe/tracepipe/transport/perfetto"
 )
 
 const runLong = `Record a trace: start the configured data sources, collect their packets
@@ -97,7 +97,7 @@ func newRunCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if writesStdout(cfg) && isTerminal(cmd.OutOrStdout()) {
+			if cfg.WritesStdout() && isTerminal(cmd.OutOrStdout()) {
 				return usageError{errors.New("refusing to write a binary trace to the terminal (a file sink's path is \"-\"): redirect standard output (tracepipe run -o - > t.pftrace, or | a program) or name a file with -o")}
 			}
 			bound, err := parseMemoryBound("--max-memory", maxMemory)
@@ -241,7 +241,7 @@ func runSession(ctx context.Context, cfg *config.Config, stderr io.Writer, metri
 	}
 	opts := pipeline.Options{Logger: logger, Rotatable: true, MaxMemory: maxMemory}
 	if cfg.Perfetto.Enabled {
-		reg, host, err := startPerfetto(ctx, cfg, logger)
+		reg, host, err := perfetto.ListenForSession(ctx, cfg, logger)
 		if err != nil {
 			return err
 		}
@@ -340,7 +340,7 @@ func runSession(ctx context.Context, cfg *config.Config, stderr io.Writer, metri
 			printDiscarded(stderr, res)
 			return exitCodeError{code: exitNoTrigger, err: fmt.Errorf("trigger_timeout: no trigger acted within %v; no trace written", cfg.TriggerConfig.Timeout)}
 		}
-		printSummary(stderr, res, lossContext(cfg))
+		printSummary(stderr, res, cfg.LossContext())
 		if warn := importWarning(res, cfg); warn != "" { // run_import.go
 			fmt.Fprintln(stderr, warn)
 		}
@@ -485,16 +485,6 @@ func printSummary(w io.Writer, res *pipeline.Result, lc tracefile.LossContext) {
 	}
 }
 
-// lossContext is what the trace's echoed config will tell `stats` (see
-// tracefile.LossContext), from the session's config.
-func lossContext(cfg *config.Config) tracefile.LossContext {
-	lc := tracefile.LossContext{Known: true, WriteIntoFile: cfg.WriteIntoFile}
-	for _, b := range cfg.Buffers {
-		lc.Ring = append(lc.Ring, b.FillPolicy != config.FillPolicyDiscard)
-	}
-	return lc
-}
-
 // printRefusals tells what was asked of the session from outside and
 // turned down: triggers that did not act, snapshots refused, webhook
 // requests refused (TraceStats counts them too).
@@ -517,23 +507,6 @@ func firstOr(s []string, def string) string {
 		return s[0]
 	}
 	return def
-}
-
-// writesStdout reports whether a file sink of cfg streams to standard
-// output (path "-", flat or in its file section).
-func writesStdout(cfg *config.Config) bool {
-	for _, s := range cfg.Sinks {
-		if s.Type != sinks.SinkTypeFile {
-			continue
-		}
-		if s.Path == sinks.StdoutPath {
-			return true
-		}
-		if p, ok := s.Sections[sinks.SinkTypeFile]["path"].(string); ok && p == sinks.StdoutPath {
-			return true
-		}
-	}
-	return false
 }
 
 // limitHeap gives the Go runtime a soft memory limit from the session's

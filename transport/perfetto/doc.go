@@ -12,8 +12,9 @@
 //
 // It lives below the consumer service (perfettosvc) and above the session
 // core: it imports pipeline for the Transport contract and the exported
-// session API, and pipeline does not import it (cmd/tracepipe wires it in
-// through Options.Perfetto). It must not copy, validate or account chunks
+// session API, and pipeline does not import it (a session's client opens
+// the socket with ListenForSession, listen.go, and wires it in through
+// Options.Perfetto). It must not copy, validate or account chunks
 // itself — commits reach the session as CommitData bytes through each
 // instance's pipeline.Link, validated there as any producer's — nor hold
 // a session's state beyond the ids traced gives out.

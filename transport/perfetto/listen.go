@@ -1,4 +1,4 @@
-package main
+package perfetto
 
 import (
 	"context"
@@ -9,20 +9,23 @@ import (
 	"strings"
 
 	"github.com/tracepipe/tracepipe/config"
-	"github.com/tracepipe/tracepipe/transport/perfetto"
-
 	"github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/sinks"
 )
 
-// startPerfetto listens on Perfetto's producer socket (the perfetto:
-// section) so that programs built for traced produce into this session,
-// and waits, at most perfetto.wait_for_producers, until the data sources
-// the config names and nothing else serves are registered. The caller
-// closes the host when the session ended.
-func startPerfetto(ctx context.Context, cfg *config.Config, log *slog.Logger) (*perfetto.Producers, *perfettoipc.Host, error) {
-	reg := perfetto.NewProducers()
+// ListenForSession listens on Perfetto's producer socket for one session
+// of cfg (its perfetto: section: the socket's path and its connection
+// bounds), so that programs built for traced produce into it, and waits,
+// at most perfetto.wait_for_producers or until ctx ends, until the data
+// sources the config names and nothing else serves are registered; the
+// error names those that were not. The Producers go into the session's
+// pipeline.Options.Perfetto; the caller closes the host when the session
+// ended. It logs on log (nil: not at all) where producers connect, the
+// data sources they registered, and the optional ones that stayed
+// missing.
+func ListenForSession(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Producers, *perfettoipc.Host, error) {
+	reg := NewProducers()
 	host := perfettoipc.NewHost(perfettoipc.NewProducerPort(reg))
 	host.MaxConns, host.MaxConnsPerUID = cfg.Perfetto.MaxConnections, cfg.Perfetto.MaxConnectionsPerUID
 	host.InitTimeout = cfg.Perfetto.InitTimeout
