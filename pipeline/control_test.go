@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/control"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
 // controlTriggers: a stop_tracing session that a control client's trigger
@@ -24,7 +25,7 @@ func TestControlHandlerServesTheSession(t *testing.T) {
 		stops := 0
 		res, _, _ := triggerSession(t, controlTriggers, func(s *Service) {
 			h := s.ControlHandler("ctl", start, func() { stops++ })
-			waitFor(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
+			testsupport.WaitUntil(t, "data", 10*time.Second, func() bool { return s.Status().BytesIn > 0 })
 			in := h.Info()
 			if in.Name != "ctl" || !in.Start.Equal(start) || len(in.Buffers) != 1 || in.Buffers[0].Size != 1024<<10 || in.BytesIn == 0 {
 				t.Errorf("Info = %+v", in)
