@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,11 +60,28 @@ sinks: [{type: file, path: %q}]
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { _, err := s.Run(runCtx); done <- err }()
-	testsupport.WaitUntil(t, "the data source started", 20*time.Second, func() bool {
-		pd.mu.Lock()
-		defer pd.mu.Unlock()
-		return slices.Contains(pd.commands, "start_data_source")
+	// The snapshot's flush goes to running data sources: wait until the
+	// session itself counts this one started (the producer having seen
+	// start_data_source is not enough: its NotifyDataSourceStarted may
+	// still be on its way, and a snapshot then flushes nobody).
+	started := make(chan struct{})
+	var once sync.Once
+	var cancelObs func()
+	testsupport.WaitUntil(t, "the session observable", 20*time.Second, func() bool {
+		c, err := s.Observe(ctx, func(o pipeline.Observation) {
+			if o.AllStarted {
+				once.Do(func() { close(started) })
+			}
+		})
+		cancelObs = c
+		return err == nil
 	})
+	defer cancelObs()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the data source never started")
+	}
 	if r := <-s.Snapshot(pipeline.SnapshotRequest{Trigger: "ipc"}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
