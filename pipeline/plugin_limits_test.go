@@ -9,6 +9,7 @@ import (
 
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/transport/goplugin"
 )
 
 // data_sources[i].limits decodes sizes and durations, and each bad value
@@ -37,7 +38,7 @@ func TestPluginLimitsConfig(t *testing.T) {
 	if got := cfg.DataSources[0].Limits; got == nil || *got != want {
 		t.Fatalf("limits decoded as %+v, want %+v", got, want)
 	}
-	if hl := hostLimits(got(cfg)); hl.Memory != 256<<20 || hl.CPU != 90*time.Second {
+	if hl := goplugin.HostLimits(got(cfg)); hl.Memory != 256<<20 || hl.CPU != 90*time.Second {
 		t.Errorf("host limits %+v", hl)
 	}
 	if lines, bytes := got(cfg).StderrRates(); lines != 10 || bytes != 4096 {

@@ -27,7 +27,7 @@ func newPluginProducer(spec producerSpec, ps pluginSpec, client buffer.ClientIde
 		Index: spec.index, Name: spec.name, Path: ps.path, Label: spec.label(),
 		DataSourceConfig: ps.config, SMBSize: ps.smbSize, PageSize: ps.pageSize,
 		TargetBuffer: bufferID(spec.target), Policy: spec.policy,
-		Limits: hostLimits(ps.limits), StderrLineRate: lineRate, StderrByteRate: byteRate,
+		Limits: goplugin.HostLimits(ps.limits), StderrLineRate: lineRate, StderrByteRate: byteRate,
 		Logf:       ps.logf,
 		OnTriggers: func(names []string) { p.onTriggers(names) },
 	})

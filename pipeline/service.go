@@ -18,6 +18,7 @@ import (
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/smb"
 	"github.com/tracepipe/tracepipe/tracefile"
+	"github.com/tracepipe/tracepipe/transport/goplugin"
 )
 
 // Options tune a Service beyond its Config.
@@ -252,7 +253,7 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := ResolvePlugins(context.Background(), cfg, nil); err != nil {
+	if err := goplugin.ResolvePlugins(context.Background(), cfg, nil); err != nil {
 		return nil, err
 	}
 	if err := config.CheckFixedMemory(cfg, opts.MaxMemory, "the session memory bound: run --max-memory"); err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tracepipe/tracepipe/config"
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/transport/goplugin"
 )
 
 const pluginsLong = `List the data-source plugins in a directory: each executable whose name
@@ -53,12 +53,12 @@ func listPlugins(ctx context.Context, dir string, w io.Writer) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	list, err := pipeline.ListPlugins(ctx, dir, nil)
+	list, err := goplugin.ListPlugins(ctx, dir, nil)
 	if err != nil {
 		return err
 	}
 	if len(list) == 0 {
-		_, err := fmt.Fprintf(w, "no plugins in %s (a plugin is an executable named %s*)\n", dir, pipeline.PluginPrefix)
+		_, err := fmt.Fprintf(w, "no plugins in %s (a plugin is an executable named %s*)\n", dir, goplugin.PluginPrefix)
 		return err
 	}
 	var failed int

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tracepipe/tracepipe/config"
-	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/transport/goplugin"
 )
 
 const validateLong = `Load a tracepipe config the way 'tracepipe run' does and check it: the file
@@ -75,7 +75,7 @@ func runValidate(path string, sets []string, printCfg bool, stdout, stderr io.Wr
 	}
 	if err == nil {
 		// Plugins check their own config sections (a validate-only call).
-		err = pipeline.ValidatePlugins(context.Background(), cfg, nil)
+		err = goplugin.ValidatePlugins(context.Background(), cfg, nil)
 	}
 	if err != nil {
 		// A *ValidationError lists its problems one per line without
