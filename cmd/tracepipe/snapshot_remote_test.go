@@ -25,9 +25,13 @@ func TestSnapshotsReachServe(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "live.pftrace")
 	cfg := filepath.Join(dir, "session.yaml")
+	// The snapshot clones what the live session has not read yet: with a
+	// read every 100 ms it held 0.1 s of data, under load as little as 19
+	// packets. A period longer than the session (2,000 packets per writer
+	// at 1,000/s) leaves the snapshot everything written before the trigger.
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`duration: 30s
 write_into_file: true
-file_write_period: 100ms
+file_write_period: 10s
 buffers: [{size_kb: 8192}]
 trigger_config:
   trigger_mode: clone_snapshot
