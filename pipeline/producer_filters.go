@@ -19,8 +19,8 @@ import (
 // traced). The caller checked that nothing else changed. It fails once the
 // session is ending.
 func (s *Service) ChangeProducerFilters(ctx context.Context, newCfg *config.Config) error {
-	// The session's data sources are those of the config some producer
-	// served at EnableTracing: matched by name and config.
+	// The session's data sources are the config's (EnableTracing keeps
+	// those no producer serves yet): matched by name and config.
 	filters := map[int]config.ProducerFilter{}
 	for i, dc := range s.cfg.DataSources {
 		for _, nd := range newCfg.DataSources {
