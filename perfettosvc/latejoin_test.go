@@ -1,10 +1,14 @@
 package perfettosvc
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -270,4 +274,82 @@ sinks: [{type: file, path: %q}]
 	if b.count("stop_data_source") != 1 {
 		t.Fatalf("the late producer got %q", b.commands)
 	}
+}
+
+// Joiners are bounded: once the session made Options.MaxInstances data
+// source instances, a producer that registers later is not started for
+// it (its SMB is not mapped), the log says so, and the session ends as
+// usual.
+func TestLateJoinersBounded(t *testing.T) {
+	prodSock, _, reg := perfettoService(t)
+	out := filepath.Join(t.TempDir(), "trace.pftrace")
+	cfg := cfgtest.LoadYAML(t, fmt.Sprintf(`
+duration: 60s
+buffers: [{size_kb: 4096}]
+perfetto: {enabled: true}
+data_sources:
+  - name: test.perfetto_double
+sinks: [{type: file, path: %q}]
+`, out))
+	const na, nb, nc = 20, 30, 40
+	a := joinDouble(t, prodSock, "double-a", na, false)
+	var log lockedBuffer
+	s, err := pipeline.New(cfg, pipeline.Options{Logger: slog.New(slog.NewTextHandler(&log, nil)), Perfetto: reg, MaxInstances: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 60*time.Second)
+	defer stop()
+	type ran struct {
+		res *pipeline.Result
+		err error
+	}
+	rc := make(chan ran, 1)
+	go func() {
+		res, err := s.Run(ctx)
+		rc <- ran{res, err}
+	}()
+	waitStarted(t, a, "double-a")
+	b := joinDouble(t, prodSock, "double-b", nb, false)
+	waitStarted(t, b, "double-b")
+	c := joinDouble(t, prodSock, "double-c", nc, false)
+	testsupport.WaitUntil(t, "the refusal of double-c in the log", 30*time.Second, func() bool {
+		return strings.Contains(log.String(), "the session has 2 data source instances, the most it takes")
+	})
+	if got := s.DataSourceInstances(); got != 2 {
+		t.Fatalf("%d data source instances, want the bound, 2", got)
+	}
+	stop()
+	r := <-rc
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var raw [][]byte
+	for _, p := range tracetest.ReadTrace(t, out) {
+		raw = append(raw, p.Raw)
+	}
+	if got := markerPackets(t, raw); got != na+nb {
+		t.Fatalf("%d producer packets, want %d + %d from the two instances the bound allows", got, na, nb)
+	}
+	if c.count("setup_data_source test.perfetto_double") != 0 {
+		t.Fatalf("a producer past the bound got %q", c.commands)
+	}
+}
+
+// lockedBuffer is a log destination safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

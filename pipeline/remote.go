@@ -114,11 +114,20 @@ func (s *Service) joinLate() {
 	}
 }
 
-// maxSessionProducers bounds a session's data source instances, those
-// that joined late included: each keeps a mapping of its producer's SMB
-// until the session ends, and producer ids are 16 bits. A producer that
-// reconnects over and over cannot grow a session beyond it.
-const maxSessionProducers = 4096
+// DefaultMaxInstances is Options.MaxInstances' default: the most data
+// source instances a session makes, those that joined late included.
+// Each keeps a mapping of its producer's SMB until the session ends, and
+// producer ids are 16 bits: a producer that reconnects over and over
+// cannot grow a session beyond it.
+const DefaultMaxInstances = 4096
+
+// maxInstances is the session's bound on its data source instances.
+func (s *Service) maxInstances() int {
+	if n := s.opts.MaxInstances; n > 0 {
+		return min(n, DefaultMaxInstances)
+	}
+	return DefaultMaxInstances
+}
 
 // bindJoiners binds the producers admitted to data_sources[i] that do not
 // serve it in this session yet (joinLate, ChangeProducerFilters) and, once
@@ -136,14 +145,14 @@ func (s *Service) bindJoiners(i int) error {
 	}
 	insts, err := s.remoteSession().Bind(i, dc, s.cfg.Duration, func(conn any) bool { return bound[conn] })
 	for k, in := range insts {
-		if len(s.producers) >= maxSessionProducers {
+		if len(s.producers) >= s.maxInstances() {
 			for _, left := range insts[k:] {
 				left.Transport.Close()
 				_ = left.SMB.Close()
 			}
 			if !s.joinsRefused {
 				s.joinsRefused = true
-				s.logf("data_sources[%d] %q: the session has %d data source instances, the most it takes: producers that register later do not join it", i, dc.Name, maxSessionProducers)
+				s.logf("data_sources[%d] %q: the session has %d data source instances, the most it takes: producers that register later do not join it", i, dc.Name, len(s.producers))
 			}
 			break
 		}

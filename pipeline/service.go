@@ -49,6 +49,10 @@ type Options struct {
 	// TracingSessionID is the session's id for Perfetto producers, when
 	// a Perfetto consumer's session has one already (0: made on first use).
 	TracingSessionID uint64
+	// MaxInstances bounds the session's data source instances, Perfetto
+	// producers that join while it records included (remote.go); 0, or
+	// more than DefaultMaxInstances: DefaultMaxInstances.
+	MaxInstances int
 	// TriggerSeed seeds skip_probability's random draws (0: random), so
 	// that tests can reproduce them.
 	TriggerSeed uint64
@@ -139,7 +143,7 @@ type producerSet struct {
 	joinable []int
 	joinC    <-chan struct{}
 	started  bool
-	// joinsRefused: a joiner found maxSessionProducers (logged once).
+	// joinsRefused: a joiner found the session full (maxInstances; logged once).
 	joinsRefused bool
 	// instances is len(producers), for other goroutines
 	// (DataSourceInstances).
