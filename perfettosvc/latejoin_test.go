@@ -353,3 +353,32 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A producer that registers between EnableTracing with deferred_start and
+// StartTracing is started with the session (the join pass runs before
+// the session starts its data sources).
+func TestPerfettoProducerJoinsBeforeDeferredStart(t *testing.T) {
+	prodSock, consSock, _ := perfettoService(t)
+	const n = 45
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	tc := filteredConfig(60_000)
+	tc = protowire.AppendTag(tc, 12, protowire.VarintType) // deferred_start
+	tc = protowire.AppendVarint(tc, 1)
+	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: tc}, false)
+	if got := numDataSources(t, c); got != 0 {
+		t.Fatalf("num_data_sources %d before any producer connected", got)
+	}
+	pd := joinDouble(t, prodSock, "double-early", n, false)
+	if r := c.reply(c.pd.invoke("StartTracing", &ipc.StartTracingRequest{}, false)); !r.GetSuccess() {
+		t.Fatalf("StartTracing: %v", r)
+	}
+	waitStarted(t, pd, "double-early")
+	flushOK(t, c)
+	if got := markerPackets(t, disableAndRead(t, c, enable)); got != n {
+		t.Fatalf("%d producer packets, want %d", got, n)
+	}
+	if pd.count("setup_data_source test.perfetto_double") != 1 {
+		t.Fatalf("the producer got %q", pd.commands)
+	}
+}
