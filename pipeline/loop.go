@@ -69,9 +69,12 @@ func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 		}
 		// Late joiners (remote.go): only while recording with the data
 		// sources started, so that the final flush and the stop see
-		// every producer the session started.
+		// every producer the session started; at most one pass per
+		// joinInterval (a change in between waits for a later turn of
+		// the loop: the status ticker wakes it at the latest).
 		var joinC <-chan struct{}
-		if s.phase == phaseRecording && s.started && !s.recordingStopped {
+		if s.joinC != nil && s.phase == phaseRecording && s.started && !s.recordingStopped &&
+			time.Since(s.joinedAt) >= joinInterval {
 			joinC = s.joinC
 		}
 		select {

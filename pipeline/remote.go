@@ -107,12 +107,18 @@ func (s *Service) addRemoteProducers(i int) error {
 // flushed and stopped as every other producer.
 func (s *Service) joinLate() {
 	s.joinC = s.opts.Perfetto.Changed() // first: a change during this pass wakes the next
+	s.joinedAt = time.Now()
 	for _, i := range s.joinable {
 		if err := s.bindJoiners(i); err != nil {
 			s.logf("data_sources[%d] %q: a producer that registered it could not join the session: %v", i, s.cfg.DataSources[i].Name, err)
 		}
 	}
 }
+
+// joinInterval is the least time between two late-join passes of a
+// session: a producer that registers and unregisters in a loop costs each
+// session at most one pass per interval, not one per message.
+const joinInterval = 20 * time.Millisecond
 
 // DefaultMaxInstances is Options.MaxInstances' default: the most data
 // source instances a session makes, those that joined late included.

@@ -142,6 +142,7 @@ type producerSet struct {
 	// last pass; started: startProducers ran.
 	joinable []int
 	joinC    <-chan struct{}
+	joinedAt time.Time // the last pass (joinInterval)
 	started  bool
 	// joinsRefused: a joiner found the session full (maxInstances; logged once).
 	joinsRefused bool
