@@ -64,17 +64,14 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		closeFD()
 		return nil, err
 	}
-	// As traced, a data source no producer serves is not an error: the
-	// session runs without it.
-	kept := cfg.DataSources[:0]
+	// As traced, a data source no producer serves yet is not an error:
+	// the session runs, and a producer that registers it later (and that
+	// its producer filters admit) joins the session (pipeline's joinLate).
 	for _, dc := range cfg.DataSources {
-		if _, builtin := plugins.Lookup(dc.Name); builtin || pc.Producers.HasProducerFor(&dc) {
-			kept = append(kept, dc)
-		} else {
-			sinks.Logf(pc.Logger, slog.LevelWarn, "perfetto consumer (pid %d): no producer serves data source %q; the session runs without it", peer.PID, dc.Name)
+		if _, builtin := plugins.Lookup(dc.Name); !builtin && !pc.Producers.HasProducerFor(&dc) {
+			sinks.Logf(pc.Logger, slog.LevelInfo, "perfetto consumer (pid %d): no producer serves data source %q yet; it starts for this session when one registers it", peer.PID, dc.Name)
 		}
 	}
-	cfg.DataSources = kept
 	for _, w := range cfg.TraceConfigWarnings() {
 		// EnableTracing's reply has no place for a warning (error fails
 		// the session), so the service's log carries it, as traced's does.
@@ -153,7 +150,6 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		cs.bufferKB = append(cs.bufferKB, b.SizeKB)
 	}
 	cs.durationMs = uint32(min(cfg.Duration.Milliseconds(), 1<<31))
-	cs.numSources = len(cfg.DataSources)
 	ctx, cancel := context.WithCancel(context.Background())
 	cs.cancel = cancel
 	pc.mu.Lock()
@@ -275,7 +271,6 @@ type consumerSession struct {
 	id          uint64 // tracing session id, as CloneSession names it
 	bufferKB    []uint32
 	durationMs  uint32
-	numSources  int
 	uid         uint32 // the consumer's, from its socket
 	uniqueName  string // TraceConfig.unique_session_name
 	traceConfig []byte // as the consumer sent it (ChangeTraceConfig compares)
@@ -313,7 +308,7 @@ func (cs *consumerSession) serviceState() *perfettoipc.TracingServiceState_Traci
 	return &perfettoipc.TracingServiceState_TracingSession{
 		Id: proto.Uint64(cs.id), ConsumerUid: proto.Int32(int32(cs.uid)), State: proto.String(state),
 		UniqueSessionName: proto.String(cs.uniqueName), BufferSizeKb: cs.bufferKB,
-		DurationMs: proto.Uint32(cs.durationMs), NumDataSources: proto.Uint32(uint32(cs.numSources)),
+		DurationMs: proto.Uint32(cs.durationMs), NumDataSources: proto.Uint32(uint32(cs.svc.DataSourceInstances())),
 		IsStarted: proto.Bool(started),
 	}
 }

@@ -49,6 +49,7 @@ type perfettoDouble struct {
 	mem      *smb.SMB
 	writer   *smb.TraceWriter
 	instance uint64
+	heldFDs  []int // received, not taken by a frame yet (recv)
 	// lastConfig is the DataSourceConfig of the last setup_data_source.
 	lastConfig []byte
 	flushFlags []uint64 // each flush command's flags, in order
@@ -89,14 +90,28 @@ func (pd *perfettoDouble) invokeRaw(method string, args []byte, drop bool) uint6
 	return pd.rid
 }
 
-// recv reads one frame and the descriptors that came with it.
+// recv reads one frame and the descriptors that came for it. As in
+// Perfetto's client, a descriptor waits for the frame that takes it: one
+// read can bring a reply and, after it, the command that the descriptor
+// came with (setup_tracing right after the RegisterDataSource reply, when
+// a running session starts the producer at once), so once connect
+// opened GetAsyncCommand, descriptors are handed only with its replies,
+// or on an error (a replay that never calls connect gets them with the
+// frame that ends their read, as before).
 func (pd *perfettoDouble) recv() (*ipc.Frame, []int, error) {
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(4*4))
-	var fds []int
+	take := func() []int {
+		fds := pd.heldFDs
+		pd.heldFDs = nil
+		return fds
+	}
 	for {
 		if f, err := pd.d.Next(); f != nil || err != nil {
-			return f, fds, err
+			if err != nil || pd.gacRID == 0 || f.GetRequestId() == pd.gacRID {
+				return f, take(), err
+			}
+			return f, nil, nil
 		}
 		_ = pd.uc.SetReadDeadline(time.Now().Add(30 * time.Second))
 		n, oobn, _, _, err := pd.uc.ReadMsgUnix(buf, oob)
@@ -104,16 +119,16 @@ func (pd *perfettoDouble) recv() (*ipc.Frame, []int, error) {
 			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
 			for _, m := range msgs {
 				got, _ := unix.ParseUnixRights(&m)
-				fds = append(fds, got...)
+				pd.heldFDs = append(pd.heldFDs, got...)
 			}
 		}
 		if n > 0 {
 			if ferr := pd.d.Feed(buf[:n]); ferr != nil {
-				return nil, fds, ferr
+				return nil, take(), ferr
 			}
 		}
 		if err != nil {
-			return nil, fds, err
+			return nil, take(), err
 		}
 	}
 }

@@ -44,5 +44,6 @@
 // through a Transport (package transport): in-process and go-plugin ones
 // (transport/inprocess, transport/goplugin) that the session builds from
 // its config, and Perfetto producers bound through RemoteProducers
-// (remote.go), implemented by transport/perfetto, which imports this one.
+// (remote.go: at the start, and while recording as they register),
+// implemented by transport/perfetto, which imports this one.
 package pipeline

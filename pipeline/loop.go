@@ -67,6 +67,16 @@ func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 		if !s.sinkStopped {
 			sinkStop = s.sinkStop
 		}
+		// Late joiners (remote.go): only while recording with the data
+		// sources started, so that the final flush and the stop see
+		// every producer the session started; at most one pass per
+		// joinInterval (a change in between waits for a later turn of
+		// the loop: the status ticker wakes it at the latest).
+		var joinC <-chan struct{}
+		if s.joinC != nil && s.phase == phaseRecording && s.started && !s.recordingStopped &&
+			time.Since(s.joinedAt) >= joinInterval {
+			joinC = s.joinC
+		}
 		select {
 		case <-stop:
 			return false
@@ -137,6 +147,8 @@ func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 			s.triggerTimedOut()
 		case fn := <-s.calls:
 			fn()
+		case <-joinC:
+			s.joinLate()
 		}
 	}
 	return true
@@ -153,6 +165,10 @@ func (s *Service) startProducers() {
 	// The start bound runs from here: a start_tracing session starts its
 	// sources when a trigger acts, maybe long after Run armed the timer.
 	s.timers.start.Reset(startTimeout)
+	if len(s.joinable) > 0 {
+		s.joinLate() // producers that registered since New start with the others
+	}
+	s.started = true
 	setupSequenced(s.producers) // setups, then starts, in order
 	for _, p := range s.producers {
 		p.state = stateStarting

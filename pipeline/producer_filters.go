@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/tracepipe/tracepipe/config"
 )
@@ -18,8 +19,8 @@ import (
 // traced). The caller checked that nothing else changed. It fails once the
 // session is ending.
 func (s *Service) ChangeProducerFilters(ctx context.Context, newCfg *config.Config) error {
-	// The session's data sources are those of the config some producer
-	// served at EnableTracing: matched by name and config.
+	// The session's data sources are the config's (EnableTracing keeps
+	// those no producer serves yet): matched by name and config.
 	filters := map[int]config.ProducerFilter{}
 	for i, dc := range s.cfg.DataSources {
 		for _, nd := range newCfg.DataSources {
@@ -47,29 +48,14 @@ func (s *Service) applyProducerFilters(filters map[int]config.ProducerFilter) er
 	if s.phase != phaseRecording {
 		return errors.New("ChangeTraceConfig: the session is ending")
 	}
-	r := s.opts.Perfetto
 	var errs []error
 	for i, filter := range filters {
-		dc := &s.cfg.DataSources[i]
-		dc.PerfettoProducers = filter
-		if r == nil || !r.Serves(dc.Name) {
+		s.cfg.DataSources[i].PerfettoProducers = filter
+		if !slices.Contains(s.joinable, i) {
 			continue // a built-in data source
 		}
-		bound := map[any]bool{}
-		for _, p := range s.producers {
-			if p.remote != nil && p.index == i {
-				bound[p.remote.Conn] = true
-			}
-		}
-		insts, err := s.remoteSession().Bind(i, dc, s.cfg.Duration, func(conn any) bool { return bound[conn] })
-		if err != nil {
+		if err := s.bindJoiners(i); err != nil {
 			errs = append(errs, err)
-		}
-		for _, in := range insts {
-			p := s.newRemoteProducer(i, in, false)
-			s.producers = append(s.producers, p)
-			p.state = stateStarting
-			go p.run()
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
@@ -29,6 +30,14 @@ type RemoteProducers interface {
 	// (Service.ActivateTriggersFrom) until unwatch is called; Run calls it
 	// for a session with a trigger_config.
 	WatchTriggers(s *Service) (unwatch func())
+	// Changed returns a channel that is closed at the next change of the
+	// connected producers or of the data sources they registered (a
+	// connection, a registration, a disconnection, ...). A session with
+	// remotely served data sources waits on it while it records, takes a
+	// new one, then starts the producers that joined (late joiners, as
+	// traced's RegisterDataSource starts them for running sessions): many
+	// changes before the session looks are one look.
+	Changed() <-chan struct{}
 }
 
 // RemoteSession binds one session's data sources to connected producers.
@@ -36,12 +45,12 @@ type RemoteSession interface {
 	// Bind returns one instance per connected producer that registered
 	// data_sources[index] (dc) and that dc's producer filters admit, in
 	// connection order, each a new data source instance of the session
-	// (duration: the session's). With bound nil (New) having none is an
-	// error naming the field; with bound set (ChangeProducerFilters), the
-	// connections it reports as already serving the data source are
-	// skipped and none is no error. It returns the instances it made and
-	// the errors of those it could not make (with bound nil, it stops at
-	// the first).
+	// (duration: the session's). None is no error: as under traced, the
+	// session runs and producers that register later join it. With bound
+	// set (late joiners, ChangeProducerFilters), the connections it
+	// reports as already serving the data source are skipped. It returns
+	// the instances it made and the errors of those it could not make
+	// (with bound nil, at New, it stops at the first).
 	Bind(index int, dc *config.DataSourceConfig, duration time.Duration, bound func(conn any) bool) ([]RemoteInstance, error)
 }
 
@@ -72,13 +81,102 @@ func (s *Service) remoteSession() RemoteSession {
 }
 
 // addRemoteProducers adds one producer (a data source instance) per
-// connected remote producer that registered data_sources[i].name. (The
-// buffer-exhausted policy is the producer's own: its SDK applies it.)
+// connected remote producer that registered data_sources[i].name, maybe
+// none: producers that register it later join the running session
+// (joinLate). (The buffer-exhausted policy is the producer's own: its SDK
+// applies it.)
 func (s *Service) addRemoteProducers(i int) error {
 	dc := &s.cfg.DataSources[i]
+	s.joinable = append(s.joinable, i)
 	insts, err := s.remoteSession().Bind(i, dc, s.cfg.Duration, nil)
 	for _, in := range insts {
 		s.producers = append(s.producers, s.newRemoteProducer(i, in, dc.OnStartError == config.OnStartErrorAbort))
+	}
+	return err
+}
+
+// joinLate binds, for every data source remote producers serve, the
+// connected producers that registered it, that its producer filters admit
+// and that do not serve it in this session yet: producers that connected
+// or registered after the session was made. Service goroutine; Run's loop
+// calls it when RemoteProducers.Changed fires while the session records
+// with its data sources started, and startProducers before it starts
+// them (producers that came between New and Run, or before a start
+// trigger). The stop never waits for a joiner that is not bound yet: once
+// the session stops recording, nobody joins; a joiner bound before is
+// flushed and stopped as every other producer.
+func (s *Service) joinLate() {
+	s.joinC = s.opts.Perfetto.Changed() // first: a change during this pass wakes the next
+	s.joinedAt = time.Now()
+	for _, i := range s.joinable {
+		if err := s.bindJoiners(i); err != nil {
+			s.logf("data_sources[%d] %q: a producer that registered it could not join the session: %v", i, s.cfg.DataSources[i].Name, err)
+		}
+	}
+}
+
+// joinInterval is the least time between two late-join passes of a
+// session: a producer that registers and unregisters in a loop costs each
+// session at most one pass per interval, not one per message.
+const joinInterval = 20 * time.Millisecond
+
+// DefaultMaxInstances is Options.MaxInstances' default: the most data
+// source instances a session makes, those that joined late included.
+// Each keeps a mapping of its producer's SMB until the session ends, and
+// producer ids are 16 bits: a producer that reconnects over and over
+// cannot grow a session beyond it.
+const DefaultMaxInstances = 4096
+
+// maxInstances is the session's bound on its data source instances.
+func (s *Service) maxInstances() int {
+	if n := s.opts.MaxInstances; n > 0 {
+		return min(n, DefaultMaxInstances)
+	}
+	return DefaultMaxInstances
+}
+
+// bindJoiners binds the producers admitted to data_sources[i] that do not
+// serve it in this session yet (joinLate, ChangeProducerFilters) and, once
+// the session started its data sources, starts them; before that,
+// startProducers starts them with the others. A joiner's start failure
+// never ends the session (its on_start_error applies to the producers
+// present at the start).
+func (s *Service) bindJoiners(i int) error {
+	dc := &s.cfg.DataSources[i]
+	bound := map[any]bool{}
+	for _, p := range s.producers {
+		if p.remote != nil && p.index == i {
+			bound[p.remote.Conn] = true
+		}
+	}
+	insts, err := s.remoteSession().Bind(i, dc, s.cfg.Duration, func(conn any) bool { return bound[conn] })
+	for k, in := range insts {
+		if len(s.producers) >= s.maxInstances() {
+			for _, left := range insts[k:] {
+				left.Transport.Close()
+				_ = left.SMB.Close()
+			}
+			if !s.joinsRefused {
+				s.joinsRefused = true
+				s.logf("data_sources[%d] %q: the session has %d data source instances, the most it takes: producers that register later do not join it", i, dc.Name, len(s.producers))
+			}
+			break
+		}
+		p := s.newRemoteProducer(i, in, false)
+		s.producers = append(s.producers, p)
+		s.instances.Store(int64(len(s.producers)))
+		if perr := s.addProtoVM(p); perr != nil {
+			err = errors.Join(err, perr)
+		} else if dc.ProtoVM != nil {
+			s.buffers[p.target].observeOverwrites()
+		}
+		if s.started {
+			// The start bound covers a joiner as the others (a start
+			// notification never answered fails it, not the session).
+			s.timers.start.Reset(startTimeout)
+			p.state = stateStarting
+			go p.run()
+		}
 	}
 	return err
 }
@@ -134,3 +232,9 @@ func stopSequenced(ps []*producer) {
 func (s *Service) ActivateTriggersFrom(producer string, uid int64, names []string) (acted []string) {
 	return s.activateTriggers(producer, uid, names)
 }
+
+// DataSourceInstances is the number of data source instances the session
+// made: one per built-in or plugin data source, one per Perfetto producer
+// serving a data source (late joiners included). Safe for concurrent use
+// (QueryServiceState's num_data_sources).
+func (s *Service) DataSourceInstances() int { return int(s.instances.Load()) }

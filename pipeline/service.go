@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tracepipe/tracepipe/buffer"
@@ -49,6 +50,10 @@ type Options struct {
 	// TracingSessionID is the session's id for Perfetto producers, when
 	// a Perfetto consumer's session has one already (0: made on first use).
 	TracingSessionID uint64
+	// MaxInstances bounds the session's data source instances, Perfetto
+	// producers that join while it records included (remote.go); 0, or
+	// more than DefaultMaxInstances: DefaultMaxInstances.
+	MaxInstances int
 	// TriggerSeed seeds skip_probability's random draws (0: random), so
 	// that tests can reproduce them.
 	TriggerSeed uint64
@@ -132,6 +137,19 @@ type Service struct {
 type producerSet struct {
 	producers []*producer
 	remote    RemoteSession // its identity for Perfetto producers (nil: none yet)
+	// joinable are the data_sources indices remote producers serve: a
+	// producer that registers one while the session records joins it
+	// (remote.go, joinLate). joinC is RemoteProducers.Changed as of the
+	// last pass; started: startProducers ran.
+	joinable []int
+	joinC    <-chan struct{}
+	joinedAt time.Time // the last pass (joinInterval)
+	started  bool
+	// joinsRefused: a joiner found the session full (maxInstances; logged once).
+	joinsRefused bool
+	// instances is len(producers), for other goroutines
+	// (DataSourceInstances).
+	instances atomic.Int64
 
 	commits  chan commitMsg
 	notes    chan note     // producers' lifecycle reports
@@ -311,6 +329,7 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	}
 	if err == nil {
 		s.makeBatches()
+		s.instances.Store(int64(len(s.producers)))
 	}
 	if err != nil {
 		for _, p := range s.producers {
@@ -494,30 +513,40 @@ func (s *Service) Run(ctx context.Context) (*Result, error) {
 // Perfetto does) and feeds the set the packets the ring buffer overwrites.
 func (s *Service) buildProtoVMs() error {
 	for _, p := range s.producers {
-		pc := s.cfg.DataSources[p.index].ProtoVM
-		if pc == nil {
-			continue
-		}
-		bs := s.buffers[p.target]
-		if bs.buf.Policy() != buffer.RingBuffer {
-			s.logf("data_sources[%d].protovm: buffer %d discards when full and never overwrites; the program will see no packets", p.index, p.target)
-		}
-		if pc.Path != config.ProtoVMPathPerfetto {
-			if bs.restore == nil {
-				bs.restore = restore.NewSet()
-			}
-			bs.restore.AddProgram(p.id, restore.NewProgram(pc.ProgramBytes, int(pc.MemoryLimitKB)*1024))
-			continue
-		}
-		if bs.vms == nil {
-			bs.vms = &protovm.Instances{}
-		}
-		if _, err := bs.vms.Add(p.name, pc.ProgramBytes, pc.MemoryLimitKB, int32(p.id)); err != nil {
-			return fmt.Errorf("data_sources[%d].protovm.program: %w", p.index, err)
+		if err := s.addProtoVM(p); err != nil {
+			return err
 		}
 	}
 	for _, bs := range s.buffers {
 		bs.observeOverwrites()
+	}
+	return nil
+}
+
+// addProtoVM gives producer p the ProtoVM program of its data source, if
+// it has one, in its target buffer's set (the caller then installs the
+// buffer's overwrite observer).
+func (s *Service) addProtoVM(p *producer) error {
+	pc := s.cfg.DataSources[p.index].ProtoVM
+	if pc == nil {
+		return nil
+	}
+	bs := s.buffers[p.target]
+	if bs.buf.Policy() != buffer.RingBuffer {
+		s.logf("data_sources[%d].protovm: buffer %d discards when full and never overwrites; the program will see no packets", p.index, p.target)
+	}
+	if pc.Path != config.ProtoVMPathPerfetto {
+		if bs.restore == nil {
+			bs.restore = restore.NewSet()
+		}
+		bs.restore.AddProgram(p.id, restore.NewProgram(pc.ProgramBytes, int(pc.MemoryLimitKB)*1024))
+		return nil
+	}
+	if bs.vms == nil {
+		bs.vms = &protovm.Instances{}
+	}
+	if _, err := bs.vms.Add(p.name, pc.ProgramBytes, pc.MemoryLimitKB, int32(p.id)); err != nil {
+		return fmt.Errorf("data_sources[%d].protovm.program: %w", p.index, err)
 	}
 	return nil
 }

@@ -2,7 +2,9 @@
 // the perfettoipc.Backend of tracepipe's producer socket (SDK apps,
 // traced_probes connect, register data sources, commit and answer
 // commands there) and a pipeline.RemoteProducers, through which a session
-// binds every connected producer that registered one of its data sources.
+// binds every connected producer that registered one of its data sources,
+// at its start and, told by Changed, whenever one connects or registers
+// while it records (late joiners, as traced).
 // It owns the connections and what is shared on them (one SMB and one
 // command stream per producer, serving any number of instances of any
 // number of sessions): routing each commit's chunks by target buffer to

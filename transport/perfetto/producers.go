@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -189,6 +188,14 @@ func (r *Producers) DataSourceUnregistered(*perfettoipc.Producer, string) {
 	r.mu.Lock()
 	r.notify()
 	r.mu.Unlock()
+}
+
+// Changed implements pipeline.RemoteProducers: closed at the next
+// connection, disconnection, registration or unregistration.
+func (r *Producers) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
 }
 
 // Commit implements perfettoipc.Backend (connection goroutine): the
@@ -461,8 +468,8 @@ func (r *Producers) matching(name string, admits func(producer string) bool) ([]
 // Serves implements pipeline.RemoteProducers: whether the session binds Perfetto producers for a data
 // source name: when one registered it (it wins over a built-in data
 // source of the same name, as the producer is what the user runs), and
-// for every name that is not built in (New then says which producers
-// registered what). False for a nil set.
+// for every name that is not built in (producers that register it later
+// join the session). False for a nil set.
 func (r *Producers) Serves(name string) bool {
 	if r == nil {
 		return false
@@ -530,17 +537,6 @@ func (r *Producers) has(name string, admits func(producer string) bool) bool {
 func (sess *perfettoSession) Bind(index int, dc *config.DataSourceConfig, duration time.Duration, bound func(conn any) bool) ([]pipeline.RemoteInstance, error) {
 	r := sess.r
 	conns, descs := r.matching(dc.Name, dc.AdmitsProducer)
-	if len(conns) == 0 && bound == nil {
-		var have []string
-		for _, d := range r.DataSources() {
-			have = append(have, fmt.Sprintf("%s (%s, pid %d)", d.Name, d.Producer, d.PID))
-		}
-		if len(have) == 0 {
-			have = []string{"none"}
-		}
-		return nil, fmt.Errorf("data_sources[%d].name: %q is not built in, and no connected Perfetto producer registered it (registered: %s)",
-			index, dc.Name, strings.Join(have, ", "))
-	}
 	var out []pipeline.RemoteInstance
 	var errs []error
 	for k, c := range conns {
