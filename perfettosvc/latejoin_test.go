@@ -1,14 +1,12 @@
 package perfettosvc
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -293,7 +291,7 @@ sinks: [{type: file, path: %q}]
 `, out))
 	const na, nb, nc = 20, 30, 40
 	a := joinDouble(t, prodSock, "double-a", na, false)
-	var log lockedBuffer
+	var log testsupport.LockedBuffer
 	s, err := pipeline.New(cfg, pipeline.Options{Logger: slog.New(slog.NewTextHandler(&log, nil)), Perfetto: reg, MaxInstances: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -334,24 +332,6 @@ sinks: [{type: file, path: %q}]
 	if c.count("setup_data_source test.perfetto_double") != 0 {
 		t.Fatalf("a producer past the bound got %q", c.commands)
 	}
-}
-
-// lockedBuffer is a log destination safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A producer that registers between EnableTracing with deferred_start and
