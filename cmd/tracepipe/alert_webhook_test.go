@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -104,7 +105,7 @@ func TestAlertWebhookToken(t *testing.T) {
 	if !strings.Contains(r.stderr, "refused (401)") {
 		t.Errorf("no refusal was logged:\n%s", r.stderr)
 	}
-	pkts := readTracePackets(t, file)
+	pkts := tracetest.ReadAll(t, file)
 	last, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1])
 	if err != nil || !ok || last.Tracepipe == nil {
 		t.Fatalf("the file does not end with TraceStats (%v)", err)
@@ -149,7 +150,7 @@ func TestAlertWebhookRateLimitedTriggerInSummary(t *testing.T) {
 	if !strings.Contains(r.stderr, "alertmanager: triggers [stopnow] refused") {
 		t.Errorf("the refused trigger was not logged:\n%s", r.stderr)
 	}
-	pkts := readTracePackets(t, file)
+	pkts := tracetest.ReadAll(t, file)
 	last, _, _ := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1])
 	if last.Tracepipe == nil || last.Tracepipe.TriggersRefused != 1 {
 		t.Errorf("triggers_refused in the file: %+v, want 1", last.Tracepipe)

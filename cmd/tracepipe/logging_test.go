@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/sinks"
 )
 
@@ -60,7 +61,7 @@ func TestNewLogger(t *testing.T) {
 func TestServeLogFormatJSON(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr testsupport.LockedBuffer
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	f := serveFlags{listen: "127.0.0.1:0", out: t.TempDir(), logFormat: logFormatJSON}

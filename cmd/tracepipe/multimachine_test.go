@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -54,7 +55,7 @@ func TestServeTwoMachinesCheckClean(t *testing.T) {
 			// trace clock is left): check flags both.
 			syncs := map[uint32]int{}
 			var noSync, before []byte
-			for _, p := range readTracePackets(t, filepath.Join(out, remote.MergedName)) {
+			for _, p := range tracetest.ReadAll(t, filepath.Join(out, remote.MergedName)) {
 				info, _ := tracefile.DecodePacket(p)
 				receiver := info.MachineID == 0 || info.SequenceID == 0
 				if info.PayloadField == tracefile.FieldRemoteClockSync {

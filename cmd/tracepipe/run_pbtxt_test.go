@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 )
 
 // `tracepipe run -c x.pbtxt` reads a Perfetto text config: a field
@@ -85,7 +86,7 @@ func TestRunGoldenTextConfig(t *testing.T) {
 	if !strings.Contains(stderr, "linux.sys_stats") || !strings.Contains(stderr, "test.probes") {
 		t.Errorf("the log does not show the producer serving linux.sys_stats: %q", stderr)
 	}
-	pkts := readTracePackets(t, out)
+	pkts := tracetest.ReadAll(t, out)
 	if len(pkts) == 0 {
 		t.Fatal("empty trace")
 	}
@@ -113,7 +114,7 @@ func TestRunTextConfigBuiltinStandsIn(t *testing.T) {
 			t.Errorf("stderr does not say %q: %q", want, stderr)
 		}
 	}
-	if len(readTracePackets(t, out)) == 0 {
+	if len(tracetest.ReadAll(t, out)) == 0 {
 		t.Fatal("empty trace")
 	}
 	_, stderr, code = runCLI(t, "run", "-c", cfg, "-o", out+"2", "--set", "perfetto.wait_for_producrs=1s")

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -54,7 +56,7 @@ func startServe(t *testing.T, f serveFlags) (addr string, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	var stderr syncBuffer
+	var stderr testsupport.LockedBuffer
 	go func() { done <- serve(ctx, f, &stderr, func(a string) { ready <- a }) }()
 	if f.listen != "" {
 		select {
@@ -78,23 +80,6 @@ func startServe(t *testing.T, f serveFlags) (addr string, stop func()) {
 	return addr, stop
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // comparePackets asserts that got (a remote copy) holds the packets of
 // want (the file sink's output) in the same order. TraceStats packets are
 // compared by count only: each sink's TraceStats carries its own sink
@@ -102,7 +87,7 @@ func (s *syncBuffer) String() string {
 // after each TraceStats of the sender) are left out.
 func comparePackets(t *testing.T, wantFile, gotFile string) {
 	t.Helper()
-	want, got := readTracePackets(t, wantFile), senderPackets(t, readTracePackets(t, gotFile))
+	want, got := tracetest.ReadAll(t, wantFile), senderPackets(t, tracetest.ReadAll(t, gotFile))
 	split := func(pkts [][]byte) (data [][]byte, stats int) {
 		for _, p := range pkts {
 			info, err := tracefile.DecodePacket(p)
@@ -149,20 +134,6 @@ func senderPackets(t *testing.T, pkts [][]byte) [][]byte {
 	return out
 }
 
-func readTracePackets(t *testing.T, name string) [][]byte {
-	t.Helper()
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	pkts, err := tracefile.ReadAll(f)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return pkts
-}
-
 func onlyTrace(t *testing.T, dir string) string {
 	t.Helper()
 	names, _ := filepath.Glob(filepath.Join(dir, "*.pftrace"))
@@ -198,7 +169,7 @@ func TestServeFromNATSEqualsFileSink(t *testing.T) {
 	out := t.TempDir()
 	metricsAddr := freeLoopbackAddr(t)
 	_, stop := startServe(t, serveFlags{natsURL: url, subject: "traces.cli", durable: "cli-test", out: out, metricsAddr: metricsAddr})
-	want := len(readTracePackets(t, file))
+	want := len(tracetest.ReadAll(t, file))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		body := scrape(t, metricsAddr)
@@ -371,8 +342,8 @@ func TestRelayLossReachesSenderTraceStats(t *testing.T) {
 		t.Fatal(msg)
 	}
 	stop()
-	local := readTracePackets(t, file)
-	got := senderPackets(t, readTracePackets(t, onlyTrace(t, out)))
+	local := tracetest.ReadAll(t, file)
+	got := senderPackets(t, tracetest.ReadAll(t, onlyTrace(t, out)))
 	last, ok, err := tracefile.DecodeTraceStatsPacket(got[len(got)-1])
 	if err != nil || !ok || last.Tracepipe == nil {
 		t.Fatalf("the received trace does not end with TraceStats (%v)", err)
@@ -431,7 +402,7 @@ func TestBlockedRelayDestinationDoesNotHoldOthers(t *testing.T) {
 	if d := time.Since(start); d > 15*time.Second {
 		t.Errorf("the session took %v to end: the blocked sink held its stop", d)
 	}
-	pkts := readTracePackets(t, file)
+	pkts := tracetest.ReadAll(t, file)
 	last, ok, err := tracefile.DecodeTraceStatsPacket(pkts[len(pkts)-1])
 	if err != nil || !ok || last.Tracepipe == nil {
 		t.Fatalf("the file does not end with TraceStats (%v)", err)

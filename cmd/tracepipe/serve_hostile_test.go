@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/internal/wire"
 	"github.com/tracepipe/tracepipe/sinks/relay"
 	"github.com/tracepipe/tracepipe/sinks/remote"
@@ -34,7 +36,7 @@ import (
 // serveChild is a `tracepipe serve` process.
 type serveChild struct {
 	cmd     *exec.Cmd
-	stderr  *syncBuffer
+	stderr  *testsupport.LockedBuffer
 	addr    string // relay listener
 	metrics string // metrics listener
 	out     string
@@ -47,7 +49,7 @@ type serveChild struct {
 // and metrics on free loopback ports, and waits until both answer.
 func startServeChild(t *testing.T, merge bool, extra ...string) *serveChild {
 	t.Helper()
-	sc := &serveChild{addr: freeLoopbackAddr(t), metrics: freeLoopbackAddr(t), out: t.TempDir(), merge: merge, stderr: &syncBuffer{}}
+	sc := &serveChild{addr: freeLoopbackAddr(t), metrics: freeLoopbackAddr(t), out: t.TempDir(), merge: merge, stderr: &testsupport.LockedBuffer{}}
 	args := []string{"serve", "--listen", sc.addr, "--out", sc.out, "--metrics-addr", sc.metrics}
 	if merge {
 		args = append(args, "--merge")
@@ -277,7 +279,7 @@ func honestSender(t *testing.T, sc *serveChild, host string, n int) (wait func()
 			t.Fatal(err)
 		}
 		seen := make([]int, n)
-		for _, p := range readTracePackets(t, store.FileName(id)) {
+		for _, p := range tracetest.ReadAll(t, store.FileName(id)) {
 			info, err := tracefile.DecodePacket(p)
 			if err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -56,10 +57,10 @@ sinks:
 	}
 	stopRelay()
 	local := filepath.Join(dir, "live.snap-1-snap_now.pftrace")
-	want := readTracePackets(t, local)
+	want := tracetest.ReadAll(t, local)
 
 	relaySnap := onlySnapshot(t, relayOut, "*.snap-1-snap_now.pftrace")
-	sameDataPackets(t, want, readTracePackets(t, relaySnap), false)
+	sameDataPackets(t, want, tracetest.ReadAll(t, relaySnap), false)
 
 	natsOut := t.TempDir()
 	_, stopNATS := startServe(t, serveFlags{natsURL: natsURL, subject: "traces.snap", durable: "snap-test", out: natsOut})
@@ -70,11 +71,11 @@ sinks:
 			return false
 		}
 		natsSnap = names[0]
-		pkts := readTracePackets(t, natsSnap)
+		pkts := tracetest.ReadAll(t, natsSnap)
 		return len(pkts) > 0 && kindOf(t, pkts[len(pkts)-1]) == "trace_stats"
 	})
 	stopNATS()
-	sameDataPackets(t, want, readTracePackets(t, natsSnap), true)
+	sameDataPackets(t, want, tracetest.ReadAll(t, natsSnap), true)
 	// Beside each snapshot, the live session's own trace.
 	for _, d := range []string{relayOut, natsOut} {
 		if names, _ := filepath.Glob(filepath.Join(d, "*.pftrace")); len(names) != 2 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport/tracetest"
 	"github.com/tracepipe/tracepipe/sinks/remote"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -105,7 +106,7 @@ func TestStatsReceivedFileCountsMatch(t *testing.T) {
 	st.Release()
 	store.Close()
 	name := store.FileName(id)
-	pkts := readTracePackets(t, name)
+	pkts := tracetest.ReadAll(t, name)
 	out, errOut, code := runCLI(t, "stats", "--fail-on-loss", name)
 	if code != exitOK {
 		t.Fatalf("stats --fail-on-loss on a received trace without loss: exit %d\n%s%s", code, out, errOut)
