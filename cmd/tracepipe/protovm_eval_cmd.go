@@ -1,21 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"image/color"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
 
 	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/internal/barchart"
 	"github.com/tracepipe/tracepipe/protovm/eval"
 )
 
@@ -72,6 +72,9 @@ func newProtoVMEvalCmd() *cobra.Command {
 			}
 			if memKB == 0 {
 				return usageError{fmt.Errorf("--memory-limit-kb must be > 0")}
+			}
+			if err := checkPlotPath(plotPath); err != nil {
+				return err
 			}
 			res, err := runEval(trace, eval.Options{BufferSize: int(size), MemoryLimitKB: memKB, ProtoVMs: protoVMs}, programs, cmd.ErrOrStderr())
 			if err != nil {
@@ -134,64 +137,55 @@ func writeEvalTable(w io.Writer, res []eval.Result) error {
 const evalMinBuffer = 4 << 10
 
 // plotEval draws the importable share of the full trace and of the
-// survivors, per variant, as SVG or PNG (by path's extension).
+// survivors, per variant, as SVG, or as PNG for a .png path (checkPlotPath).
+func plotEval(res []eval.Result, path, trace string, size int64) error {
+	var buf bytes.Buffer
+	c := evalChart(res, trace, size)
+	write := c.WriteSVG
+	if strings.EqualFold(filepath.Ext(path), ".png") {
+		write = c.WritePNG
+	}
+	if err := write(&buf); err != nil {
+		return fmt.Errorf("--plot %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("--plot: %w", err)
+	}
+	return nil
+}
+
+// checkPlotPath refuses a --plot file name that is neither .svg nor .png
+// (in any case) before the replay runs.
+func checkPlotPath(path string) error {
+	if ext := strings.ToLower(filepath.Ext(path)); path != "" && ext != ".svg" && ext != ".png" {
+		return usageError{fmt.Errorf("--plot %q: want a file name ending in .svg or .png", path)}
+	}
+	return nil
+}
+
+// evalChart is plotEval's chart.
 //
 // Layout: each variant's label under its pair of bars on three lines
 // (program, path, the two shares, so that a 0 % bar still reads), the
 // group as wide as its longest line; the y axis runs to 120 %
 // with ticks to 100 %, so that the legend has its own band above the bars;
 // the title names the trace by its base name on a line of its own.
-func plotEval(res []eval.Result, path, trace string, size int64) error {
-	p, width, height, err := evalPlot(res, trace, size)
-	if err != nil {
-		return err
+func evalChart(res []eval.Result, trace string, size int64) *barchart.Chart {
+	c := &barchart.Chart{
+		Title:  []string{"protovm eval: importable packets after a " + strconv.FormatInt(size>>10, 10) + " KiB ring", filepath.Base(trace)},
+		YLabel: "importable (%)",
+		YMax:   120,
+		YTicks: []float64{0, 25, 50, 75, 100},
+		Series: []barchart.Series{
+			{Name: "share of the full trace", Fill: color.Gray{Y: 0}},
+			{Name: "share of the ring's survivors", Fill: color.Gray{Y: 170}},
+		},
 	}
-	return p.Save(width, height, path)
-}
-
-// evalPlot builds plotEval's chart and its size.
-func evalPlot(res []eval.Result, trace string, size int64) (p *plot.Plot, width, height vg.Length, err error) {
-	p = plot.New()
-	p.Title.Text = "protovm eval: importable packets after a " + strconv.FormatInt(size>>10, 10) + " KiB ring\n" + filepath.Base(trace)
-	p.Title.Padding = vg.Points(6)
-	p.Y.Label.Text = "importable (%)"
-	p.Y.Min, p.Y.Max = 0, 120
-	p.Y.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 0, Label: "0"}, {Value: 25, Label: "25"}, {Value: 50, Label: "50"},
-		{Value: 75, Label: "75"}, {Value: 100, Label: "100"}})
-	full, surv := make(plotter.Values, len(res)), make(plotter.Values, len(res))
-	names := make([]string, len(res))
-	longest := 0
-	for i, r := range res {
-		full[i], surv[i] = 100*r.Share, 100*r.SurvivorShare
-		names[i] = strings.Replace(r.Variant, "/", "\n", 1) + fmt.Sprintf("\n%.1f %% / %.1f %%", full[i], surv[i])
-		for _, line := range strings.Split(names[i], "\n") {
-			longest = max(longest, len(line))
-		}
+	for _, r := range res {
+		full, surv := 100*r.Share, 100*r.SurvivorShare
+		c.Series[0].Values = append(c.Series[0].Values, full)
+		c.Series[1].Values = append(c.Series[1].Values, surv)
+		c.Groups = append(c.Groups, strings.Replace(r.Variant, "/", "\n", 1)+fmt.Sprintf("\n%.1f %% / %.1f %%", full, surv))
 	}
-	w := vg.Points(18)
-	a, err := plotter.NewBarChart(full, w)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	a.Offset = -w / 2
-	a.Color = plotter.DefaultLineStyle.Color
-	b, err := plotter.NewBarChart(surv, w)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	b.Offset = w / 2
-	b.Color = color.Gray{Y: 170}
-	p.Add(a, b)
-	p.Legend.Add("share of the full trace", a)
-	p.Legend.Add("share of the ring's survivors", b)
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Legend.XOffs = vg.Points(8)
-	p.NominalX(names...)
-	// A label line is about 0.55 em wide per character at the tick font.
-	group := max(vg.Points(100), vg.Length(float64(longest)*0.58)*p.X.Tick.Label.Font.Size+vg.Points(12))
-	width = vg.Points(90) + group*vg.Length(len(res))
-	for _, line := range strings.Split(p.Title.Text, "\n") { // never clip the title
-		width = max(width, vg.Length(float64(len(line))*0.58)*p.Title.TextStyle.Font.Size+vg.Points(40))
-	}
-	return p, width, 4.5 * vg.Inch, nil
+	return c
 }
