@@ -99,7 +99,7 @@ func newProtoVMEvalCmd() *cobra.Command {
 	c.Flags().Uint32Var(&memKB, "memory-limit-kb", 1024, "each VM's state memory limit (KiB)")
 	c.Flags().BoolVar(&protoVMs, "protovms", false, "also evaluate each program on Perfetto's protovms path")
 	c.Flags().BoolVar(&asJSON, "json", false, "print the results as JSON")
-	c.Flags().StringVar(&plotPath, "plot", "", "write a bar chart of the importable shares to this file (.svg, or .png)")
+	c.Flags().StringVar(&plotPath, "plot", "", "write a bar chart of the importable shares to this file, SVG or PNG by its extension (.svg, .png)")
 	_ = c.MarkFlagRequired("trace")
 	_ = c.MarkFlagRequired("buffer")
 	return c
