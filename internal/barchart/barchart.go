@@ -97,17 +97,17 @@ func (c *Chart) Layout() (Layout, error) {
 	}
 	l.Group = max(minGroup, longest*charW+16, len(c.Series)*barW+16)
 	l.Plot = image.Rect(left, top, left+max(1, len(c.Groups))*l.Group, top+plotH)
-	l.Width = l.Plot.Max.X + margin
-	for _, t := range c.Title {
-		l.Width = max(l.Width, width(t)*charW+4*margin)
-	}
-	l.Height = l.Plot.Max.Y + tickLen + 4 + lines*(lineH+1) + margin
 	legendW := 0
 	for _, s := range c.Series {
 		legendW = max(legendW, 14+width(s.Name)*charW)
 	}
 	lx, ly := l.Plot.Min.X+legendGap, l.Plot.Min.Y+4
 	l.Legend = image.Rect(lx, ly, lx+legendW, ly+len(c.Series)*(lineH+2))
+	l.Width = max(l.Plot.Max.X, l.Legend.Max.X) + margin
+	for _, t := range c.Title {
+		l.Width = max(l.Width, width(t)*charW+4*margin)
+	}
+	l.Height = l.Plot.Max.Y + tickLen + 4 + lines*(lineH+1) + margin
 	if l.Width > maxSide || l.Height > maxSide {
 		return Layout{}, fmt.Errorf("barchart: %d×%d pixels, more than %d on a side: fewer groups or shorter labels", l.Width, l.Height, maxSide)
 	}

@@ -95,6 +95,13 @@ func TestSVG(t *testing.T) {
 			t.Errorf("no text %q in %q", s, texts)
 		}
 	}
+	// A legend wider than the groups and the title widens the canvas.
+	c.Title, c.Groups = nil, c.Groups[:1]
+	c.Series[0].Values, c.Series[1].Values = c.Series[0].Values[:1], c.Series[1].Values[:1]
+	c.Series[0].Name = strings.Repeat("a long series name ", 3)
+	if l, err := c.Layout(); err != nil || l.Legend.Max.X > l.Width {
+		t.Errorf("legend %v on a canvas %d wide (%v)", l.Legend, l.Width, err)
+	}
 }
 
 // The PNG decodes to the layout's size; each bar is its series' grey from
