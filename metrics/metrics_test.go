@@ -33,7 +33,7 @@ func TestSessionExposition(t *testing.T) {
 	st := pipeline.Status{
 		Packets: 12,
 		Buffers: []pipeline.BufferStatus{{Name: "main", Size: 4096, Unread: 100}},
-		Memory:  pipeline.MemoryStatus{Buffers: 4096, SMBs: 262144, Clones: 8192},
+		Memory:  pipeline.MemoryStatus{Buffers: 4096, SMBs: 262144, Clones: 8192, Batches: 5 << 20},
 		Stats: tracefile.TraceStats{
 			BufferStats: []tracefile.BufferStats{{ChunksOverwritten: 7}},
 			Tracepipe:   &tracefile.TracepipeStats{SinkPacketsDropped: 3},
@@ -57,6 +57,7 @@ func TestSessionExposition(t *testing.T) {
 		`tracepipe_session_memory_bytes{component="buffers"} 4096`,
 		`tracepipe_session_memory_bytes{component="smbs"} 262144`,
 		`tracepipe_session_memory_bytes{component="clones"} 8192`,
+		`tracepipe_session_memory_bytes{component="batches"} 5.24288e+06`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("exposition lacks %q", want)

@@ -32,7 +32,7 @@ func Session(src StatusSource) Func {
 		for _, m := range []struct {
 			component string
 			v         int64
-		}{{"buffers", st.Memory.Buffers}, {"smbs", st.Memory.SMBs}, {"clones", st.Memory.Clones}} {
+		}{{"buffers", st.Memory.Buffers}, {"smbs", st.Memory.SMBs}, {"clones", st.Memory.Clones}, {"batches", st.Memory.Batches}} {
 			gauge("session_memory_bytes", "Memory the session holds in fixed allocations outside the Go heap, by component (mapped bytes).", float64(m.v), "component", m.component)
 		}
 		Struct(emit, "trace_stats_", "TraceStats counter", st.Stats)
