@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/tracepipe/tracepipe/config"
@@ -33,7 +35,9 @@ func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error
 	if err != nil {
 		return err
 	}
-	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&perfettosvc.PerfettoConsumers{Producers: reg, Logger: logger, MaxMemory: maxMemory}))
+	pc := &perfettosvc.PerfettoConsumers{Producers: reg, Logger: logger, MaxMemory: maxMemory}
+	limitServeHeap(pc, os.Getenv("GOMEMLIMIT"), debug.SetMemoryLimit)
+	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(pc))
 	prod.Logf, cons.Logf = logf, logf
 	defer prod.Close()
 	defer cons.Close()
@@ -47,4 +51,16 @@ func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error
 	logf("serving Perfetto producers on %s and consumers on %s", pp, cp)
 	<-ctx.Done()
 	return nil
+}
+
+// limitServeHeap gives the Go runtime a soft memory limit that follows
+// the consumer sessions as they start and end (their pipeline heap
+// budgets and unread queues: PerfettoConsumers.HeapLimit), as run's
+// limitHeap does for its one session, unless the user set GOMEMLIMIT.
+func limitServeHeap(pc *perfettosvc.PerfettoConsumers, userLimit string, set func(int64) int64) {
+	if userLimit != "" {
+		return
+	}
+	pc.SetHeapLimit = func(n int64) { set(n) }
+	set(pc.HeapLimit())
 }
