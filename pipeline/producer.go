@@ -234,9 +234,11 @@ func (p *producer) commitBuffer() []byte {
 }
 
 // maxFreeCommitBytes bounds the bytes of CommitData buffers a producer's
-// free list keeps: a commit queue's worth of the usual few hundred bytes,
-// never a burst of large ones (those become garbage).
-const maxFreeCommitBytes = 64 << 10
+// free list keeps: a commit queue's worth of up to 1 KiB each (a Perfetto
+// SDK's posted commits range from one chunk to a few dozen, and a
+// recycled buffer keeps the size of the largest commit it held), never a
+// burst of larger ones (those become garbage).
+const maxFreeCommitBytes = commitQueueLen << 10
 
 // recycle returns a commit's bytes for reuse (service goroutine).
 func (p *producer) recycle(b []byte) {
