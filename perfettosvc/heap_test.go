@@ -1,10 +1,19 @@
 package perfettosvc
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"sync"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/pipeline"
+	"github.com/tracepipe/tracepipe/smb"
 
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
@@ -86,5 +95,87 @@ func TestHeapLimitFollowsSessions(t *testing.T) {
 	}
 	if got := rec.last(); got != serveHeapBase {
 		t.Fatalf("limit %d once the queue was read out, want the base %d", got, serveHeapBase)
+	}
+}
+
+// liveHeap collects and returns the live Go heap (runtime/metrics).
+func liveHeap() uint64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// Regression guard for issue 27: a streaming session (write_into_file,
+// file_write_period_ms 100) fed by a producer writing as fast as it can
+// keeps its large allocations off the Go heap: the live heap grows by no
+// more than what its heap budget counts for its configuration (the
+// budget less the allowance every session gets; 2.5 MiB here, for the
+// output batches' index), where output batches on the heap took 5 MiB.
+func TestStreamingSessionLiveHeapBound(t *testing.T) {
+	pc := &PerfettoConsumers{Producers: perfetto.NewProducers(), Logger: testsupport.Logger(t)}
+	prodSock, consSock := perfettoServiceFor(t, pc)
+	pd := dialDouble(t, prodSock, 0)
+	defer pd.close()
+	fd := &fullSpeedDouble{pd: pd, policy: smb.Drop, stop: make(chan struct{}), wrote: make(chan smb.WriterStats, 1)}
+	pd.connect("go-fullspeed", &ipc.DataSourceDescriptor{Name: proto.String("test.perfetto_double"),
+		WillNotifyOnStart: proto.Bool(true), WillNotifyOnStop: proto.Bool(true)})
+	served := make(chan error, 1)
+	go fd.serve(served)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if missing := pc.Producers.WaitFor(ctx, []string{"test.perfetto_double"}); len(missing) > 0 {
+		t.Fatal(missing)
+	}
+	base := liveHeap()
+	f, err := os.Create(filepath.Join(t.TempDir(), "out.pftrace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dialConsumer(t, consSock)
+	defer c.pd.close()
+	enable := c.invokeFD("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: fullSpeedStreamingConfig(16<<10, 2000, "test.perfetto_double")}, int(f.Fd()))
+	f.Close()
+	var budget int64
+	testsupport.WaitUntil(t, "the session", 30*time.Second, func() bool {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		for _, cs := range pc.sessions {
+			budget = cs.svc.HeapBudget()
+		}
+		return budget > 0
+	})
+	var peak uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-fd.stop: // the data source was stopped: the session is ending
+				return
+			case <-tick.C:
+				peak = max(peak, liveHeap())
+			}
+		}
+	}()
+	var er ipc.EnableTracingResponse
+	if r := c.reply(enable); proto.Unmarshal(r.GetReplyProto(), &er) != nil || !er.GetDisabled() || er.Error != nil {
+		t.Fatalf("EnableTracing reply %v", &er)
+	}
+	<-done
+	pd.close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	grew, bound := int64(peak)-int64(base), budget-pipeline.HeapBase
+	t.Logf("live heap %.1f MiB before the session, peak %.1f MiB while it streamed (%d flushes); session heap budget %.1f MiB",
+		float64(base)/(1<<20), float64(peak)/(1<<20), fd.flushes, float64(budget)/(1<<20))
+	if fd.flushes < 5 {
+		t.Fatalf("%d flushes: the session did not stream through its periods", fd.flushes)
+	}
+	if grew > bound {
+		t.Fatalf("the live heap grew by %.1f MiB while streaming, over the %.1f MiB its configuration accounts for", float64(grew)/(1<<20), float64(bound)/(1<<20))
 	}
 }

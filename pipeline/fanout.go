@@ -95,14 +95,15 @@ type batchPool struct {
 	// back too (a sink that gave up closing may still read one).
 	mem    *buffer.Mem
 	closed bool
+	n      int // batches made (immutable: read without mu)
 }
 
 func newBatchPool(n int) *batchPool {
-	return &batchPool{stack: make([]*batch, 0, n), ready: make(chan struct{}, 1)}
+	return &batchPool{stack: make([]*batch, 0, n), ready: make(chan struct{}, 1), n: n}
 }
 
 // capacity is the number of batches the pool was made for.
-func (p *batchPool) capacity() int { return cap(p.stack) }
+func (p *batchPool) capacity() int { return p.n }
 
 // mapped is the bytes of batch memory mapped now.
 func (p *batchPool) mapped() int64 {
@@ -136,7 +137,7 @@ func (p *batchPool) close() {
 // releaseIfIdle unmaps the batches' memory once the pool is closed and
 // holds every batch (p.mu held).
 func (p *batchPool) releaseIfIdle() {
-	if !p.closed || p.mem == nil || len(p.stack) < cap(p.stack) {
+	if !p.closed || p.mem == nil || len(p.stack) < p.n {
 		return
 	}
 	for _, b := range p.stack {

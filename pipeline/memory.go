@@ -32,6 +32,10 @@ const (
 	batchIndexHeap = readBatchTarget / 2
 )
 
+// HeapBase is the part of HeapBudget every session counts whatever its
+// configuration (heapBase): the rest follows from the configured sizes.
+const HeapBase = heapBase
+
 // HeapBudget returns the Go heap the session should fit in: a soft limit
 // for debug.SetMemoryLimit. Going over it costs collector CPU (the
 // runtime caps that at about half the CPU), never a failure.
