@@ -15,10 +15,13 @@ import (
 // debug.SetMemoryLimit: without a limit the collector lets the heap grow
 // to twice its live size, however small the sessions' share of it.
 
-// serveHeapBase is what serve --perfetto holds on the heap besides its
-// sessions: its tables (protobuf descriptors, CEL), the producer and
-// consumer connections' frame buffers, goroutine stacks.
-const serveHeapBase = 8 << 20
+// serveHeapBase is what serve --perfetto holds besides its sessions: its
+// tables (protobuf descriptors, CEL), the producer and consumer
+// connections' frame buffers, goroutine stacks, and the runtime's own
+// memory, which the limit counts too (GC metadata, profiling buckets):
+// 7-9 MiB idle. At 8 MiB the collector ran back to back before the first
+// session.
+const serveHeapBase = 16 << 20
 
 // HeapLimit is the soft memory limit the running sessions and the queues
 // still to be read add up to.

@@ -17,10 +17,14 @@ import (
 // holds that much more than it needs for as long as it runs.
 
 const (
-	// heapBase is what a session needs on the heap besides its batches
-	// and ProtoVM states: goroutine stacks, commit queues, the sinks'
-	// writers, the config, gRPC and CEL state.
-	heapBase = 8 << 20
+	// heapBase is what a session needs besides its batches and ProtoVM
+	// states: goroutine stacks, commit queues, the sinks' writers, the
+	// config, gRPC and CEL state, and the runtime's own memory, which
+	// the soft limit counts too (GC metadata, profiling buckets: ~5 MiB).
+	// serve --perfetto streaming at 1 KiB events holds 12 MiB in all with
+	// a 2.7 MiB live heap; at 8 MiB the limit was below that, and the
+	// collector ran back to back.
+	heapBase = 16 << 20
 	// protoVMSequences is how many sequences per ProtoVM data source the
 	// budget counts at their full memory limit.
 	protoVMSequences = 4
