@@ -122,3 +122,24 @@ var extraHelp = map[string]string{
 	"sink_queue_batches": "Batches a network sink holds unacknowledged (its own queue).",
 	"sink_unreachable":   "1 while a network sink's destination is unreachable (an outage), else 0.",
 }
+
+// LabeledSession is one of several sessions a process runs, with the
+// value of its "session" label.
+type LabeledSession struct {
+	ID  string
+	Src StatusSource
+}
+
+// Sessions reports every session list returns at scrape time (serve
+// --perfetto's consumer sessions) as Session reports one, each sample
+// labelled session=ID.
+func Sessions(list func() []LabeledSession) Func {
+	return func(emit func(Sample)) {
+		for _, ls := range list() {
+			Session(ls.Src)(func(s Sample) {
+				s.Labels = append([]string{"session", ls.ID}, s.Labels...)
+				emit(s)
+			})
+		}
+	}
+}

@@ -195,6 +195,25 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	return cs, nil
 }
 
+// RunningSession is a consumer session being recorded, for displays
+// (serve --perfetto's /metrics).
+type RunningSession struct {
+	ID      uint64 // tracing session id
+	Service *pipeline.Service
+}
+
+// Running lists the sessions running now, by tracing session id.
+func (pc *PerfettoConsumers) Running() []RunningSession {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	out := make([]RunningSession, 0, len(pc.sessions))
+	for id, cs := range pc.sessions {
+		out = append(out, RunningSession{ID: id, Service: cs.svc})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
 // ended forgets a session whose Run returned (or that never ran). Its
 // read queue and clones stay charged to the heap until read.
 func (pc *PerfettoConsumers) ended(cs *consumerSession) {
