@@ -46,11 +46,13 @@ func TestOutputBatchesMappedAndGivenBack(t *testing.T) {
 		t.Fatalf("the mapping was released (%d bytes left) while a lane held a batch", got)
 	}
 	b.data[0] = 'c' // still writable
+	b.Packets = append(b.Packets, b.data[:1])
+	b.reset()
 	s.free.put(b)
 	if got := buffer.MappedMemBytes() - before; got != 0 || s.free.mapped() != 0 {
 		t.Fatalf("%d bytes still mapped after the last batch came back", got)
 	}
-	if b.data != nil || b.mem != nil {
+	if b.data != nil || b.mem != nil || b.Packets != nil {
 		t.Fatal("a batch kept a slice of the released mapping")
 	}
 }

@@ -141,7 +141,10 @@ func (p *batchPool) releaseIfIdle() {
 		return
 	}
 	for _, b := range p.stack {
-		b.mem, b.data, b.owner = nil, nil, nil
+		// Packets too: past its length it still holds slices of the
+		// mapping, which the collector would scan once the address range
+		// is reused.
+		b.mem, b.data, b.Packets, b.owner = nil, nil, nil, nil
 	}
 	p.mem.Release()
 }
