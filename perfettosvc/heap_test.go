@@ -67,7 +67,12 @@ func TestHeapLimitFollowsSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fileBudget := file.(*consumerSession).svc.HeapBudget()
+	// The charge is the session's HeapBudget, taken before Run (which
+	// adds producers HeapBudget reads).
+	fileBudget := file.(*consumerSession).heap.n
+	if fileBudget <= pipeline.HeapBase {
+		t.Fatalf("a session charged %d bytes, not its pipeline heap budget", fileBudget)
+	}
 	if got := rec.last(); got != serveHeapBase+fileBudget || got != pc.HeapLimit() {
 		t.Fatalf("limit %d with a streaming session, want base + its budget %d", got, serveHeapBase+fileBudget)
 	}
@@ -77,7 +82,7 @@ func TestHeapLimitFollowsSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := read.(*consumerSession)
-	readBudget, queue := rs.svc.HeapBudget(), int64(rs.mem.limit)
+	readBudget, queue := rs.heap.n, int64(rs.mem.limit)
 	if got := rec.last(); got != serveHeapBase+fileBudget+readBudget+queue {
 		t.Fatalf("limit %d with two sessions, want %d", got, serveHeapBase+fileBudget+readBudget+queue)
 	}
@@ -141,7 +146,7 @@ func TestStreamingSessionLiveHeapBound(t *testing.T) {
 		pc.mu.Lock()
 		defer pc.mu.Unlock()
 		for _, cs := range pc.sessions {
-			budget = cs.svc.HeapBudget()
+			budget = cs.heap.n // its HeapBudget, taken before Run (it reads the producers Run adds)
 		}
 		return budget > 0
 	})
