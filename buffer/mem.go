@@ -19,6 +19,8 @@ var (
 	mappedBytes  atomic.Int64 // bytes of buffer memory mapped now
 	leakedCloses atomic.Int64 // buffers unmapped by the cleanup, not Close
 	leakedBytes  atomic.Int64 // their bytes
+	memBytes     atomic.Int64 // bytes of Mem mapped now
+	leakedMems   atomic.Int64 // Mems unmapped by the cleanup, not Release
 )
 
 // MappedBytes returns the bytes of ring memory (New) mapped by this
@@ -82,3 +84,68 @@ func (b *TraceBuffer) Close() {
 
 // Closed reports whether Close ran.
 func (b *TraceBuffer) Closed() bool { return b.mem == nil }
+
+// Mem is memory mapped outside the Go heap as a ring's is, for the other
+// large fixed allocations of a session (the output batches of package
+// pipeline): zeroed, faulted in as it is written, unmapped by Release at
+// once. Release is the owner's job, after the last use of Bytes; a Mem
+// its owner dropped is unmapped by a cleanup and counted (LeakedMems).
+// Memory outside the heap is never scanned by the collector: it must not
+// hold the only pointer to a heap object.
+type Mem struct {
+	b       []byte
+	n       int
+	cleanup runtime.Cleanup
+	done    atomic.Bool
+}
+
+// NewMem maps n bytes (rounded up to whole pages).
+func NewMem(n int) (*Mem, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("buffer: mapping %d bytes: want a positive size", n)
+	}
+	n = (n + pageSize - 1) &^ (pageSize - 1)
+	b, err := mapMem(n)
+	if err != nil {
+		return nil, fmt.Errorf("buffer: mapping %d bytes: %w", n, err)
+	}
+	memBytes.Add(int64(n))
+	m := &Mem{b: b, n: n}
+	m.cleanup = runtime.AddCleanup(m, func(b []byte) {
+		leakedMems.Add(1)
+		unmapMem(b)
+		memBytes.Add(-int64(len(b)))
+	}, b)
+	return m, nil
+}
+
+// Bytes is the mapped memory. REQUIRES: Release has not run.
+func (m *Mem) Bytes() []byte { return m.b }
+
+// Size is the mapped size in bytes (0 after Release).
+func (m *Mem) Size() int {
+	if m.done.Load() {
+		return 0
+	}
+	return m.n
+}
+
+// Release unmaps the memory; idempotent. No slice of Bytes may be used
+// afterwards.
+func (m *Mem) Release() {
+	if m.done.Swap(true) {
+		return
+	}
+	m.cleanup.Stop()
+	unmapMem(m.b)
+	memBytes.Add(-int64(m.n))
+	m.b = nil
+}
+
+// MappedMemBytes returns the bytes of Mem mapped by this process now
+// (ring memory is MappedBytes').
+func MappedMemBytes() int64 { return memBytes.Load() }
+
+// LeakedMems returns how many Mems the garbage collector's cleanup
+// unmapped instead of Release.
+func LeakedMems() int64 { return leakedMems.Load() }

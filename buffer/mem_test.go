@@ -1,6 +1,12 @@
 package buffer
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/tracepipe/tracepipe/internal/testsupport"
+)
 
 // A buffer's memory is mapped at New and given back by Close, once.
 // (Not parallel: MappedBytes is process-wide.)
@@ -65,5 +71,55 @@ func TestCloseFinishesPendingClone(t *testing.T) {
 	p.Clone().Close()
 	if MappedBytes() != before {
 		t.Fatal("closing a clone over caller memory changed the mapped total")
+	}
+}
+
+// A Mem is mapped by NewMem, rounded to pages, zeroed and writable, and
+// unmapped by Release once; one dropped without Release is unmapped by
+// the collector's cleanup and counted. (Not parallel: the counters are
+// process-wide.)
+func TestMemMapsAndReleases(t *testing.T) {
+	before := MappedMemBytes()
+	m, err := NewMem(10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := MappedMemBytes() - before; got != 3*4096 || m.Size() != 3*4096 || len(m.Bytes()) != 3*4096 {
+		t.Fatalf("NewMem(10000) mapped %d bytes (Size %d, len %d), want 3 pages", got, m.Size(), len(m.Bytes()))
+	}
+	b := m.Bytes()
+	for i, c := range b {
+		if c != 0 {
+			t.Fatalf("byte %d is %d, want zeroed memory", i, c)
+		}
+	}
+	b[0], b[len(b)-1] = 1, 2
+	m.Release()
+	m.Release()
+	if got := MappedMemBytes() - before; got != 0 || m.Size() != 0 {
+		t.Fatalf("after Release %d bytes still mapped, Size %d", got, m.Size())
+	}
+	if MappedBytes() < 0 {
+		t.Fatal("Mem memory was taken from the rings' count")
+	}
+	if _, err := NewMem(0); err == nil {
+		t.Fatal("NewMem(0) mapped nothing without an error")
+	}
+
+	leaked := LeakedMems()
+	func() {
+		if _, err := NewMem(4096); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	testsupport.WaitUntil(t, "the cleanup of a dropped Mem", 20*time.Second, func() bool {
+		runtime.GC()
+		return LeakedMems() > leaked
+	})
+	if LeakedMems() != leaked+1 {
+		t.Fatalf("%d Mems unmapped by cleanups, want the one dropped", LeakedMems()-leaked)
+	}
+	if got := MappedMemBytes() - before; got != 0 {
+		t.Fatalf("%d bytes still mapped after the cleanup", got)
 	}
 }

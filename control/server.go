@@ -32,7 +32,7 @@ type Info struct {
 	// RingOverwrites counts the chunks a ring buffer read once overwrote
 	// (pipeline.Status.RingOverwrites): not a loss, shown apart.
 	RingOverwrites uint64
-	// MemoryBytes: the session's buffers, SMBs and snapshot clones.
+	// MemoryBytes: the session's buffers, SMBs, snapshot clones and output batches.
 	MemoryBytes uint64
 	// Snapshot counters.
 	SnapshotsTaken, SnapshotsFailed, SnapshotsRefused uint64

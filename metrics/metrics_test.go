@@ -33,7 +33,7 @@ func TestSessionExposition(t *testing.T) {
 	st := pipeline.Status{
 		Packets: 12,
 		Buffers: []pipeline.BufferStatus{{Name: "main", Size: 4096, Unread: 100}},
-		Memory:  pipeline.MemoryStatus{Buffers: 4096, SMBs: 262144, Clones: 8192},
+		Memory:  pipeline.MemoryStatus{Buffers: 4096, SMBs: 262144, Clones: 8192, Batches: 5 << 20},
 		Stats: tracefile.TraceStats{
 			BufferStats: []tracefile.BufferStats{{ChunksOverwritten: 7}},
 			Tracepipe:   &tracefile.TracepipeStats{SinkPacketsDropped: 3},
@@ -57,6 +57,28 @@ func TestSessionExposition(t *testing.T) {
 		`tracepipe_session_memory_bytes{component="buffers"} 4096`,
 		`tracepipe_session_memory_bytes{component="smbs"} 262144`,
 		`tracepipe_session_memory_bytes{component="clones"} 8192`,
+		`tracepipe_session_memory_bytes{component="batches"} 5.24288e+06`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("exposition lacks %q", want)
+		}
+	}
+}
+
+// Sessions labels each session's samples with its id, so that two
+// sessions' series never collide.
+func TestSessionsLabelEach(t *testing.T) {
+	a := fixedStatus(pipeline.Status{Memory: pipeline.MemoryStatus{Buffers: 4096, Batches: 8192}})
+	b := fixedStatus(pipeline.Status{Memory: pipeline.MemoryStatus{Buffers: 65536}})
+	rec := httptest.NewRecorder()
+	Handler(Sessions(func() []LabeledSession { return []LabeledSession{{ID: "1", Src: a}, {ID: "2", Src: b}} })).
+		ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`tracepipe_session_memory_bytes{component="buffers",session="1"} 4096`,
+		`tracepipe_session_memory_bytes{component="batches",session="1"} 8192`,
+		`tracepipe_session_memory_bytes{component="buffers",session="2"} 65536`,
+		`tracepipe_session_memory_bytes{component="batches",session="2"} 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("exposition lacks %q", want)

@@ -32,7 +32,7 @@ func Session(src StatusSource) Func {
 		for _, m := range []struct {
 			component string
 			v         int64
-		}{{"buffers", st.Memory.Buffers}, {"smbs", st.Memory.SMBs}, {"clones", st.Memory.Clones}} {
+		}{{"buffers", st.Memory.Buffers}, {"smbs", st.Memory.SMBs}, {"clones", st.Memory.Clones}, {"batches", st.Memory.Batches}} {
 			gauge("session_memory_bytes", "Memory the session holds in fixed allocations outside the Go heap, by component (mapped bytes).", float64(m.v), "component", m.component)
 		}
 		Struct(emit, "trace_stats_", "TraceStats counter", st.Stats)
@@ -121,4 +121,25 @@ func Receiver(store *remote.Store, srv *relay.Server, rd *natsink.Reader) Func {
 var extraHelp = map[string]string{
 	"sink_queue_batches": "Batches a network sink holds unacknowledged (its own queue).",
 	"sink_unreachable":   "1 while a network sink's destination is unreachable (an outage), else 0.",
+}
+
+// LabeledSession is one of several sessions a process runs, with the
+// value of its "session" label.
+type LabeledSession struct {
+	ID  string
+	Src StatusSource
+}
+
+// Sessions reports every session list returns at scrape time (serve
+// --perfetto's consumer sessions) as Session reports one, each sample
+// labelled session=ID.
+func Sessions(list func() []LabeledSession) Func {
+	return func(emit func(Sample)) {
+		for _, ls := range list() {
+			Session(ls.Src)(func(s Sample) {
+				s.Labels = append([]string{"session", ls.ID}, s.Labels...)
+				emit(s)
+			})
+		}
+	}
 }

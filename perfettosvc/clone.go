@@ -26,6 +26,7 @@ const cloneWait = 60 * time.Second
 // (pipeline.Options.SnapshotSink of a consumer's session).
 func (cs *consumerSession) cloneSink(n int, _ string) (sinks.Sink, error) {
 	m := &memSink{limit: 2*cs.cloneLimit + 1<<20} // the buffers plus the snapshot's own packets
+	m.charge(cs.pc)
 	cs.cloneMu.Lock()
 	cs.clones[n] = m
 	cs.cloneMu.Unlock()
@@ -86,13 +87,20 @@ func (pc *PerfettoConsumers) CloneSession(peer perfettoipc.Peer, r *perfettoipc.
 		return fail("CloneSession: the clone was not ready within %v", cloneWait)
 	}
 	mem := cs.takeClone(res.N)
+	if mem != nil {
+		mem.end() // the snapshot is written: settled once the consumer read it
+	}
 	if res.Err != nil {
+		if mem != nil {
+			mem.take(-1) // unread: its heap is given back
+		}
 		return fail("CloneSession: %v", res.Err)
 	}
 	if mem == nil {
 		return fail("CloneSession: the clone has no in-memory copy")
 	}
 	if st := mem.Stats(); st.PacketsDroppedQueue > 0 {
+		mem.take(-1)
 		return fail("CloneSession: the clone did not fit in memory (%d packets dropped)", st.PacketsDroppedQueue)
 	}
 	u := cs.svc.SnapshotUUID(res.N)

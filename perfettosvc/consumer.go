@@ -44,6 +44,15 @@ type PerfettoConsumers struct {
 	// negative: no bound.
 	MaxMemory int64
 
+	// SetHeapLimit, if set, is told the soft memory limit for the Go
+	// runtime whenever the sessions' share of the heap changes (heap.go):
+	// `serve --perfetto` passes it to debug.SetMemoryLimit unless the
+	// user set GOMEMLIMIT.
+	SetHeapLimit func(limit int64)
+
+	heapMu    sync.Mutex // orders SetHeapLimit calls
+	heapInUse int64      // charged by sessions and unread queues (heap.go)
+
 	mu       sync.Mutex
 	memInUse int64 // reserved by running sessions (MaxMemory)
 	active   int
@@ -142,6 +151,10 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	}
 	cs.svc = svc
 	cs.pc = pc
+	cs.heap = pc.newCharge(svc.HeapBudget())
+	if cs.mem != nil {
+		cs.mem.charge(pc)
+	}
 	cs.hasTriggers = cfg.TriggerConfig != nil && len(cfg.TriggerConfig.Triggers) > 0
 	cs.uid = peer.UID
 	cs.uniqueName = string(lastField(tc, 22).Bytes)
@@ -182,9 +195,39 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 	return cs, nil
 }
 
-// ended forgets a session whose Run returned (or that never ran).
+// RunningSession is a consumer session being recorded, for displays
+// (serve --perfetto's /metrics).
+type RunningSession struct {
+	ID      uint64 // tracing session id
+	Service *pipeline.Service
+}
+
+// Running lists the sessions running now, by tracing session id.
+func (pc *PerfettoConsumers) Running() []RunningSession {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	out := make([]RunningSession, 0, len(pc.sessions))
+	for id, cs := range pc.sessions {
+		out = append(out, RunningSession{ID: id, Service: cs.svc})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// ended forgets a session whose Run returned (or that never ran). Its
+// read queue and clones stay charged to the heap until read.
 func (pc *PerfettoConsumers) ended(cs *consumerSession) {
 	pc.release(cs)
+	cs.heap.settle()
+	if cs.mem != nil {
+		cs.mem.end()
+	}
+	cs.cloneMu.Lock()
+	for n, m := range cs.clones { // snapshots nobody took (CloneSession timed out)
+		delete(cs.clones, n)
+		m.end()
+	}
+	cs.cloneMu.Unlock()
 	pc.mu.Lock()
 	pc.active--
 	delete(pc.sessions, cs.id)
@@ -262,6 +305,7 @@ type consumerSession struct {
 	pc  *PerfettoConsumers
 	// memCost is what the session reserved of pc.MaxMemory (pc.mu).
 	memCost int64
+	heap    *heapCharge // its pipeline's heap budget, until it ended
 	cancel  context.CancelFunc
 	done    chan struct{}
 	file    bool
@@ -516,6 +560,8 @@ type memSink struct {
 	held    int
 	packets [][]byte
 	stats   sinks.SinkStats
+	heap    *heapCharge // its limit, charged to the heap until read out (heap.go)
+	ended   bool        // nothing more is written
 }
 
 func (m *memSink) Write(_ context.Context, packets [][]byte) error {
@@ -539,7 +585,6 @@ func (m *memSink) Write(_ context.Context, packets [][]byte) error {
 // maxBytes < 0).
 func (m *memSink) take(maxBytes int) [][]byte {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	n, size := 0, 0
 	for n < len(m.packets) && (maxBytes < 0 || n == 0 || size+len(m.packets[n]) <= maxBytes) {
 		size += len(m.packets[n])
@@ -548,6 +593,9 @@ func (m *memSink) take(maxBytes int) [][]byte {
 	out := m.packets[:n:n]
 	m.packets = m.packets[n:]
 	m.held -= size
+	h := m.settleIfReadLocked()
+	m.mu.Unlock()
+	h.settle()
 	return out
 }
 

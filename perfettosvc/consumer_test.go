@@ -129,12 +129,20 @@ func traceConfig(durationMs uint64, writeIntoFile bool, names ...string) []byte 
 // perfettoService listens on a producer and a consumer socket.
 func perfettoService(t *testing.T) (prodSock, consSock string, reg *perfetto.Producers) {
 	t.Helper()
+	reg = perfetto.NewProducers()
+	prodSock, consSock = perfettoServiceFor(t, &PerfettoConsumers{Producers: reg, Logger: testsupport.Logger(t)})
+	return prodSock, consSock, reg
+}
+
+// perfettoServiceFor is perfettoService for the consumers pc (and its
+// Producers).
+func perfettoServiceFor(t *testing.T, pc *PerfettoConsumers) (prodSock, consSock string) {
+	t.Helper()
 	dir := t.TempDir()
 	prodSock, consSock = filepath.Join(dir, "p.sock"), filepath.Join(dir, "c.sock")
-	reg = perfetto.NewProducers()
 	// One host per socket, as traced: each socket's service has id 1.
-	prodHost := ipc.NewHost(ipc.NewProducerPort(reg))
-	consHost := ipc.NewHost(ipc.NewConsumerPort(&PerfettoConsumers{Producers: reg, Logger: testsupport.Logger(t)}))
+	prodHost := ipc.NewHost(ipc.NewProducerPort(pc.Producers))
+	consHost := ipc.NewHost(ipc.NewConsumerPort(pc))
 	for _, h := range []*ipc.Host{prodHost, consHost} {
 		h.Logf = t.Logf
 		t.Cleanup(func() { h.Close() })
@@ -145,7 +153,7 @@ func perfettoService(t *testing.T) (prodSock, consSock string, reg *perfetto.Pro
 	if err := consHost.Listen(consSock); err != nil {
 		t.Fatal(err)
 	}
-	return prodSock, consSock, reg
+	return prodSock, consSock
 }
 
 // countDoublePackets counts the double's packets (each once) in a

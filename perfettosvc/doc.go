@@ -7,7 +7,8 @@
 // through a bounded in-memory sink or write_into_file through the
 // consumer's file descriptor, GetTraceStats, ObserveEvents,
 // ChangeTraceConfig (producer filters only, as traced), CloneSession and
-// QueryServiceState.
+// QueryServiceState; and what the sessions may hold on the Go heap, as a
+// soft memory limit that follows them (heap.go, SetHeapLimit).
 //
 // It is a layer above the session core: each consumer session is an
 // ordinary pipeline.Service, built with pipeline.New and driven only

@@ -67,6 +67,7 @@ func (fd *fullSpeedDouble) invoke(method string, args proto.Message) {
 func (fd *fullSpeedDouble) writeLoop(w *smb.TraceWriter) {
 	sizes := []int{24, 200, 5000, 60, 9000, 12, 700} // 5000 and 9000 span 4 KiB chunks
 	body := make([]byte, 9000)
+	var pkt []byte // reused: WritePacket copies it into the SMB, and the heap stays the service's to measure
 	for i := 0; ; i++ {
 		select {
 		case <-fd.stop:
@@ -78,7 +79,7 @@ func (fd *fullSpeedDouble) writeLoop(w *smb.TraceWriter) {
 		n := sizes[i%len(sizes)]
 		binary.LittleEndian.PutUint32(body, 0xd0b1e)
 		binary.LittleEndian.PutUint32(body[4:], uint32(i))
-		pkt := protowire.AppendTag(nil, tracefile.FieldForTesting, protowire.BytesType)
+		pkt = protowire.AppendTag(pkt[:0], tracefile.FieldForTesting, protowire.BytesType)
 		pkt = protowire.AppendBytes(pkt, body[:n])
 		if err := w.WritePacket(pkt); err != nil {
 			fd.pd.t.Errorf("write %d: %v", i, err)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tracepipe/tracepipe/buffer"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -37,6 +38,15 @@ type SinkResult struct {
 // for all of them: handing a batch over never waits, even while stuck
 // sinks hold the output goroutine (read passes back off instead, when
 // the free list runs dry).
+//
+// The batches' packet bytes are one mapping outside the Go heap
+// (buffer.Mem), batchMem bytes a batch: a streaming session cycles
+// through every batch each pass, and on the heap those bytes (5 MiB with
+// a default lane) were most of the live heap, which the collector's goal
+// then doubled. A packet that overshoots a batch's share moves that
+// batch's bytes to the heap until the batch is recycled (append's own
+// growth); the index slices (ends, Packets, Pass) stay on the heap, as
+// they must: the collector does not scan the mapping.
 func (s *Service) makeBatches() {
 	n := outputBatches
 	for _, l := range s.lanes {
@@ -44,12 +54,30 @@ func (s *Service) makeBatches() {
 	}
 	s.out = make(chan *batch, n)
 	s.free = newBatchPool(n)
-	for range n {
+	mem, err := buffer.NewMem(n * batchMem)
+	if err != nil {
+		// Out of address space: the heap still works.
+		s.logf("output batches on the Go heap: %v", err)
+		mem = nil
+	}
+	s.free.mem = mem
+	for i := range n {
 		b := &batch{}
+		if mem != nil {
+			b.owner = mem
+			b.mem = mem.Bytes()[i*batchMem : i*batchMem : (i+1)*batchMem]
+			b.data = b.mem
+		}
 		b.SetRelease(func() { s.released(b) })
 		s.free.put(b)
 	}
 }
+
+// batchMem is the mapped share of one batch: its target plus room for
+// the packet that takes it over the target (batch sizes are a target,
+// not a limit). Pages are resident once written, so the slack costs
+// memory only in sessions whose packets use it.
+const batchMem = readBatchTarget + 64<<10
 
 // batchPool is the free list of output batches: a stack, so that a read
 // pass takes the batch released last. A batch's memory grows to the
@@ -62,24 +90,63 @@ type batchPool struct {
 	stack []*batch
 	// ready holds a token when a put may have found take waiting.
 	ready chan struct{}
+	// mem holds the batches' bytes (nil: on the heap). close marks the
+	// session over; the mapping goes back to the OS once every batch is
+	// back too (a sink that gave up closing may still read one).
+	mem    *buffer.Mem
+	closed bool
+	n      int // batches made (immutable: read without mu)
 }
 
 func newBatchPool(n int) *batchPool {
-	return &batchPool{stack: make([]*batch, 0, n), ready: make(chan struct{}, 1)}
+	return &batchPool{stack: make([]*batch, 0, n), ready: make(chan struct{}, 1), n: n}
 }
 
 // capacity is the number of batches the pool was made for.
-func (p *batchPool) capacity() int { return cap(p.stack) }
+func (p *batchPool) capacity() int { return p.n }
+
+// mapped is the bytes of batch memory mapped now.
+func (p *batchPool) mapped() int64 {
+	if p == nil || p.mem == nil {
+		return 0
+	}
+	return int64(p.mem.Size())
+}
 
 // put returns b to the pool.
 func (p *batchPool) put(b *batch) {
 	p.mu.Lock()
 	p.stack = append(p.stack, b)
+	p.releaseIfIdle()
 	p.mu.Unlock()
 	select {
 	case p.ready <- struct{}{}:
 	default:
 	}
+}
+
+// close says that no batch will be taken again: the batches' mapping is
+// released now if every batch is back, else by the put of the last one.
+func (p *batchPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.releaseIfIdle()
+	p.mu.Unlock()
+}
+
+// releaseIfIdle unmaps the batches' memory once the pool is closed and
+// holds every batch (p.mu held).
+func (p *batchPool) releaseIfIdle() {
+	if !p.closed || p.mem == nil || len(p.stack) < p.n {
+		return
+	}
+	for _, b := range p.stack {
+		// Packets too: past its length it still holds slices of the
+		// mapping, which the collector would scan once the address range
+		// is reused.
+		b.mem, b.data, b.Packets, b.owner = nil, nil, nil, nil
+	}
+	p.mem.Release()
 }
 
 // tryTake returns the batch released last, or nil when every batch is

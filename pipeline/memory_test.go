@@ -27,8 +27,8 @@ func TestSessionGivesMemoryBack(t *testing.T) {
 				rings += int64(b.SizeKB) << 10
 			}
 			testsupport.WaitUntil(t, "the memory status", 20*time.Second, func() bool { return s.Status().Memory.Buffers == rings })
-			if m := s.Status().Memory; m.SMBs <= 0 || m.Total() != m.Buffers+m.SMBs+m.Clones {
-				t.Fatalf("memory status %+v: want the producers' SMBs counted", m)
+			if m := s.Status().Memory; m.SMBs <= 0 || m.Batches != int64(s.free.capacity()*batchMem) || m.Total() != m.Buffers+m.SMBs+m.Clones+m.Batches {
+				t.Fatalf("memory status %+v: want the producers' SMBs and the output batches counted", m)
 			}
 			for i := range 2 {
 				if r := <-s.Snapshot(SnapshotRequest{Trigger: fmt.Sprint("mem", i)}); r.Err != nil {
@@ -48,7 +48,7 @@ func TestSessionGivesMemoryBack(t *testing.T) {
 			if got := mapped() - before; got > 0 {
 				t.Fatalf("%d bytes of buffers still mapped after the session", got)
 			}
-			if m := s.Status().Memory; m.Buffers != 0 || m.Clones != 0 {
+			if m := s.Status().Memory; m.Buffers != 0 || m.Clones != 0 || m.Batches != 0 {
 				t.Fatalf("memory status after the session: %+v", m)
 			}
 		})
@@ -60,14 +60,14 @@ func TestHeapBudgetFollowsConfig(t *testing.T) {
 	s, _, stop := snapshotSession(t)
 	base := s.HeapBudget()
 	stop()
-	if base < heapBase+int64(outputBatches)*readBatchTarget {
-		t.Fatalf("budget %d below the base and the output batches", base)
+	if base < heapBase+int64(outputBatches)*batchIndexHeap {
+		t.Fatalf("budget %d below the base and the output batches' index", base)
 	}
 	s2, _, stop2 := snapshotSession(t, "data_sources[0].protovm.memory_limit_kb=4096", "sinks[0].queue_capacity=64",
 		"producers.smb_size_kb=8192")
 	defer stop2()
 	// The in-process synthetic source's SMB is on the heap: it counts.
-	if got, min := s2.HeapBudget(), base+48*readBatchTarget+protoVMSequences*(4096-1024)<<10+(8192-256)<<10; got < min {
+	if got, min := s2.HeapBudget(), base+48*batchIndexHeap+protoVMSequences*(4096-1024)<<10+(8192-256)<<10; got < min {
 		t.Fatalf("budget %d with a bigger queue, ProtoVM limit and SMB, want at least %d", got, min)
 	}
 }

@@ -31,8 +31,12 @@ type producer struct {
 	notes    chan<- note
 	finished <-chan struct{} // closed when the service stops accepting commits and notes
 
-	// free recycles CommitData encodings.
+	// free recycles CommitData encodings: as many as the commit queue
+	// holds, so that a producer whose commits wait out a read pass finds
+	// its buffers again instead of allocating new ones (freeBytes, at most
+	// maxFreeCommitBytes, bounds what the list keeps).
 	free        chan []byte
+	freeBytes   atomic.Int64
 	commitsLate atomic.Uint64 // commits produced after the service finished
 	// queued counts the commits handed to the service and not yet handled
 	// (incremented by deliver, decremented on the service goroutine).
@@ -168,7 +172,7 @@ func newProducer(spec producerSpec, s *smb.SMB, client buffer.ClientIdentity, co
 	return &producer{
 		producerSpec: spec, client: client, smb: s,
 		commits: commits, notes: notes, finished: finished,
-		free:     make(chan []byte, 16),
+		free:     make(chan []byte, commitQueueLen),
 		ctrl:     make(chan ctrlMsg, 4),
 		stopC:    make(chan struct{}),
 		ctrlDone: make(chan struct{}),
@@ -222,17 +226,31 @@ func (p *producer) post(n note) {
 func (p *producer) commitBuffer() []byte {
 	select {
 	case b := <-p.free:
+		p.freeBytes.Add(-int64(cap(b)))
 		return b[:0]
 	default:
 		return nil
 	}
 }
 
+// maxFreeCommitBytes bounds the bytes of CommitData buffers a producer's
+// free list keeps: a commit queue's worth of up to 1 KiB each (a Perfetto
+// SDK's posted commits range from one chunk to a few dozen, and a
+// recycled buffer keeps the size of the largest commit it held), never a
+// burst of larger ones (those become garbage).
+const maxFreeCommitBytes = commitQueueLen << 10
+
 // recycle returns a commit's bytes for reuse (service goroutine).
 func (p *producer) recycle(b []byte) {
+	n := int64(cap(b))
+	if n == 0 || p.freeBytes.Load()+n > maxFreeCommitBytes {
+		return
+	}
+	p.freeBytes.Add(n)
 	select {
 	case p.free <- b:
 	default:
+		p.freeBytes.Add(-n)
 	}
 }
 

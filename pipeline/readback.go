@@ -25,10 +25,20 @@ type batch struct {
 	// batch; final marks the session's last batch.
 	endOfPass, final bool
 	info             PassInfo // output totals once this batch is written
+	// mem is the batch's share of the pool's mapping (empty, its
+	// capacity batchMem), nil for a batch on the heap; data starts there
+	// and moves to the heap only when a packet overshoots it. owner keeps
+	// the mapping alive as long as a lane may still hold the batch.
+	mem   []byte
+	owner *buffer.Mem
 }
 
 func (b *batch) reset() {
-	b.data, b.ends, b.Packets, b.Pass = b.data[:0], b.ends[:0], b.Packets[:0], b.Pass[:0]
+	data := b.data[:0]
+	if b.mem != nil {
+		data = b.mem // back from the heap after an overshoot
+	}
+	b.data, b.ends, b.Packets, b.Pass = data, b.ends[:0], b.Packets[:0], b.Pass[:0]
 	b.Stats, b.Flush, b.Final, b.Peers = nil, false, false, nil
 	b.endOfPass, b.final = false, false
 }

@@ -607,6 +607,7 @@ func (s *Service) finish() (*Result, error) {
 	}
 	errs = append(errs, s.closeLanes(ctx)...)
 	s.outCancel()
+	s.free.close() // the batches' mapping goes once no lane holds one
 	final.Tracepipe = withSinkTotals(final.Tracepipe, s.sinkTotals())
 	final.Tracepipe.PeerSinks = s.peerStats()
 	for _, p := range s.producers {

@@ -51,10 +51,11 @@ type MemoryStatus struct {
 	Buffers int64 // the trace buffers (rings), mapped outside the Go heap
 	SMBs    int64 // the shared memory buffers of the session's producers (in-process ones on the Go heap)
 	Clones  int64 // clone memory of the snapshots being taken or written
+	Batches int64 // the output batches on their way to the sinks, mapped outside the Go heap
 }
 
 // Total is the sum of the components.
-func (m MemoryStatus) Total() int64 { return m.Buffers + m.SMBs + m.Clones }
+func (m MemoryStatus) Total() int64 { return m.Buffers + m.SMBs + m.Clones + m.Batches }
 
 // Fill is the unread fraction of the buffer, capped at 1.
 func (b BufferStatus) Fill() float64 {
@@ -130,5 +131,6 @@ func (s *Service) memoryStatus() MemoryStatus {
 		}
 	}
 	m.Clones = s.snap.cloneBytes.Load()
+	m.Batches = s.free.mapped()
 	return m
 }

@@ -110,7 +110,7 @@ func newServeCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return servePerfetto(cmd.Context(), cmd.ErrOrStderr(), bound)
+				return servePerfetto(cmd.Context(), cmd.ErrOrStderr(), bound, f.metricsAddr)
 			}
 			if f.out == "" {
 				return usageError{errors.New("serve needs --out DIR (or --perfetto)")}

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
+	"runtime/debug"
+	"strconv"
 	"syscall"
 
 	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/metrics"
 	"github.com/tracepipe/tracepipe/transport/perfetto"
 
 	"github.com/tracepipe/tracepipe/perfettoipc"
@@ -21,8 +25,10 @@ import (
 // writable, else /tmp/perfetto-producer and /tmp/perfetto-consumer), one
 // host per socket as traced (service id 1 on each), so that programs
 // built for Perfetto produce into tracepipe and the perfetto command
-// drives its sessions, until ctx ends or SIGINT/SIGTERM.
-func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error {
+// drives its sessions, until ctx ends or SIGINT/SIGTERM. With
+// metricsAddr, /metrics reports each running session as run's does,
+// labelled with its tracing session id.
+func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64, metricsAddr string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	stderr = &syncWriter{w: stderr} // connections log from their own goroutines
@@ -33,7 +39,9 @@ func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error
 	if err != nil {
 		return err
 	}
-	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(&perfettosvc.PerfettoConsumers{Producers: reg, Logger: logger, MaxMemory: maxMemory}))
+	pc := &perfettosvc.PerfettoConsumers{Producers: reg, Logger: logger, MaxMemory: maxMemory}
+	limitServeHeap(pc, os.Getenv("GOMEMLIMIT"), debug.SetMemoryLimit)
+	cons := perfettoipc.NewHost(perfettoipc.NewConsumerPort(pc))
 	prod.Logf, cons.Logf = logf, logf
 	defer prod.Close()
 	defer cons.Close()
@@ -44,7 +52,33 @@ func servePerfetto(ctx context.Context, stderr io.Writer, maxMemory int64) error
 	if err := cons.Listen(cp); err != nil {
 		return err
 	}
+	if metricsAddr != "" {
+		shutdown, bound, err := metrics.Serve(metricsAddr, metrics.Sessions(func() []metrics.LabeledSession {
+			var out []metrics.LabeledSession
+			for _, rs := range pc.Running() {
+				out = append(out, metrics.LabeledSession{ID: strconv.FormatUint(rs.ID, 10), Src: rs.Service})
+			}
+			return out
+		}))
+		if err != nil {
+			return err
+		}
+		defer shutdown()
+		logf("metrics on http://%s/metrics", bound)
+	}
 	logf("serving Perfetto producers on %s and consumers on %s", pp, cp)
 	<-ctx.Done()
 	return nil
+}
+
+// limitServeHeap gives the Go runtime a soft memory limit that follows
+// the consumer sessions as they start and end (their pipeline heap
+// budgets and unread queues: PerfettoConsumers.HeapLimit), as run's
+// limitHeap does for its one session, unless the user set GOMEMLIMIT.
+func limitServeHeap(pc *perfettosvc.PerfettoConsumers, userLimit string, set func(int64) int64) {
+	if userLimit != "" {
+		return
+	}
+	pc.SetHeapLimit = func(n int64) { set(n) }
+	set(pc.HeapLimit())
 }
