@@ -130,4 +130,3 @@ func TestFDSinkWriteNoAlloc(t *testing.T) {
 		t.Errorf("%.1f allocations per batch", n)
 	}
 }
-
