@@ -38,7 +38,7 @@ type countingBackend struct {
 	commits int
 }
 
-func (b *countingBackend) Commit(*Producer, []byte) { b.commits++ }
+func (b *countingBackend) Commit(*Producer, []byte, *smb.CommitData) { b.commits++ }
 
 // producerConn is an initialized producer on a connection without a
 // socket: the read loop's decode and dispatch, minus the syscall.

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tracepipe/tracepipe/smb"
 )
 
 // addGoldenSeeds adds every golden stream, whole and per frame, to f.
@@ -119,7 +121,7 @@ func (nopBackend) Connected(*Producer)                                   {}
 func (nopBackend) Disconnected(*Producer)                                {}
 func (nopBackend) DataSourceRegistered(*Producer, *DataSourceDescriptor) {}
 func (nopBackend) DataSourceUnregistered(*Producer, string)              {}
-func (nopBackend) Commit(*Producer, []byte)                              {}
+func (nopBackend) Commit(*Producer, []byte, *smb.CommitData)             {}
 func (nopBackend) DataSourceStarted(*Producer, uint64)                   {}
 func (nopBackend) DataSourceStopped(*Producer, uint64)                   {}
 

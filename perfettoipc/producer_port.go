@@ -59,10 +59,11 @@ type Backend interface {
 	Disconnected(p *Producer)
 	DataSourceRegistered(p *Producer, d *DataSourceDescriptor)
 	DataSourceUnregistered(p *Producer, name string)
-	// Commit hands over one CommitDataRequest encoding (decode it with
-	// smb.CommitData; it may carry a flush_request_id acknowledging a
-	// flush). The bytes are only valid during the call.
-	Commit(p *Producer, commitData []byte)
+	// Commit hands over one CommitDataRequest encoding and the port's
+	// decoding of it (smb.CommitData, validated; it may carry a
+	// flush_request_id acknowledging a flush). Both are only valid during
+	// the call.
+	Commit(p *Producer, commitData []byte, decoded *smb.CommitData)
 	DataSourceStarted(p *Producer, instanceID uint64)
 	DataSourceStopped(p *Producer, instanceID uint64)
 }
@@ -303,7 +304,7 @@ func (p *Producer) Invoke(method uint32, call *Call) {
 		}
 		_ = call.Reply(&UnregisterDataSourceResponse{}, false)
 	case mCommitData:
-		p.backend.Commit(p, call.Args)
+		p.backend.Commit(p, call.Args, &p.cd)
 		_ = call.ReplyRaw(nil, false) // CommitDataResponse{}, without allocating it
 	case mGetAsyncCommand:
 		p.mu.Lock()

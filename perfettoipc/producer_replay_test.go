@@ -45,7 +45,7 @@ func (b *recordingBackend) DataSourceRegistered(p *Producer, d *DataSourceDescri
 func (b *recordingBackend) DataSourceUnregistered(p *Producer, name string) {
 	b.add("unregistered " + name)
 }
-func (b *recordingBackend) Commit(p *Producer, data []byte) {
+func (b *recordingBackend) Commit(p *Producer, data []byte, _ *smb.CommitData) {
 	var cd smb.CommitData
 	b.mu.Lock()
 	defer b.mu.Unlock()

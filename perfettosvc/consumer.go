@@ -101,7 +101,7 @@ func (pc *PerfettoConsumers) EnableTracing(peer perfettoipc.Peer, tc []byte, out
 		sink = cloneOnlySink{}
 	case cfg.WriteIntoFile && outFD >= 0:
 		cs.file = true
-		sink = &fdSink{f: os.NewFile(uintptr(outFD), "perfetto consumer output")}
+		sink = newFDSink(os.NewFile(uintptr(outFD), "perfetto consumer output"))
 	case cfg.WriteIntoFile:
 		return nil, errors.New("trace_config.write_into_file: pass the output file descriptor with EnableTracing (output_path is not supported)")
 	default:
@@ -632,44 +632,6 @@ func (cloneOnlySink) Write(context.Context, [][]byte) error { return nil }
 func (cloneOnlySink) Flush(context.Context) error           { return nil }
 func (cloneOnlySink) Close(context.Context) error           { return nil }
 func (cloneOnlySink) Stats() sinks.SinkStats                { return sinks.SinkStats{} }
-
-// fdSink writes the trace into the file a consumer passed (Perfetto's
-// write_into_file with a descriptor): each packet framed as a Trace's
-// packet field.
-type fdSink struct {
-	f     *os.File
-	buf   []byte
-	stats sinks.SinkStats
-	mu    sync.Mutex
-}
-
-func (s *fdSink) Write(_ context.Context, packets [][]byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.buf = s.buf[:0]
-	var n uint64
-	for _, p := range packets {
-		s.buf = tracefile.AppendRecord(s.buf, p)
-		n += uint64(len(p))
-	}
-	if _, err := s.f.Write(s.buf); err != nil {
-		s.stats.Errors++
-		s.stats.PacketsDroppedError += uint64(len(packets))
-		s.stats.BytesDroppedError += n
-		return fmt.Errorf("perfetto consumer's output file: %w", err)
-	}
-	s.stats.PacketsWritten += uint64(len(packets))
-	s.stats.BytesWritten += n
-	return nil
-}
-
-func (s *fdSink) Flush(context.Context) error { return nil }
-func (s *fdSink) Close(context.Context) error { return s.f.Close() }
-func (s *fdSink) Stats() sinks.SinkStats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stats
-}
 
 // finalStatsWait bounds TraceStats' wait for the final stats of a session
 // that ended while it asked: as long as the session may take to close its

@@ -183,8 +183,29 @@ func TestPerfettoProducerRegisteringWhileStopping(t *testing.T) {
 	cfg := filteredConfig(60_000)
 	cfg = protowire.AppendTag(cfg, 14, protowire.VarintType) // flush_timeout_ms
 	cfg = protowire.AppendVarint(cfg, 1500)
+	obs := c.pd.invoke("ObserveEvents", &ipc.ObserveEventsRequest{EventsToObserve: []uint32{2}}, false) // all_data_sources_started
 	enable := c.pd.invoke("EnableTracing", &ipc.EnableTracingRequest{TraceConfig: cfg}, false)
 	waitStarted(t, a, "double-a")
+	// Only a data source the session counts started is flushed: double-a
+	// having seen start_data_source is not enough (its
+	// NotifyDataSourceStarted may still be on its way, and DisableTracing
+	// would then flush nobody). A GetTraceStats round trip at a time until
+	// the session says all started (bounded).
+	var events []*ipc.ObservableEvents
+	allStarted := func() bool {
+		for _, ev := range events {
+			if ev.GetAllDataSourcesStarted() {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); !allStarted(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the session never counted double-a started: events %v", events)
+		}
+		c.replyWithEvents(c.pd.invoke("GetTraceStats", &ipc.GetTraceStatsRequest{}, false), obs, &events)
+	}
 
 	c.pd.invoke("DisableTracing", &ipc.DisableTracingRequest{}, false)
 	// The final flush reached double-a, which leaves it unanswered: the

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -56,6 +58,7 @@ type serveFlags struct {
 	natsURL, subject, durable    string
 	maxConsumerMemory            string // --perfetto: what consumer sessions may hold together
 	perfetto                     bool   // serve_perfetto.go: a drop-in traced
+	procs                        int    // --perfetto: GOMAXPROCS (perfettoProcs)
 	logFormat                    string
 	limits                       serveLimits
 }
@@ -110,6 +113,15 @@ func newServeCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				n, err := perfettoProcs(f.procs, cmd.Flags().Changed("procs"), os.Getenv("GOMAXPROCS"))
+				if err != nil {
+					return err
+				}
+				if n > 0 {
+					// Restored on return: the CLI's tests run serve in
+					// their own process.
+					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
+				}
 				return servePerfetto(cmd.Context(), cmd.ErrOrStderr(), bound, f.metricsAddr)
 			}
 			if f.out == "" {
@@ -142,6 +154,7 @@ func newServeCmd() *cobra.Command {
 	addServeLimitFlags(fl, &f.limits)
 	fl.StringVar(&f.maxConsumerMemory, "max-consumer-memory", "", "with --perfetto: refuse a consumer's session when the running sessions' buffers, shared memory buffers and read queues would add up to more than this, e.g. 8GiB (default: half of this machine's RAM; \"none\": no bound)")
 	fl.BoolVar(&f.perfetto, "perfetto", false, "act as Perfetto's traced instead: serve Perfetto producers and the perfetto command on Perfetto's sockets (see README)")
+	fl.IntVar(&f.procs, "procs", 1, "with --perfetto: threads that run the service's Go code at once (GOMAXPROCS); 1, like traced's single service thread, spends the least CPU per traced byte (every hand-off between goroutines on two threads costs a wake-up); raise it when one machine's producers need more than one core of copying; 0: one per CPU (a GOMAXPROCS environment variable counts when this flag is not given)")
 	addLogFormatFlag(c, &f.logFormat)
 	return c
 }

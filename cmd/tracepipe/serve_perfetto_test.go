@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,8 @@ func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 	cons := filepath.Join(dir, "c.sock")
 	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", filepath.Join(dir, "p.sock"))
 	t.Setenv("PERFETTO_CONSUMER_SOCK_NAME", cons)
+	t.Setenv("GOMAXPROCS", "") // --procs' default applies
+	procs := runtime.GOMAXPROCS(0)
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr bytes.Buffer
 	code := make(chan int, 1)
@@ -40,6 +43,9 @@ func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	defer c.Close()
+	if got := runtime.GOMAXPROCS(0); got != 1 {
+		t.Errorf("serve --perfetto runs with GOMAXPROCS %d, want --procs' default 1", got)
+	}
 	frame, _ := ipc.AppendFrame(nil, &ipc.Frame{RequestId: proto.Uint64(1), Msg: &ipc.Frame_MsgBindService{MsgBindService: &ipc.Frame_BindService{ServiceName: proto.String("ConsumerPort")}}})
 	if _, err := c.Write(frame); err != nil {
 		t.Fatal(err)
@@ -65,6 +71,9 @@ func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 	if got := <-code; got != exitOK {
 		t.Fatalf("exit %d, stderr %q", got, stderr.String())
 	}
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Errorf("GOMAXPROCS %d after serve returned, want %d as before", got, procs)
+	}
 	if !strings.Contains(stderr.String(), cons) {
 		t.Errorf("stderr %q does not name the consumer socket", stderr.String())
 	}
@@ -73,5 +82,34 @@ func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 	}
 	if _, _, code := runCLI(t, "serve"); code != exitUsage {
 		t.Errorf("serve without --perfetto or --out: exit %d", code)
+	}
+}
+
+// --procs decides serve --perfetto's GOMAXPROCS: the flag when given
+// (0: one per CPU), else a GOMAXPROCS variable the runtime already
+// applied, else one thread.
+func TestPerfettoProcs(t *testing.T) {
+	for _, c := range []struct {
+		flag  int
+		given bool
+		env   string
+		want  int
+	}{
+		{1, false, "", 1},
+		{1, false, "4", 0},
+		{2, true, "4", 2},
+		{0, true, "", runtime.NumCPU()},
+		{3, true, "", 3},
+	} {
+		got, err := perfettoProcs(c.flag, c.given, c.env)
+		if err != nil || got != c.want {
+			t.Errorf("perfettoProcs(%d, %v, %q) = %d, %v; want %d", c.flag, c.given, c.env, got, err, c.want)
+		}
+	}
+	if _, err := perfettoProcs(-1, true, ""); err == nil || !strings.Contains(err.Error(), "--procs") {
+		t.Errorf("--procs -1: error %v, want one naming --procs", err)
+	}
+	if _, _, code := runCLI(t, "serve", "--perfetto", "--procs", "-2"); code != exitUsage {
+		t.Errorf("serve --perfetto --procs -2: exit %d, want usage error %d", code, exitUsage)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -331,17 +332,25 @@ func BenchmarkPerfettoProducerPath(b *testing.B) {
 		for _, writers := range []int{1, 2} {
 			for _, flush := range []string{"100ms", "1s", "10s"} {
 				b.Run(fmt.Sprintf("size=%d/writers=%d/flush=%s", size, writers, flush), func(b *testing.B) {
-					benchProducerPath(b, size, writers, flush, false)
+					benchProducerPath(b, size, writers, flush, false, 0)
 				})
 			}
 			b.Run(fmt.Sprintf("size=%d/writers=%d/flush=100ms/commit=posted", size, writers), func(b *testing.B) {
-				benchProducerPath(b, size, writers, "100ms", true)
+				benchProducerPath(b, size, writers, "100ms", true, 0)
+			})
+			// As serve --perfetto runs by default (--procs 1).
+			b.Run(fmt.Sprintf("size=%d/writers=%d/flush=100ms/commit=posted/procs=1", size, writers), func(b *testing.B) {
+				benchProducerPath(b, size, writers, "100ms", true, 1)
 			})
 		}
 	}
 }
 
-func benchProducerPath(b *testing.B, size, writers int, flush string, posted bool) {
+// benchProducerPath runs the service with GOMAXPROCS procs (0: -cpu's).
+func benchProducerPath(b *testing.B, size, writers int, flush string, posted bool, procs int) {
+	if procs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+	}
 	dir := b.TempDir()
 	sock := filepath.Join(dir, "producer.sock")
 	// The runs stream into tmpfs: a disk's filesystem costs the

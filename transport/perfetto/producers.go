@@ -205,23 +205,38 @@ func (r *Producers) Changed() <-chan struct{} {
 // backpressure on this one producer's connection). A flush
 // acknowledgement then wakes the instances waiting on it; each hands its
 // own service the acknowledgement, after the data.
-func (r *Producers) Commit(pp *perfettoipc.Producer, data []byte) {
+//
+// decoded is the port's decoding of data (nil: Commit decodes it).
+func (r *Producers) Commit(pp *perfettoipc.Producer, data []byte, decoded *smb.CommitData) {
 	c := r.find(pp)
 	if c == nil {
 		return
 	}
-	if c.cd.Unmarshal(data) != nil {
-		return // the port let only valid commits through
+	cd := decoded
+	if cd == nil {
+		if c.cd.Unmarshal(data) != nil {
+			return // the port let only valid commits through
+		}
+		cd = &c.cd
 	}
-	cd := &c.cd
 	c.mu.Lock()
 	if len(c.instances) == 0 {
 		c.mu.Unlock()
 		r.CommitsUnbound.Add(1)
 		c.orphan.ReadCommit(cd, nil, nil) // free the chunks
 		if id := cd.FlushRequestID; id != 0 {
-			c.acked(id) // a flush whose instances all ended
+			c.acked(id)
 		}
+		return
+	}
+	if to := c.soleRouteLocked(cd); to != nil {
+		// The common case: every chunk and patch is for one instance and
+		// no flush is acknowledged. The service receives the producer's
+		// own encoding (it decodes and validates it again, as any
+		// producer's commit), without a re-encoding here.
+		c.mu.Unlock()
+		l := to.link
+		l.Deliver(append(l.CommitBuffer(), data...))
 		return
 	}
 	// 1. Sort the moves and patches by the instance owning their buffer.
@@ -278,6 +293,34 @@ func (r *Producers) Commit(pp *perfettoipc.Producer, data []byte) {
 	if id := cd.FlushRequestID; id != 0 {
 		c.acked(id)
 	}
+}
+
+// soleRouteLocked is the one instance that receives every chunk and patch
+// of cd, or nil when they go to several (or to none), or when cd
+// acknowledges a flush (c.mu held).
+func (c *perfettoConn) soleRouteLocked(cd *smb.CommitData) *perfettoSide {
+	if cd.FlushRequestID != 0 {
+		return nil
+	}
+	var to *perfettoSide
+	same := func(buf uint32) bool {
+		r := c.routeLocked(buf)
+		if to == nil {
+			to = r
+		}
+		return r != nil && r == to
+	}
+	for i := range cd.ChunksToMove {
+		if !same(cd.ChunksToMove[i].TargetBuffer) {
+			return nil
+		}
+	}
+	for i := range cd.ChunksToPatch {
+		if !same(cd.ChunksToPatch[i].TargetBuffer) {
+			return nil
+		}
+	}
+	return to
 }
 
 // routeLocked is the instance receiving buffer buf's chunks (c.mu held).

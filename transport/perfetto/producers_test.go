@@ -9,12 +9,15 @@ import (
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/smb"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Routing a producer's commits to the instances owning their buffers
 // allocates nothing in steady state (the hot path of every Perfetto
-// producer): single-buffer and mixed commits alike, each part re-encoded
-// into a recycled buffer; and every chunk reaches exactly its instance.
+// producer): single-buffer and mixed commits alike, a mixed commit's
+// parts re-encoded and a single instance's commit copied as the producer
+// encoded it, into recycled buffers; and every chunk reaches exactly its
+// instance.
 func TestPerfettoCommitRoutingAllocs(t *testing.T) {
 	r := NewProducers()
 	pp := &ipc.Producer{} // the connection's identity only
@@ -53,15 +56,46 @@ func TestPerfettoCommitRoutingAllocs(t *testing.T) {
 			}
 		}
 	}
-	r.Commit(pp, mixedB)
+	r.Commit(pp, mixedB, nil)
 	drain(true)
 	if len(got[a.link]) != 1 || len(got[a.link][0].ChunksToMove) != 2 || len(got[a.link][0].ChunksToPatch) != 0 ||
 		len(got[b.link]) != 1 || len(got[b.link][0].ChunksToMove) != 1 || got[b.link][0].ChunksToMove[0].Page != 1 || len(got[b.link][0].ChunksToPatch) != 1 {
 		t.Fatalf("routed %+v", got)
 	}
+	// A commit for one instance only reaches it as the producer's bytes;
+	// one acknowledging a flush is re-encoded (the acknowledgement
+	// follows the data, from the connection's flush bookkeeping).
+	withFlush := single
+	withFlush.FlushRequestID = 9
+	for _, tc := range []struct {
+		data []byte
+		same bool
+	}{
+		// An unknown field, which only the producer's own bytes keep.
+		{protowire.AppendVarint(protowire.AppendTag(slices.Clip(singleB), 15, protowire.VarintType), 1), true},
+		{withFlush.AppendMarshal(nil), false},
+	} {
+		r.Commit(pp, tc.data, nil)
+		select {
+		case m := <-commits:
+			if m.p != b.link {
+				t.Fatalf("commit for buffer 2 reached %v", m.p)
+			}
+			if slices.Equal(m.data, tc.data) != tc.same {
+				t.Errorf("delivered %x for commit %x: want the producer's bytes %v", m.data, tc.data, tc.same)
+			}
+			var cd smb.CommitData
+			if err := cd.Unmarshal(m.data); err != nil || len(cd.ChunksToMove) != 1 || cd.ChunksToMove[0].Page != 3 || cd.FlushRequestID != 0 {
+				t.Errorf("delivered %+v, %v", cd, err)
+			}
+			m.p.recycle(m.data)
+		default:
+			t.Fatalf("commit %x delivered nothing", tc.data)
+		}
+	}
 	if n := testing.AllocsPerRun(200, func() {
-		r.Commit(pp, mixedB)
-		r.Commit(pp, singleB)
+		r.Commit(pp, mixedB, nil)
+		r.Commit(pp, singleB, nil)
 		drain(false)
 	}); n != 0 {
 		t.Fatalf("%.1f allocations per routed pair of commits", n)

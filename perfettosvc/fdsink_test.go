@@ -1,0 +1,132 @@
+package perfettosvc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/tracepipe/tracepipe/tracefile"
+)
+
+// fdPackets are packets of every size class the sink treats apart (empty,
+// copied, given to writev as they are), more of them than one writev
+// takes.
+func fdPackets() (packets [][]byte, want []byte) {
+	sizes := []int{0, 1, gatherCopyMax - 1, gatherCopyMax, gatherCopyMax + 1, 1000, 70000}
+	for i := 0; i < 3*iovMax; i++ {
+		sizes = append(sizes, 300+i%7, 3)
+	}
+	for i, n := range sizes {
+		p := bytes.Repeat([]byte{byte(i)}, n)
+		packets = append(packets, p)
+		want = tracefile.AppendRecord(want, p)
+	}
+	return packets, want
+}
+
+// The file holds every packet framed as a Trace record, in order, and the
+// counters say so.
+func TestFDSinkWritesRecords(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out.pftrace")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newFDSink(f)
+	packets, want := fdPackets()
+	for range 2 {
+		if err := s.Write(context.Background(), packets); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, append(want[:len(want):len(want)], want...)) {
+		t.Fatalf("file holds %d bytes, want %d (the records twice)", len(got), 2*len(want))
+	}
+	var n uint64
+	for _, p := range packets {
+		n += uint64(len(p))
+	}
+	if st := s.Stats(); st.PacketsWritten != uint64(2*len(packets)) || st.BytesWritten != 2*n || st.Errors != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// A descriptor that takes part of a writev at a time (a non-blocking pipe
+// read slowly) still receives every byte once, in order.
+func TestFDSinkPartialWrites(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		var b bytes.Buffer
+		buf := make([]byte, 1000) // smaller reads than the pipe holds
+		for {
+			n, err := r.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				got <- b.Bytes()
+				return
+			}
+		}
+	}()
+	s := newFDSink(w)
+	packets, want := fdPackets()
+	if err := s.Write(context.Background(), packets); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close(context.Background())
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("pipe carried %d bytes, want %d", len(b), len(want))
+	}
+}
+
+// A failing write is an error naming the output and a counted loss of
+// the batch.
+func TestFDSinkWriteError(t *testing.T) {
+	f, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("this test needs /dev/full: %v", err)
+	}
+	s := newFDSink(f)
+	defer s.Close(context.Background())
+	packets, _ := fdPackets()
+	err = s.Write(context.Background(), packets)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write to /dev/full: %v, want ENOSPC", err)
+	}
+	if st := s.Stats(); st.Errors != 1 || st.PacketsDroppedError != uint64(len(packets)) || st.PacketsWritten != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// Writing a batch allocates nothing once the sink's buffers have grown.
+func TestFDSinkWriteNoAlloc(t *testing.T) {
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newFDSink(f)
+	defer s.Close(context.Background())
+	packets, _ := fdPackets()
+	if n := testing.AllocsPerRun(20, func() {
+		if err := s.Write(context.Background(), packets); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%.1f allocations per batch", n)
+	}
+}
