@@ -6,9 +6,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strconv"
-	"runtime"
 	"syscall"
 
 	"github.com/tracepipe/tracepipe/config"
