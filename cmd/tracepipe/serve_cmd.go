@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/signal"
 	"runtime"
 	"syscall"
@@ -58,7 +57,7 @@ type serveFlags struct {
 	natsURL, subject, durable    string
 	maxConsumerMemory            string // --perfetto: what consumer sessions may hold together
 	perfetto                     bool   // serve_perfetto.go: a drop-in traced
-	procs                        int    // --perfetto: GOMAXPROCS (perfettoProcs)
+	procs                        int    // --perfetto: GOMAXPROCS (0: the runtime's)
 	logFormat                    string
 	limits                       serveLimits
 }
@@ -113,11 +112,10 @@ func newServeCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				n, err := perfettoProcs(f.procs, cmd.Flags().Changed("procs"), os.Getenv("GOMAXPROCS"))
-				if err != nil {
-					return err
+				if f.procs < 0 {
+					return usageError{fmt.Errorf("--procs %d: want 0 (the Go runtime's choice) or more", f.procs)}
 				}
-				if n > 0 {
+				if n := f.procs; n > 0 {
 					// Restored on return: the CLI's tests run serve in
 					// their own process.
 					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
@@ -154,7 +152,7 @@ func newServeCmd() *cobra.Command {
 	addServeLimitFlags(fl, &f.limits)
 	fl.StringVar(&f.maxConsumerMemory, "max-consumer-memory", "", "with --perfetto: refuse a consumer's session when the running sessions' buffers, shared memory buffers and read queues would add up to more than this, e.g. 8GiB (default: half of this machine's RAM; \"none\": no bound)")
 	fl.BoolVar(&f.perfetto, "perfetto", false, "act as Perfetto's traced instead: serve Perfetto producers and the perfetto command on Perfetto's sockets (see README)")
-	fl.IntVar(&f.procs, "procs", 1, "with --perfetto: threads that run the service's Go code at once (GOMAXPROCS); 1, like traced's single service thread, spends the least CPU per traced byte (every hand-off between goroutines on two threads costs a wake-up); raise it when one machine's producers need more than one core of copying; 0: one per CPU (a GOMAXPROCS environment variable counts when this flag is not given)")
+	fl.IntVar(&f.procs, "procs", 0, "with --perfetto: threads that run the service's Go code at once (GOMAXPROCS; 0: the Go runtime's choice, the GOMAXPROCS variable or one per CPU); see docs/perfetto.md for what 1 costs and saves")
 	addLogFormatFlag(c, &f.logFormat)
 	return c
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"syscall"
@@ -18,34 +17,6 @@ import (
 	"github.com/tracepipe/tracepipe/perfettoipc"
 	"github.com/tracepipe/tracepipe/perfettosvc"
 )
-
-// perfettoProcs is the GOMAXPROCS serve --perfetto runs with: the --procs
-// flag when given (0: the runtime's default, one per CPU), else the
-// GOMAXPROCS environment variable when set (the runtime applied it: 0
-// returned means leave it), else the flag's default of 1.
-//
-// One thread is the default because the service's work is a chain of
-// hand-offs (a producer connection's reader, the session loop, the
-// output stage, a sink's lane): on two or more threads each hand-off to
-// a parked goroutine wakes another thread, and the wake-ups, spinning
-// and sysmon's retakes around the file writes cost 15-28% of the CPU per
-// traced gigabyte (BenchmarkPerfettoProducerPath, procs=1 against 2).
-// The producers are other processes; they keep every other core.
-func perfettoProcs(flag int, flagGiven bool, env string) (int, error) {
-	if flag < 0 {
-		return 0, usageError{fmt.Errorf("--procs %d: must be 0 (one per CPU) or more", flag)}
-	}
-	if flagGiven {
-		if flag == 0 {
-			return runtime.NumCPU(), nil
-		}
-		return flag, nil
-	}
-	if env != "" {
-		return 0, nil
-	}
-	return flag, nil
-}
 
 // servePerfetto is `tracepipe serve --perfetto`: act as Perfetto's traced.
 // It listens on Perfetto's producer and consumer sockets

@@ -23,12 +23,11 @@ func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 	cons := filepath.Join(dir, "c.sock")
 	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", filepath.Join(dir, "p.sock"))
 	t.Setenv("PERFETTO_CONSUMER_SOCK_NAME", cons)
-	t.Setenv("GOMAXPROCS", "") // --procs' default applies
 	procs := runtime.GOMAXPROCS(0)
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr bytes.Buffer
 	code := make(chan int, 1)
-	go func() { code <- runContext(ctx, []string{"serve", "--perfetto"}, &stdout, &stderr) }()
+	go func() { code <- runContext(ctx, []string{"serve", "--perfetto", "--procs", "1"}, &stdout, &stderr) }()
 	var c net.Conn
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -44,7 +43,7 @@ func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 	}
 	defer c.Close()
 	if got := runtime.GOMAXPROCS(0); got != 1 {
-		t.Errorf("serve --perfetto runs with GOMAXPROCS %d, want --procs' default 1", got)
+		t.Errorf("serve --perfetto --procs 1 runs with GOMAXPROCS %d", got)
 	}
 	frame, _ := ipc.AppendFrame(nil, &ipc.Frame{RequestId: proto.Uint64(1), Msg: &ipc.Frame_MsgBindService{MsgBindService: &ipc.Frame_BindService{ServiceName: proto.String("ConsumerPort")}}})
 	if _, err := c.Write(frame); err != nil {
@@ -85,31 +84,10 @@ func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 	}
 }
 
-// --procs decides serve --perfetto's GOMAXPROCS: the flag when given
-// (0: one per CPU), else a GOMAXPROCS variable the runtime already
-// applied, else one thread.
-func TestPerfettoProcs(t *testing.T) {
-	for _, c := range []struct {
-		flag  int
-		given bool
-		env   string
-		want  int
-	}{
-		{1, false, "", 1},
-		{1, false, "4", 0},
-		{2, true, "4", 2},
-		{0, true, "", runtime.NumCPU()},
-		{3, true, "", 3},
-	} {
-		got, err := perfettoProcs(c.flag, c.given, c.env)
-		if err != nil || got != c.want {
-			t.Errorf("perfettoProcs(%d, %v, %q) = %d, %v; want %d", c.flag, c.given, c.env, got, err, c.want)
-		}
-	}
-	if _, err := perfettoProcs(-1, true, ""); err == nil || !strings.Contains(err.Error(), "--procs") {
-		t.Errorf("--procs -1: error %v, want one naming --procs", err)
-	}
-	if _, _, code := runCLI(t, "serve", "--perfetto", "--procs", "-2"); code != exitUsage {
-		t.Errorf("serve --perfetto --procs -2: exit %d, want usage error %d", code, exitUsage)
+// --procs must not be negative; the error names it.
+func TestServePerfettoProcsRefusesNegative(t *testing.T) {
+	_, stderr, code := runCLI(t, "serve", "--perfetto", "--procs", "-2")
+	if code != exitUsage || !strings.Contains(stderr, "--procs -2") {
+		t.Errorf("serve --perfetto --procs -2: exit %d, stderr %q; want a usage error naming --procs", code, stderr)
 	}
 }

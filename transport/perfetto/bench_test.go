@@ -338,7 +338,7 @@ func BenchmarkPerfettoProducerPath(b *testing.B) {
 			b.Run(fmt.Sprintf("size=%d/writers=%d/flush=100ms/commit=posted", size, writers), func(b *testing.B) {
 				benchProducerPath(b, size, writers, "100ms", true, 0)
 			})
-			// As serve --perfetto runs by default (--procs 1).
+			// As serve --perfetto --procs 1 runs it (docs/perfetto.md).
 			b.Run(fmt.Sprintf("size=%d/writers=%d/flush=100ms/commit=posted/procs=1", size, writers), func(b *testing.B) {
 				benchProducerPath(b, size, writers, "100ms", true, 1)
 			})
