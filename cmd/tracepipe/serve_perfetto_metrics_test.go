@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -22,17 +19,8 @@ import (
 // on /metrics as run reports its one, labelled with its tracing session
 // id: its memory by component among the rest.
 func TestServePerfettoMetricsShowSessions(t *testing.T) {
-	dir := t.TempDir()
-	cons := filepath.Join(dir, "c.sock")
-	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", filepath.Join(dir, "p.sock"))
-	t.Setenv("PERFETTO_CONSUMER_SOCK_NAME", cons)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr testsupport.LockedBuffer
-	code := make(chan int, 1)
-	go func() {
-		code <- runContext(ctx, []string{"serve", "--perfetto", "--metrics-addr", "127.0.0.1:0"}, &stdout, &stderr)
-	}()
+	sp := startServePerfetto(t, "--metrics-addr", "127.0.0.1:0")
+	c, stderr := sp.conn, sp.stderr
 	addrRE := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
 	var url string
 	testsupport.WaitUntil(t, "the metrics address in the log", 10*time.Second, func() bool {
@@ -41,13 +29,6 @@ func TestServePerfettoMetricsShowSessions(t *testing.T) {
 		}
 		return url != ""
 	})
-	var c net.Conn
-	testsupport.WaitUntil(t, "the consumer socket", 10*time.Second, func() bool {
-		var err error
-		c, err = net.Dial("unix", cons)
-		return err == nil
-	})
-	defer c.Close()
 	// Bind the ConsumerPort, then EnableTracing: one 4 MiB buffer, the
 	// built-in synthetic source, a minute (the test ends it first).
 	send := func(f *ipc.Frame) {
@@ -107,8 +88,7 @@ func TestServePerfettoMetricsShowSessions(t *testing.T) {
 		t.Errorf("/metrics lacks the Go runtime's metrics:\n%s", body)
 	}
 	c.Close() // the consumer went away: its session ends
-	cancel()
-	if got := <-code; got != exitOK {
+	if got := sp.stop(); got != exitOK {
 		t.Fatalf("exit %d, stderr %q", got, stderr.String())
 	}
 }

@@ -1,47 +1,28 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 )
 
 // serve --perfetto listens on the sockets the PERFETTO_* variables name
 // and answers the ConsumerPort there until its context ends.
 func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
-	dir := t.TempDir()
-	cons := filepath.Join(dir, "c.sock")
-	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", filepath.Join(dir, "p.sock"))
-	t.Setenv("PERFETTO_CONSUMER_SOCK_NAME", cons)
 	procs := runtime.GOMAXPROCS(0)
-	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr bytes.Buffer
-	code := make(chan int, 1)
-	go func() { code <- runContext(ctx, []string{"serve", "--perfetto", "--procs", "1"}, &stdout, &stderr) }()
-	var c net.Conn
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		if c, err = net.Dial("unix", cons); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("consumer socket never opened: %v (stderr %q)", err, stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	defer c.Close()
+	sp := startServePerfetto(t, "--procs", "1")
+	c, cons := sp.conn, sp.cons
 	if got := runtime.GOMAXPROCS(0); got != 1 {
 		t.Errorf("serve --perfetto --procs 1 runs with GOMAXPROCS %d", got)
 	}
@@ -66,15 +47,14 @@ func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 	if r := f.GetMsgBindServiceReply(); !r.GetSuccess() || len(r.GetMethods()) != 15 {
 		t.Fatalf("bind reply %v", f)
 	}
-	cancel()
-	if got := <-code; got != exitOK {
-		t.Fatalf("exit %d, stderr %q", got, stderr.String())
+	if got := sp.stop(); got != exitOK {
+		t.Fatalf("exit %d, stderr %q", got, sp.stderr.String())
 	}
 	if got := runtime.GOMAXPROCS(0); got != procs {
 		t.Errorf("GOMAXPROCS %d after serve returned, want %d as before", got, procs)
 	}
-	if !strings.Contains(stderr.String(), cons) {
-		t.Errorf("stderr %q does not name the consumer socket", stderr.String())
+	if !strings.Contains(sp.stderr.String(), cons) {
+		t.Errorf("stderr %q does not name the consumer socket", sp.stderr.String())
 	}
 	if _, err := os.Stat(cons); !os.IsNotExist(err) {
 		t.Errorf("consumer socket left behind: %v", err)
@@ -90,4 +70,49 @@ func TestServePerfettoProcsRefusesNegative(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, "--procs -2") {
 		t.Errorf("serve --perfetto --procs -2: exit %d, stderr %q; want a usage error naming --procs", code, stderr)
 	}
+}
+
+// servedPerfetto is `tracepipe serve --perfetto` run by startServePerfetto.
+type servedPerfetto struct {
+	cons   string   // the consumer socket
+	conn   net.Conn // a connection to it
+	stderr *testsupport.LockedBuffer
+	cancel func()
+	code   chan int
+	once   sync.Once
+	exit   int
+}
+
+// startServePerfetto runs `serve --perfetto args...` on sockets in a
+// temporary directory and returns once its consumer socket accepted a
+// connection (bounded). The test's end stops it.
+func startServePerfetto(t *testing.T, args ...string) *servedPerfetto {
+	t.Helper()
+	dir := t.TempDir()
+	sp := &servedPerfetto{cons: filepath.Join(dir, "c.sock"), stderr: &testsupport.LockedBuffer{}, code: make(chan int, 1)}
+	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", filepath.Join(dir, "p.sock"))
+	t.Setenv("PERFETTO_CONSUMER_SOCK_NAME", sp.cons)
+	ctx, cancel := context.WithCancel(context.Background())
+	sp.cancel = cancel
+	var stdout testsupport.LockedBuffer
+	go func() {
+		sp.code <- runContext(ctx, append([]string{"serve", "--perfetto"}, args...), &stdout, sp.stderr)
+	}()
+	t.Cleanup(func() { sp.stop() })
+	testsupport.WaitUntil(t, "the consumer socket", 10*time.Second, func() bool {
+		var err error
+		sp.conn, err = net.Dial("unix", sp.cons)
+		return err == nil
+	})
+	t.Cleanup(func() { sp.conn.Close() })
+	return sp
+}
+
+// stop ends serve and returns its exit code.
+func (sp *servedPerfetto) stop() int {
+	sp.once.Do(func() {
+		sp.cancel()
+		sp.exit = <-sp.code
+	})
+	return sp.exit
 }
