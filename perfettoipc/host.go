@@ -313,8 +313,13 @@ func (c *Conn) readLoop() {
 	var view invokeView
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(maxFDsPerRead*4))
+	rc, err := c.uc.SyscallConn()
+	if err != nil {
+		return
+	}
+	rr := newRawReceiver(rc, buf, oob)
 	for {
-		n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
+		n, oobn, err := rr.read()
 		if oobn > 0 {
 			c.takeRights(oob[:oobn])
 		}

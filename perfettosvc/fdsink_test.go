@@ -6,8 +6,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -84,6 +87,9 @@ func TestFDSinkPartialWrites(t *testing.T) {
 		}
 	}()
 	s := newFDSink(w)
+	if !s.raw {
+		t.Fatal("a non-blocking pipe is not written raw")
+	}
 	packets, want := fdPackets()
 	if err := s.Write(context.Background(), packets); err != nil {
 		t.Fatal(err)
@@ -103,6 +109,9 @@ func TestFDSinkWriteError(t *testing.T) {
 	}
 	s := newFDSink(f)
 	defer s.Close(context.Background())
+	if s.raw {
+		t.Fatal("a character device is written raw")
+	}
 	packets, _ := fdPackets()
 	err = s.Write(context.Background(), packets)
 	if !errors.Is(err, syscall.ENOSPC) {
@@ -113,20 +122,123 @@ func TestFDSinkWriteError(t *testing.T) {
 	}
 }
 
-// Writing a batch allocates nothing once the sink's buffers have grown.
+// Writing a batch allocates nothing once the sink's buffers have grown,
+// with announced writes (/dev/null) and raw ones (a memfd).
 func TestFDSinkWriteNoAlloc(t *testing.T) {
 	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, f := range []*os.File{f, memFile(t)} {
+		s := newFDSink(f)
+		defer s.Close(context.Background())
+		packets, _ := fdPackets()
+		if n := testing.AllocsPerRun(20, func() {
+			if _, err := f.Seek(0, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Write(context.Background(), packets); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%s (raw %v): %.1f allocations per batch", f.Name(), s.raw, n)
+		}
+	}
+}
+
+// memFile is a regular file on tmpfs (a memfd), whatever file system the
+// test's temporary directory is on.
+func memFile(t *testing.T) *os.File {
+	t.Helper()
+	fd, err := unix.MemfdCreate("fdsink-test", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatalf("memfd_create: %v", err)
+	}
+	return os.NewFile(uintptr(fd), "memfd")
+}
+
+// sysFD is f's descriptor, taken without os.File.Fd (which would make it
+// blocking).
+func sysFD(t *testing.T, f *os.File) int {
+	t.Helper()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	if err := rc.Control(func(d uintptr) { fd = int(d) }); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// Which descriptors are written with raw system calls: those a write
+// never sleeps on (a regular file on tmpfs, a non-blocking pipe), not a
+// blocking pipe or a character device.
+func TestFDSinkNeverSleeps(t *testing.T) {
+	mf := memFile(t)
+	defer mf.Close()
+	r, w, err := os.Pipe() // the os package makes pipes non-blocking
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	for _, c := range []struct {
+		name string
+		fd   int
+		want bool
+	}{
+		{"memfd (tmpfs)", sysFD(t, mf), true},
+		{"non-blocking pipe", sysFD(t, w), true},
+		{"blocking pipe", p[1], false},
+		{"/dev/null", sysFD(t, null), false},
+		{"closed descriptor", -1, false},
+	} {
+		if got := neverSleeps(c.fd); got != c.want {
+			t.Errorf("%s: neverSleeps = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A regular file on tmpfs gets the raw writev, and every record arrives;
+// a write it refuses (the memfd sealed against growing) is an error
+// naming the output and a counted loss, as with announced writes.
+func TestFDSinkRawRegularFile(t *testing.T) {
+	f := memFile(t)
 	s := newFDSink(f)
 	defer s.Close(context.Background())
-	packets, _ := fdPackets()
-	if n := testing.AllocsPerRun(20, func() {
-		if err := s.Write(context.Background(), packets); err != nil {
-			t.Fatal(err)
-		}
-	}); n != 0 {
-		t.Errorf("%.1f allocations per batch", n)
+	if !s.raw {
+		t.Fatal("a memfd is not written raw")
+	}
+	packets, want := fdPackets()
+	if err := s.Write(context.Background(), packets); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want)+1)
+	n, err := f.ReadAt(got, 0)
+	if n != len(want) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("memfd holds %d bytes (%v), want the %d of the records", n, err, len(want))
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_GROW); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Write(context.Background(), packets)
+	if !errors.Is(err, syscall.EPERM) || !strings.Contains(err.Error(), "output file") {
+		t.Fatalf("write past a sealed end: %v, want EPERM naming the output file", err)
+	}
+	if st := s.Stats(); st.Errors != 1 || st.PacketsDroppedError != uint64(len(packets)) || st.PacketsWritten != uint64(len(packets)) {
+		t.Errorf("stats %+v", st)
 	}
 }
