@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tracepipe/tracepipe/internal/rawio"
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
@@ -28,13 +29,8 @@ type fdSink struct {
 	f       *os.File
 	rc      syscall.RawConn // nil: f.Write (f has no descriptor to writev)
 	writeFn func(fd uintptr) bool
-	// raw: writev never sleeps on this descriptor (neverSleeps), so it is
-	// issued as a raw system call. Announcing a call to the Go scheduler
-	// costs, while a session streams, a hand-off of the thread's
-	// processor whenever the write outlasts a monitor tick, then a park
-	// and a wake to get it back: with the C SDK producer and the real
-	// perfetto consumer, 1 KiB events into /dev/shm, the raw write cut
-	// the service's context switches by a quarter.
+	// raw: writev never sleeps on this descriptor (rawio.NeverSleeps),
+	// so it is issued as a raw system call (the rawio package says why).
 	raw bool
 
 	mu    sync.Mutex
@@ -65,7 +61,7 @@ func newFDSink(f *os.File) *fdSink {
 	s := &fdSink{f: f}
 	if rc, err := f.SyscallConn(); err == nil {
 		s.rc = rc
-		rc.Control(func(fd uintptr) { s.raw = neverSleeps(int(fd)) })
+		rc.Control(func(fd uintptr) { s.raw = rawio.NeverSleeps(int(fd)) })
 	}
 	s.writeFn = s.writev // bound once: the hot path allocates nothing
 	return s
@@ -165,30 +161,6 @@ func (s *fdSink) writev(fd uintptr) bool {
 		s.advance(int(w))
 	}
 	return true
-}
-
-// neverSleeps reports whether a write to fd is work the kernel does on
-// the caller's CPU without waiting: a regular file on a memory file system
-// (tmpfs, ramfs: no device to wait for), or a descriptor in non-blocking
-// mode that is not a regular file (a full pipe or socket answers EAGAIN).
-// A file on a disk file system can wait for writeback (dirty-page
-// throttling sleeps up to 200 ms), and a blocking pipe for its reader:
-// those calls are announced to the scheduler, which then lends the
-// thread's processor to other goroutines.
-func neverSleeps(fd int) bool {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return false
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFREG {
-		var fs unix.Statfs_t
-		if unix.Fstatfs(fd, &fs) != nil {
-			return false
-		}
-		return fs.Type == unix.TMPFS_MAGIC || fs.Type == unix.RAMFS_MAGIC
-	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	return err == nil && fl&unix.O_NONBLOCK != 0
 }
 
 // advance drops the first w written bytes from s.rest.

@@ -172,46 +172,6 @@ func sysFD(t *testing.T, f *os.File) int {
 	return fd
 }
 
-// Which descriptors are written with raw system calls: those a write
-// never sleeps on (a regular file on tmpfs, a non-blocking pipe), not a
-// blocking pipe or a character device.
-func TestFDSinkNeverSleeps(t *testing.T) {
-	mf := memFile(t)
-	defer mf.Close()
-	r, w, err := os.Pipe() // the os package makes pipes non-blocking
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(p[0])
-	defer unix.Close(p[1])
-	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
-	for _, c := range []struct {
-		name string
-		fd   int
-		want bool
-	}{
-		{"memfd (tmpfs)", sysFD(t, mf), true},
-		{"non-blocking pipe", sysFD(t, w), true},
-		{"blocking pipe", p[1], false},
-		{"/dev/null", sysFD(t, null), false},
-		{"closed descriptor", -1, false},
-	} {
-		if got := neverSleeps(c.fd); got != c.want {
-			t.Errorf("%s: neverSleeps = %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
 // A regular file on tmpfs gets the raw writev, and every record arrives;
 // a write it refuses (the memfd sealed against growing) is an error
 // naming the output and a counted loss, as with announced writes.

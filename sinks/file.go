@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
+	"github.com/tracepipe/tracepipe/internal/rawio"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
 
@@ -119,6 +120,7 @@ type FileSink struct {
 
 	mu        sync.Mutex // guards everything below
 	f         *os.File
+	rawFD     int        // f's descriptor when f is on tmpfs or ramfs (rawio.MemFile): written raw; else -1
 	out       io.Writer  // f, or comp writing into f
 	comp      compressor // nil without compression; reused across rotations
 	buf       []byte     // whole records not yet handed to out
@@ -176,7 +178,7 @@ func newFileSink(opts FileOptions, hooks fileHooks) (*FileSink, error) {
 	if opts.BufferSize <= 0 {
 		opts.BufferSize = DefaultFileBufferSize
 	}
-	s := &FileSink{opts: opts, hooks: hooks, buf: make([]byte, 0, opts.BufferSize)}
+	s := &FileSink{opts: opts, hooks: hooks, buf: make([]byte, 0, opts.BufferSize), rawFD: -1}
 	if opts.Path == StdoutPath || opts.ResumeMax < 0 {
 		s.opts.ResumeMax = 0 // a pipe cannot start a new file
 	}
@@ -255,6 +257,16 @@ func (s *FileSink) open() error {
 	}
 	s.missing = false
 	s.f = f
+	s.rawFD = -1
+	if f != os.Stdout && s.hooks.write == nil {
+		if rc, err := f.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) {
+				if rawio.MemFile(int(fd)) {
+					s.rawFD = int(fd)
+				}
+			})
+		}
+	}
 	return s.startFile()
 }
 
@@ -277,9 +289,15 @@ func (w diskWriter) Write(p []byte) (int, error) {
 	s := w.s
 	var n int
 	var err error
-	if s.hooks.write != nil {
+	switch {
+	case s.hooks.write != nil:
 		n, err = s.hooks.write(s.f, p)
-	} else {
+	case s.rawFD >= 0:
+		n, err = rawio.Write(s.rawFD, p)
+		if err != nil {
+			err = &os.PathError{Op: "write", Path: s.f.Name(), Err: err}
+		}
+	default:
 		n, err = s.f.Write(p)
 	}
 	s.disk += int64(n)
@@ -587,7 +605,7 @@ func (s *FileSink) finishFileLocked() error {
 		err = s.err
 	}
 	if s.f == os.Stdout {
-		s.f, s.out = nil, nil
+		s.f, s.out, s.rawFD = nil, nil, -1
 		return err
 	}
 	if s.reservedTo > s.disk {
@@ -602,7 +620,7 @@ func (s *FileSink) finishFileLocked() error {
 			err = fmt.Errorf("sinks: file sink: closing %s: %w", FileName(s.opts.Path, s.index), cerr)
 		}
 	}
-	s.f, s.out = nil, nil
+	s.f, s.out, s.rawFD = nil, nil, -1
 	return err
 }
 

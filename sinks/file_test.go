@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tracepipe/tracepipe/tracefile"
@@ -426,5 +429,51 @@ func TestFileSinkRefusesExistingFile(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(path); string(b) != "keep me" {
 		t.Fatalf("the existing file was changed: %q", b)
+	}
+}
+
+// On tmpfs the sink writes with raw system calls (rawio): the trace is the
+// same, packets larger than the buffer included, and a write the file
+// refuses is a counted loss with an error naming the file.
+func TestFileSinkRawOnMemoryFS(t *testing.T) {
+	mfd, err := unix.MemfdCreate("trace", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatalf("memfd_create: %v", err)
+	}
+	keep, err := unix.Dup(mfd) // to read it back after the sink closed it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(keep)
+	create := func(string) (*os.File, error) { return os.NewFile(uintptr(mfd), "memfd-trace"), nil }
+	s := newTestFile(t, FileOptions{BufferSize: 256}, fileHooks{create: create})
+	defer s.Close(bg)
+	if s.rawFD < 0 {
+		t.Fatal("a file on tmpfs is not written raw")
+	}
+	var all [][]byte
+	for i := 0; i < 40; i++ {
+		batch := [][]byte{mkPacket(2, uint64(i), tracefile.FieldTrackEvent, i*37%700), mkPacket(3, uint64(i), tracefile.FieldSysStats, 0)}
+		all = append(all, batch...)
+		if err := s.Write(bg, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(bg); err != nil {
+		t.Fatal(err)
+	}
+	samePackets(t, mustRead(t, fmt.Sprintf("/proc/self/fd/%d", keep)), all)
+	if _, err := unix.FcntlInt(uintptr(keep), unix.F_ADD_SEALS, unix.F_SEAL_WRITE); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Write(bg, [][]byte{mkPacket(2, 99, tracefile.FieldTrackEvent, 600)})
+	if err == nil {
+		err = s.Flush(bg)
+	}
+	if !errors.Is(err, syscall.EPERM) || !strings.Contains(err.Error(), "memfd-trace") {
+		t.Fatalf("write into a sealed file: %v, want EPERM naming the file", err)
+	}
+	if st := s.Stats(); st.PacketsWritten != uint64(len(all)) || st.PacketsDroppedError != 1 || st.Errors == 0 {
+		t.Errorf("stats %+v, want %d written, 1 dropped and an error", st, len(all))
 	}
 }
