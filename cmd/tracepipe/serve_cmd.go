@@ -57,7 +57,7 @@ type serveFlags struct {
 	natsURL, subject, durable    string
 	maxConsumerMemory            string // --perfetto: what consumer sessions may hold together
 	perfetto                     bool   // serve_perfetto.go: a drop-in traced
-	procs                        int    // --perfetto: GOMAXPROCS (0: the runtime's)
+	procs                        int    // --perfetto: GOMAXPROCS (default 1; 0: the runtime's)
 	logFormat                    string
 	limits                       serveLimits
 }
@@ -152,7 +152,7 @@ func newServeCmd() *cobra.Command {
 	addServeLimitFlags(fl, &f.limits)
 	fl.StringVar(&f.maxConsumerMemory, "max-consumer-memory", "", "with --perfetto: refuse a consumer's session when the running sessions' buffers, shared memory buffers and read queues would add up to more than this, e.g. 8GiB (default: half of this machine's RAM; \"none\": no bound)")
 	fl.BoolVar(&f.perfetto, "perfetto", false, "act as Perfetto's traced instead: serve Perfetto producers and the perfetto command on Perfetto's sockets (see README)")
-	fl.IntVar(&f.procs, "procs", 0, "with --perfetto: threads that run the service's Go code at once (GOMAXPROCS; 0: the Go runtime's choice, the GOMAXPROCS variable or one per CPU); see docs/perfetto.md for what 1 costs and saves")
+	fl.IntVar(&f.procs, "procs", 1, "with --perfetto: threads that run the service's Go code at once (GOMAXPROCS; 0: the Go runtime's choice, the GOMAXPROCS variable or one per CPU). 1, as traced, costs the least CPU per traced byte; see docs/perfetto.md")
 	addLogFormatFlag(c, &f.logFormat)
 	return c
 }

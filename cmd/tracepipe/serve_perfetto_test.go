@@ -18,13 +18,19 @@ import (
 )
 
 // serve --perfetto listens on the sockets the PERFETTO_* variables name
-// and answers the ConsumerPort there until its context ends.
+// and answers the ConsumerPort there until its context ends. It runs its
+// Go code on one thread unless told otherwise.
 func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 	procs := runtime.GOMAXPROCS(0)
-	sp := startServePerfetto(t, "--procs", "1")
+	if procs == 1 {
+		runtime.GOMAXPROCS(2) // so that the default shows
+		defer runtime.GOMAXPROCS(1)
+		procs = 2
+	}
+	sp := startServePerfetto(t)
 	c, cons := sp.conn, sp.cons
 	if got := runtime.GOMAXPROCS(0); got != 1 {
-		t.Errorf("serve --perfetto --procs 1 runs with GOMAXPROCS %d", got)
+		t.Errorf("serve --perfetto runs with GOMAXPROCS %d, want 1 by default", got)
 	}
 	frame, _ := ipc.AppendFrame(nil, &ipc.Frame{RequestId: proto.Uint64(1), Msg: &ipc.Frame_MsgBindService{MsgBindService: &ipc.Frame_BindService{ServiceName: proto.String("ConsumerPort")}}})
 	if _, err := c.Write(frame); err != nil {
