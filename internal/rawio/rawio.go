@@ -35,7 +35,10 @@ import (
 //
 // A file on a disk file system can wait for writeback (dirty-page
 // throttling sleeps up to 200 ms per call), a blocking pipe for its
-// reader, a terminal for its line discipline: those are not.
+// reader, a terminal for its line discipline: those are not. (A tmpfs
+// write on a machine out of memory can still wait in page reclaim; that
+// wait holds one Go processor while it lasts, as it would hold traced's
+// one thread.)
 func NeverSleeps(fd int) bool {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil {
