@@ -157,21 +157,6 @@ func memFile(t *testing.T) *os.File {
 	return os.NewFile(uintptr(fd), "memfd")
 }
 
-// sysFD is f's descriptor, taken without os.File.Fd (which would make it
-// blocking).
-func sysFD(t *testing.T, f *os.File) int {
-	t.Helper()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd := -1
-	if err := rc.Control(func(d uintptr) { fd = int(d) }); err != nil {
-		t.Fatal(err)
-	}
-	return fd
-}
-
 // A regular file on tmpfs gets the raw writev, and every record arrives;
 // a write it refuses (the memfd sealed against growing) is an error
 // naming the output and a counted loss, as with announced writes.
