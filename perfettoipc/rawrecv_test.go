@@ -122,3 +122,52 @@ func TestRawReceiverNoAlloc(t *testing.T) {
 		t.Errorf("%.1f allocations per read", n)
 	}
 }
+
+// A peer that passes more descriptors in one message than a read takes
+// leaks none into the service: the read gets at most maxFDsPerRead, and
+// the kernel closes the rest (MSG_CTRUNC).
+func TestRawReceiverDescriptorFlood(t *testing.T) {
+	uc, peer := rawPair(t)
+	r := newTestReceiver(t, uc)
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	fds := make([]int, 3*maxFDsPerRead)
+	for i := range fds {
+		fds[i] = int(null.Fd())
+	}
+	open := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := open()
+	if err := unix.Sendmsg(peer, []byte("x"), unix.UnixRights(fds...), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, oobn, err := r.read()
+	if err != nil || n != 1 {
+		t.Fatalf("read %d bytes, %v", n, err)
+	}
+	var got []int
+	if msgs, err := unix.ParseSocketControlMessage(r.oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if fs, err := unix.ParseUnixRights(&m); err == nil {
+				got = append(got, fs...)
+			}
+		}
+	}
+	if len(got) > maxFDsPerRead {
+		t.Errorf("one read took %d descriptors, want at most %d", len(got), maxFDsPerRead)
+	}
+	for _, fd := range got {
+		unix.Close(fd)
+	}
+	if after := open(); after != before {
+		t.Errorf("%d descriptors open after the flood, %d before: the truncated ones leaked", after, before)
+	}
+}
