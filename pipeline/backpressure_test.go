@@ -171,3 +171,50 @@ sinks: [{type: file, path: unused.pftrace}]
 		}
 	})
 }
+
+// A Perfetto consumer's sink (given by Options) runs in a short lane:
+// wrappedSinkQueue batches, so that the session keeps few batches
+// resident. A read pass that runs out of batches waits in the ring, and
+// the next commit over the early-read mark resumes it, without waiting
+// for file_write_period: 16 MB through a 1 MiB buffer, with a period far
+// longer than the session, lose nothing and all arrive.
+func TestWrappedSinkShortQueueResumesOnCommits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := cfgtest.LoadYAML(t, `
+write_into_file: true
+file_write_period: 10m
+buffers: [{size_kb: 1024}]
+producers: {smb_size_kb: 1024}
+data_sources:
+  - name: test.scripted
+    buffer_exhausted_policy: stall
+    config: {writers: 1, packets: 16000, sizes: [1000]}
+sinks: [{type: file, path: unused.pftrace}]
+`)
+		sink := &stuckSink{release: make(chan struct{})}
+		close(sink.release) // never stuck: a sink that keeps up
+		s, err := New(cfg, Options{Sinks: []sinks.Sink{sink}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.lanes[0].Capacity(); got != wrappedSinkQueue {
+			t.Fatalf("the wrapped sink's lane holds %d batches, want %d", got, wrappedSinkQueue)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := s.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.free.capacity(); n != outputBatches+wrappedSinkQueue {
+			t.Errorf("%d output batches, want %d", n, outputBatches+wrappedSinkQueue)
+		}
+		st := res.Stats
+		if b := st.BufferStats[0]; b.ChunksOverwritten != 0 || b.BytesOverwritten != 0 || b.ChunksDiscarded != 0 {
+			t.Errorf("the buffer lost unread data: %+v", b)
+		}
+		if got := sink.Stats().PacketsWritten; got < 16000 {
+			t.Errorf("the sink got %d packets, want the 16000 written and the service's", got)
+		}
+	})
+}

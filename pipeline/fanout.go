@@ -215,12 +215,28 @@ func (s *Service) buildSinks() error {
 	return nil
 }
 
+// wrappedSinkQueue is the queue of a lane wrapping a sink given by
+// Options (a Perfetto consumer's output or read queue), in batches.
+//
+// Shorter than a configured sink's default (sinks.DefaultQueueCapacity):
+// these sinks write locally and block rather than drop, so their queue
+// needs no room for a network's stalls, and every batch it holds is
+// 320 KiB the session keeps resident (a streaming session touches all of
+// its batches: a read pass takes free ones until none is left). A read
+// pass that finds none waits in the ring, and the next commit over the
+// early-read mark (or the next period) resumes it. Measured with the C
+// SDK producer and the real perfetto consumer, 3 runs each against a
+// queue of 16: peak RSS 97.7 -> 93.9 MiB at 1 KiB events and 100.5 ->
+// 95.4 MiB at 200 B, CPU per GB 1.14-1.22 -> 1.04-1.09 and 1.94-2.02 ->
+// 1.84-2.07, delivered % up, nothing overwritten in either.
+const wrappedSinkQueue = 4
+
 // wrapSinks runs sinks given by Options in lanes that block when full
 // (the behaviour of a sink written to directly).
 func (s *Service) wrapSinks(sks []sinks.Sink) {
 	for i, sk := range sks {
 		s.lanes = append(s.lanes, sinks.NewLane(sk, sinks.LaneConfig{
-			Name: fmt.Sprintf("sinks[%d]", i), Destination: fmt.Sprintf("%T", sk), Block: true,
+			Name: fmt.Sprintf("sinks[%d]", i), Destination: fmt.Sprintf("%T", sk), Block: true, Capacity: wrappedSinkQueue,
 			LaneOptions: sinks.LaneOptions{Logger: s.opts.Logger, Index: i},
 		}))
 	}
