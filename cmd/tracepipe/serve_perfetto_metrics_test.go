@@ -37,21 +37,7 @@ func TestServePerfettoMetricsShowSessions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	send(&ipc.Frame{RequestId: proto.Uint64(1), Msg: &ipc.Frame_MsgBindService{MsgBindService: &ipc.Frame_BindService{ServiceName: proto.String("ConsumerPort")}}})
-	var d ipc.Deserializer
-	buf := make([]byte, 4096)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var f *ipc.Frame
-	for f == nil {
-		n, err := c.Read(buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Feed(buf[:n]); err != nil {
-			t.Fatal(err)
-		}
-		f, _ = d.Next()
-	}
+	f := sp.bindConsumerPort(t)
 	var enable uint32
 	for _, m := range f.GetMsgBindServiceReply().GetMethods() {
 		if m.GetName() == "EnableTracing" {

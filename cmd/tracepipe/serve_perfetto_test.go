@@ -28,28 +28,11 @@ func TestServePerfettoAnswersOnConsumerSocket(t *testing.T) {
 		procs = 2
 	}
 	sp := startServePerfetto(t)
-	c, cons := sp.conn, sp.cons
+	cons := sp.cons
 	if got := runtime.GOMAXPROCS(0); got != 1 {
 		t.Errorf("serve --perfetto runs with GOMAXPROCS %d, want 1 by default", got)
 	}
-	frame, _ := ipc.AppendFrame(nil, &ipc.Frame{RequestId: proto.Uint64(1), Msg: &ipc.Frame_MsgBindService{MsgBindService: &ipc.Frame_BindService{ServiceName: proto.String("ConsumerPort")}}})
-	if _, err := c.Write(frame); err != nil {
-		t.Fatal(err)
-	}
-	var d ipc.Deserializer
-	buf := make([]byte, 4096)
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var f *ipc.Frame
-	for f == nil {
-		n, err := c.Read(buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Feed(buf[:n]); err != nil {
-			t.Fatal(err)
-		}
-		f, _ = d.Next()
-	}
+	f := sp.bindConsumerPort(t)
 	if r := f.GetMsgBindServiceReply(); !r.GetSuccess() || len(r.GetMethods()) != 15 {
 		t.Fatalf("bind reply %v", f)
 	}
@@ -112,6 +95,31 @@ func startServePerfetto(t *testing.T, args ...string) *servedPerfetto {
 	})
 	t.Cleanup(func() { sp.conn.Close() })
 	return sp
+}
+
+// bindConsumerPort binds the ConsumerPort on sp.conn (request id 1) and
+// returns the first frame the service answers with, within 10 s.
+func (sp *servedPerfetto) bindConsumerPort(t *testing.T) *ipc.Frame {
+	t.Helper()
+	frame, _ := ipc.AppendFrame(nil, &ipc.Frame{RequestId: proto.Uint64(1), Msg: &ipc.Frame_MsgBindService{MsgBindService: &ipc.Frame_BindService{ServiceName: proto.String("ConsumerPort")}}})
+	if _, err := sp.conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	var d ipc.Deserializer
+	buf := make([]byte, 4096)
+	_ = sp.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		n, err := sp.conn.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Feed(buf[:n]); err != nil {
+			t.Fatal(err)
+		}
+		if f, _ := d.Next(); f != nil {
+			return f
+		}
+	}
 }
 
 // stop ends serve and returns its exit code.
