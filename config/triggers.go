@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/tracepipe/tracepipe/control"
+	"github.com/tracepipe/tracepipe/internal/names"
 )
 
 // Trigger modes (trigger_config.trigger_mode).
@@ -36,7 +36,7 @@ const MinRotatePeriod = time.Second
 
 func (c *Config) checkTriggers(k *checker) {
 	if c.UniqueSessionName != "" {
-		if err := control.ValidName("session", c.UniqueSessionName); err != nil {
+		if err := names.Valid("session", c.UniqueSessionName); err != nil {
 			k.bad("unique_session_name", "%v", err)
 		}
 	}
@@ -67,7 +67,7 @@ func (c *Config) checkTriggers(k *checker) {
 	seen := map[string]bool{}
 	for i, t := range tc.Triggers {
 		p := fmt.Sprintf("trigger_config.triggers[%d]", i)
-		if err := control.ValidName("trigger", t.Name); err != nil {
+		if err := names.Valid("trigger", t.Name); err != nil {
 			k.bad(p+".name", "%v", err)
 		} else if seen[t.Name] {
 			k.bad(p+".name", "%q is defined twice", t.Name)

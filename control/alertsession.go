@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tracepipe/tracepipe/control/ctlapi"
 	"github.com/tracepipe/tracepipe/internal/logdetail"
 )
 
@@ -15,21 +16,9 @@ import (
 // refusals are recorded under.
 const AlertSource = "alertmanager"
 
-// AlertSession is the session the Alertmanager webhook drives
-// (pipeline.Service implements it). The webhook calls it from its HTTP
-// handlers' goroutines, so every method must be safe for concurrent use
-// and must not block on the session's loop for long.
-type AlertSession interface {
-	// ActivateTriggers activates the named triggers of the session's
-	// trigger_config on behalf of producer and returns those that acted.
-	ActivateTriggers(producer string, names ...string) (acted []string)
-	// TriggersRefused records (counts and logs) the triggers a
-	// notification named that did not act.
-	TriggersRefused(source string, names []string)
-	// AlertRequestRefused records a request refused before its triggers
-	// reached the session (see AlertOptions.Refused).
-	AlertRequestRefused(peer string, status int, why error)
-}
+// AlertSession is the session the Alertmanager webhook drives (package
+// ctlapi).
+type AlertSession = ctlapi.AlertSession
 
 // SessionAlertHandler is AlertHandler for a session: each notification's
 // triggers are activated as AlertSource, the names that did not act are

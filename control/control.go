@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tracepipe/tracepipe/control/internal/ctlpb"
+	"github.com/tracepipe/tracepipe/internal/names"
 )
 
 // ProtocolVersion is the control protocol's version (Info.protocol_version).
@@ -26,8 +26,8 @@ const ProtocolVersion = 1
 // Limits on requests (untrusted: any process of the user may connect).
 const (
 	MaxRequestBytes = 64 << 10
-	MaxTriggers     = 64  // names per Trigger request
-	MaxNameLen      = 128 // session and trigger names
+	MaxTriggers     = 64           // names per Trigger request
+	MaxNameLen      = names.MaxLen // session and trigger names
 	maxPathLen      = 4096
 )
 
@@ -38,20 +38,9 @@ const probeTimeout = time.Second
 // name (unique_session_name).
 var ErrNameTaken = errors.New("control: a running session already has this name")
 
-var nameRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._:-]*$`)
-
-// ValidName checks a session or trigger name.
-func ValidName(kind, s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%s name is empty", kind)
-	case len(s) > MaxNameLen:
-		return fmt.Errorf("%s name is %d bytes; the limit is %d", kind, len(s), MaxNameLen)
-	case !nameRe.MatchString(s):
-		return fmt.Errorf("%s name %q: use letters, digits and . _ : - (not first)", kind, s)
-	}
-	return nil
-}
+// ValidName checks a session or trigger name by the rule the config
+// applies too (package names).
+func ValidName(kind, s string) error { return names.Valid(kind, s) }
 
 // Dir is where the sockets live: $XDG_RUNTIME_DIR/tracepipe, else
 // tracepipe-<uid> under the temp dir. It is created with mode 0700 and

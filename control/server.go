@@ -17,59 +17,20 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/tracepipe/tracepipe/control/ctlapi"
 	"github.com/tracepipe/tracepipe/control/internal/ctlpb"
 	"github.com/tracepipe/tracepipe/internal/peerlimit"
 )
 
-// Info describes a session (the Info reply).
-type Info struct {
-	Name       string
-	ConfigPath string
-	Start      time.Time
-	Buffers    []BufferInfo
-	Losses     uint64 // data_loss counters, RingOverwrites aside
-	BytesIn    uint64
-	// RingOverwrites counts the chunks a ring buffer read once overwrote
-	// (pipeline.Status.RingOverwrites): not a loss, shown apart.
-	RingOverwrites uint64
-	// MemoryBytes: the session's buffers, SMBs, snapshot clones and output batches.
-	MemoryBytes uint64
-	// Snapshot counters.
-	SnapshotsTaken, SnapshotsFailed, SnapshotsRefused uint64
-}
-
-// BufferInfo is one buffer's fill.
-type BufferInfo struct {
-	Name string
-	Size uint64
-	Fill float64
-}
-
-// SnapshotResult is what a snapshot wrote.
-type SnapshotResult struct {
-	Number  int
-	Files   []string
-	Packets uint64
-	Bytes   uint64
-	Pause   time.Duration
-}
-
-// Handler is the session behind a Server. Its methods are called on the
-// server's goroutines, concurrently; requests are validated first.
-type Handler interface {
-	Info() Info
-	Trigger(names []string) (acted []string, ignored int)
-	Snapshot(ctx context.Context, path, trigger string) (SnapshotResult, error)
-	Rotate() (closed []string, err error)
-	Stop()
-}
-
-// TriggerNamer is a Handler that knows its session's trigger names
-// (trigger_config.triggers): the server then refuses a Trigger request
-// naming any other, before activating one, with an error naming it.
-type TriggerNamer interface {
-	TriggerNames() []string
-}
+// The session's side of the socket (package ctlapi, which the session
+// core implements without linking gRPC).
+type (
+	Info           = ctlapi.Info
+	BufferInfo     = ctlapi.BufferInfo
+	SnapshotResult = ctlapi.SnapshotResult
+	Handler        = ctlapi.Handler
+	TriggerNamer   = ctlapi.TriggerNamer
+)
 
 // Server serves one session's control socket.
 type Server struct {

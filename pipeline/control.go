@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tracepipe/tracepipe/control"
+	"github.com/tracepipe/tracepipe/control/ctlapi"
 )
 
 // ControlHandler adapts the session to package control's Handler (and
@@ -15,7 +15,7 @@ import (
 // the session gracefully, as SIGINT does. The handler calls only the
 // Service's exported API, each method safe from the control server's
 // goroutines.
-func (s *Service) ControlHandler(name string, start time.Time, stop func()) control.Handler {
+func (s *Service) ControlHandler(name string, start time.Time, stop func()) ctlapi.Handler {
 	return &controlHandler{svc: s, name: name, start: start, stop: stop}
 }
 
@@ -27,14 +27,14 @@ type controlHandler struct {
 	stop  func()
 }
 
-func (c *controlHandler) Info() control.Info {
+func (c *controlHandler) Info() ctlapi.Info {
 	st := c.svc.Status()
 	sn := c.svc.SnapshotStats()
-	in := control.Info{Name: c.name, Start: c.start, Losses: st.Losses - st.RingOverwrites, RingOverwrites: st.RingOverwrites, BytesIn: st.BytesIn,
+	in := ctlapi.Info{Name: c.name, Start: c.start, Losses: st.Losses - st.RingOverwrites, RingOverwrites: st.RingOverwrites, BytesIn: st.BytesIn,
 		SnapshotsTaken: sn.Taken, SnapshotsFailed: sn.Failed, SnapshotsRefused: sn.Refused,
 		MemoryBytes: uint64(st.Memory.Total())}
 	for _, b := range st.Buffers {
-		in.Buffers = append(in.Buffers, control.BufferInfo{Name: b.Name, Size: uint64(b.Size), Fill: b.Fill()})
+		in.Buffers = append(in.Buffers, ctlapi.BufferInfo{Name: b.Name, Size: uint64(b.Size), Fill: b.Fill()})
 	}
 	return in
 }
@@ -45,15 +45,15 @@ func (c *controlHandler) Trigger(names []string) ([]string, int) {
 }
 
 // TriggerNames makes the control server refuse unknown trigger names
-// (control.TriggerNamer).
+// (ctlapi.TriggerNamer).
 func (c *controlHandler) TriggerNames() []string { return c.svc.TriggerNames() }
 
-func (c *controlHandler) Snapshot(ctx context.Context, path, trigger string) (control.SnapshotResult, error) {
+func (c *controlHandler) Snapshot(ctx context.Context, path, trigger string) (ctlapi.SnapshotResult, error) {
 	select {
 	case r := <-c.svc.Snapshot(SnapshotRequest{Trigger: trigger, Path: path}):
-		return control.SnapshotResult{Number: r.N, Files: r.Files, Packets: r.Packets, Bytes: r.Bytes, Pause: r.Pause}, r.Err
+		return ctlapi.SnapshotResult{Number: r.N, Files: r.Files, Packets: r.Packets, Bytes: r.Bytes, Pause: r.Pause}, r.Err
 	case <-ctx.Done():
-		return control.SnapshotResult{}, ctx.Err()
+		return ctlapi.SnapshotResult{}, ctx.Err()
 	}
 }
 
@@ -61,6 +61,6 @@ func (c *controlHandler) Rotate() ([]string, error) { return c.svc.Rotate() }
 func (c *controlHandler) Stop()                     { c.stop() }
 
 var (
-	_ control.TriggerNamer = (*controlHandler)(nil)
-	_ control.AlertSession = (*Service)(nil)
+	_ ctlapi.TriggerNamer = (*controlHandler)(nil)
+	_ ctlapi.AlertSession = (*Service)(nil)
 )

@@ -6,7 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/tracepipe/tracepipe/control"
+	"github.com/tracepipe/tracepipe/control/ctlapi"
 	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
@@ -30,7 +30,7 @@ func TestControlHandlerServesTheSession(t *testing.T) {
 			if in.Name != "ctl" || !in.Start.Equal(start) || len(in.Buffers) != 1 || in.Buffers[0].Size != 1024<<10 || in.BytesIn == 0 {
 				t.Errorf("Info = %+v", in)
 			}
-			tn, ok := h.(control.TriggerNamer)
+			tn, ok := h.(ctlapi.TriggerNamer)
 			if !ok || !reflect.DeepEqual(tn.TriggerNames(), []string{"crash"}) {
 				t.Errorf("TriggerNamer %v", ok)
 			}
