@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/names"
+
 	"github.com/tracepipe/tracepipe/sinks"
 )
 
@@ -408,7 +410,7 @@ func suggest(key string, fields []field) string {
 	}
 	best, bestD := "", 3
 	for _, f := range fields {
-		if d := sinks.EditDistance(lk, f.key, bestD); d < bestD {
+		if d := names.EditDistance(lk, f.key, bestD); d < bestD {
 			best, bestD = f.key, d
 		}
 	}
@@ -432,4 +434,21 @@ func toFloat(raw any) (float64, bool) {
 	}
 	n, ok := toInt(raw)
 	return float64(n), ok
+}
+
+// ParseMemoryBound reads a memory bound as the --max-memory style flags
+// take it: "" is 0 (the default bound), "none" is -1 (no bound), else a
+// positive size like 8GiB.
+func ParseMemoryBound(v string) (int64, error) {
+	switch v {
+	case "":
+		return 0, nil
+	case "none":
+		return -1, nil
+	}
+	n, err := ParseByteSize(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q: want a size like 8GiB, or none", v)
+	}
+	return n, nil
 }

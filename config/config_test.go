@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/names"
+
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/protovm"
 	"github.com/tracepipe/tracepipe/sinks"
@@ -679,7 +681,7 @@ func TestEditDistanceAndSuggest(t *testing.T) {
 		a, b string
 		want int
 	}{{"", "", 0}, {"abc", "abc", 0}, {"sizekb", "size_kb", 1}, {"kitten", "sitting", 3}, {"x", "", 1}, {"ab", "ba", 2}} {
-		if got := sinks.EditDistance(c.a, c.b, 10); got != c.want {
+		if got := names.EditDistance(c.a, c.b, 10); got != c.want {
 			t.Errorf("EditDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
 		}
 	}

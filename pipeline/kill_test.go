@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/goplugin"
+
 	"go.uber.org/goleak"
 
 	"github.com/tracepipe/tracepipe/config"
@@ -29,6 +31,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(killChildEnv); path != "" {
 		os.Exit(killChild(path))
 	}
+	// The sessions of these tests run plugin data sources as `tracepipe
+	// run` does (its Options.Plugins).
+	testPluginHost = goplugin.Host{}
 	// A goroutine outliving the tests (a producer, a read pass, an output
 	// writer) fails the run.
 	goleak.VerifyTestMain(m)

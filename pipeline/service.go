@@ -19,7 +19,6 @@ import (
 	"github.com/tracepipe/tracepipe/sinks"
 	"github.com/tracepipe/tracepipe/smb"
 	"github.com/tracepipe/tracepipe/tracefile"
-	"github.com/tracepipe/tracepipe/transport/goplugin"
 )
 
 // Options tune a Service beyond its Config.
@@ -64,6 +63,11 @@ type Options struct {
 	// data sources' SMBs (Config.FixedMemory): New refuses a config over
 	// it. 0: the machine's RAM; negative: no bound.
 	MaxMemory int64
+	// Plugins runs the data sources that name a plugin executable, and
+	// finds in plugin_dir the plugins that serve the others; nil: none
+	// runs, and a config with a plugin data source is refused with an
+	// error naming it.
+	Plugins PluginHost
 	// Perfetto, when non-nil, serves data sources that are neither built
 	// in nor plugins with the Perfetto producers connected to it
 	// (transport/perfetto).
@@ -271,8 +275,13 @@ func New(cfg *config.Config, opts Options) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := goplugin.ResolvePlugins(context.Background(), cfg, nil); err != nil {
-		return nil, err
+	if opts.Plugins == nil {
+		opts.Plugins = testPluginHost
+	}
+	if opts.Plugins != nil {
+		if err := opts.Plugins.ResolvePlugins(context.Background(), cfg); err != nil {
+			return nil, err
+		}
 	}
 	if err := config.CheckFixedMemory(cfg, opts.MaxMemory, "the session memory bound: run --max-memory"); err != nil {
 		return nil, err
@@ -394,7 +403,10 @@ func (s *Service) buildProducer(i int, id uint16) (*producer, error) {
 	var err error
 	if dc.Plugin != "" {
 		spec.source = dc.Plugin
-		p, err = newPluginProducer(spec, pluginSpec{path: dc.Plugin, config: dc.Config, limits: dc.Limits, smbSize: int(s.cfg.Producers.PluginSMBSizeKB) * 1024, pageSize: pageSize, logf: s.logf},
+		if s.opts.Plugins == nil {
+			return nil, fmt.Errorf("data_sources[%d].plugin: %s: this program runs no plugin data sources (it was built without a plugin host; `tracepipe run` has one)", i, dc.Plugin)
+		}
+		p, err = newPluginProducer(s.opts.Plugins, spec, pluginSpec{path: dc.Plugin, config: dc.Config, limits: dc.Limits, smbSize: int(s.cfg.Producers.PluginSMBSizeKB) * 1024, pageSize: pageSize, logf: s.logf},
 			client, s.commits, s.notes, s.finished)
 		if err != nil {
 			return nil, fmt.Errorf("data_sources[%d]: shared memory buffer: %w", i, err)

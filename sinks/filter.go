@@ -2,48 +2,10 @@ package sinks
 
 import (
 	"fmt"
-	"reflect"
-	"sync"
-
-	"cel.dev/cel-go/cel"
-	"cel.dev/cel-go/ext"
+	"sync/atomic"
 
 	"github.com/tracepipe/tracepipe/tracefile"
 )
-
-// Packet is what a filter expression sees as the variable `packet`
-// (CEL type `sinks.Packet`). All numbers are CEL ints.
-//
-//	packet.timestamp                 int     TracePacket.timestamp (0 when absent)
-//	packet.has_timestamp             bool
-//	packet.timestamp_clock_id        int
-//	packet.sequence_id               int     trusted_packet_sequence_id (1 = service)
-//	packet.size                      int     encoded size in bytes
-//	packet.kind                      string  payload field name: "track_event", "process_tree",
-//	                                         "sys_stats", "trace_stats", "clock_snapshot", ...,
-//	                                         "field_<n>" if unknown, "" if none
-//	packet.trusted_pid               int     0 when absent
-//	packet.trusted_uid               int     0 when absent
-//	packet.machine_id                int
-//	packet.previous_packet_dropped   int     loss bitmask (0 = no loss)
-//	packet.first_packet_on_sequence  bool
-//	packet.sequence_flags            int
-//
-// Example: `packet.kind == "track_event" && packet.sequence_id != 3`.
-type Packet struct {
-	Timestamp             int64  `cel:"timestamp"`
-	HasTimestamp          bool   `cel:"has_timestamp"`
-	TimestampClockID      int64  `cel:"timestamp_clock_id"`
-	SequenceID            int64  `cel:"sequence_id"`
-	Size                  int64  `cel:"size"`
-	Kind                  string `cel:"kind"`
-	TrustedPID            int64  `cel:"trusted_pid"`
-	TrustedUID            int64  `cel:"trusted_uid"`
-	MachineID             int64  `cel:"machine_id"`
-	PreviousPacketDropped int64  `cel:"previous_packet_dropped"`
-	FirstPacketOnSequence bool   `cel:"first_packet_on_sequence"`
-	SequenceFlags         int64  `cel:"sequence_flags"`
-}
 
 // passesAlways reports whether a packet passes any filter: TraceStats,
 // and packets that carry only a sequence's incremental state
@@ -73,50 +35,34 @@ const ServiceSequenceID = 1
 // packets that carry only incremental state (restore packets, interned
 // data alone), and a Lane passes the packets an Item marks in Pass.
 type Filter struct {
-	expr   string
-	prg    cel.Program
-	native *nativeNode // nil unless the expression lowers (filter_native.go)
+	expr string
+	eval func(*tracefile.PacketInfo) (bool, error)
 }
 
-var (
-	filterEnvOnce sync.Once
-	filterEnv     *cel.Env
-	filterEnvErr  error
-)
+// FilterCompiler compiles a filter expression to what evaluates it on a
+// decoded packet; errors quote the expression (celfilter.Compile).
+type FilterCompiler func(expr string) (func(*tracefile.PacketInfo) (bool, error), error)
 
-func env() (*cel.Env, error) {
-	filterEnvOnce.Do(func() {
-		filterEnv, filterEnvErr = cel.NewEnv(
-			ext.NativeTypes(reflect.TypeFor[Packet](), ext.ParseStructTags(true)),
-			cel.Variable("packet", cel.ObjectType("sinks.Packet")),
-			cel.CrossTypeNumericComparisons(true),
-		)
-	})
-	return filterEnv, filterEnvErr
-}
+var filterCompiler atomic.Pointer[FilterCompiler]
+
+// UseFilterCompiler sets how NewFilter compiles expressions. Programs that
+// take filters (tracepipe, its tools) call it with celfilter.Compile at
+// start; without it NewFilter refuses every expression, saying so, and
+// CEL is not linked in (tracepiped).
+func UseFilterCompiler(c FilterCompiler) { filterCompiler.Store(&c) }
 
 // NewFilter compiles and type-checks expr, which must yield a bool.
 // Errors quote the expression and give the line:column of the problem.
 func NewFilter(expr string) (*Filter, error) {
-	e, err := env()
+	c := filterCompiler.Load()
+	if c == nil {
+		return nil, fmt.Errorf("sinks: filter %q: this program takes no filters (it was built without CEL; tracepipe has it)", expr)
+	}
+	eval, err := (*c)(expr)
 	if err != nil {
-		return nil, fmt.Errorf("sinks: filter environment: %w", err)
+		return nil, err
 	}
-	ast, iss := e.Compile(expr)
-	if iss != nil && iss.Err() != nil {
-		return nil, fmt.Errorf("sinks: filter %q: %w", expr, iss.Err())
-	}
-	if !ast.OutputType().IsExactType(cel.BoolType) {
-		return nil, fmt.Errorf("sinks: filter %q: result type is %s, want bool", expr, ast.OutputType())
-	}
-	if err := checkKindLiterals(ast.NativeRep().Expr()); err != nil {
-		return nil, fmt.Errorf("sinks: filter %q: %w", expr, err)
-	}
-	prg, err := e.Program(ast, cel.EvalOptions(cel.OptOptimize))
-	if err != nil {
-		return nil, fmt.Errorf("sinks: filter %q: %w", expr, err)
-	}
-	return &Filter{expr: expr, prg: prg, native: lowerFilter(ast.NativeRep().Expr())}, nil
+	return &Filter{expr: expr, eval: eval}, nil
 }
 
 // String returns the expression.
@@ -147,31 +93,4 @@ func (f *Filter) MatchInfo(info *tracefile.PacketInfo) (bool, error) {
 // sink's pass rules: for tools where the expression is a selection the
 // user asked for (protovm apply --filter), not a rule on a trace that
 // must stay readable.
-func (f *Filter) Eval(info *tracefile.PacketInfo) (bool, error) {
-	if f.native != nil {
-		return f.native.eval(info), nil
-	}
-	p := &Packet{
-		Timestamp:             int64(info.Timestamp),
-		HasTimestamp:          info.HasTimestamp,
-		TimestampClockID:      int64(info.TimestampClockID),
-		SequenceID:            int64(info.SequenceID),
-		Size:                  int64(info.Size),
-		Kind:                  info.Kind(),
-		TrustedPID:            int64(info.TrustedPID),
-		TrustedUID:            int64(info.TrustedUID),
-		MachineID:             int64(info.MachineID),
-		PreviousPacketDropped: int64(info.PreviousPacketDropped),
-		FirstPacketOnSequence: info.FirstPacketOnSequence,
-		SequenceFlags:         int64(info.SequenceFlags),
-	}
-	out, _, err := f.prg.Eval(map[string]any{"packet": p})
-	if err != nil {
-		return true, fmt.Errorf("sinks: filter %q: evaluating: %w", f.expr, err)
-	}
-	b, ok := out.Value().(bool)
-	if !ok {
-		return true, fmt.Errorf("sinks: filter %q: result %v is not a bool", f.expr, out)
-	}
-	return b, nil
-}
+func (f *Filter) Eval(info *tracefile.PacketInfo) (bool, error) { return f.eval(info) }

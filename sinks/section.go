@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tracepipe/tracepipe/internal/names"
 )
 
 // Section reads one sink type's config section for a Factory: each getter
@@ -266,7 +268,7 @@ func (s *Section) Err() error {
 func (s *Section) suggest(k string) string {
 	best, bestD := "", 3
 	for _, known := range slices.Sorted(maps.Keys(s.seen)) {
-		if d := EditDistance(strings.ToLower(k), known, bestD); d < bestD {
+		if d := names.EditDistance(strings.ToLower(k), known, bestD); d < bestD {
 			best, bestD = known, d
 		}
 	}

@@ -8,7 +8,12 @@
 // pipeline. It holds no implementation and must not grow one.
 package transport
 
-import "github.com/tracepipe/tracepipe/plugins"
+import (
+	"time"
+
+	"github.com/tracepipe/tracepipe/plugins"
+	"github.com/tracepipe/tracepipe/smb"
+)
 
 // Transport is how the session reaches one producer's data source instance:
 // the data source running in this process (transport/inprocess), in a
@@ -127,4 +132,30 @@ type Sequenced interface {
 	Setup(link Link) error // an error is Start's to report
 	Begin()
 	SendStop()
+}
+
+// PluginConfig is what a session knows of a data source instance that
+// runs in a plugin executable, for the plugin host that runs it
+// (transport/goplugin's Host, reached through pipeline.Options.Plugins).
+type PluginConfig struct {
+	Index int    // data_sources[Index]
+	Name  string // the data source name
+	Path  string // the plugin executable
+	Label string // how messages name it: "data_sources[i] (path)"
+	// DataSourceConfig is data_sources[i].config, passed to the plugin.
+	DataSourceConfig  map[string]any
+	SMBSize, PageSize int
+	TargetBuffer      uint32 // the target_buffer of its commits
+	Policy            smb.BufferExhaustedPolicy
+	// MemoryLimit and CPULimit bound its processes (data_sources[i].limits;
+	// 0: the host's defaults).
+	MemoryLimit int64
+	CPULimit    time.Duration
+	// StderrLineRate and StderrByteRate bound what of its stderr is
+	// logged (per second, with a burst of 10 s); the rest is counted.
+	StderrLineRate, StderrByteRate float64
+	Logf                           func(string, ...any) // its stderr lines; nil: not logged
+	// OnTriggers receives the triggers the data source activates, from
+	// any goroutine.
+	OnTriggers func(names []string)
 }

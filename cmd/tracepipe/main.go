@@ -22,6 +22,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/sinks/celfilter"
+
 	"github.com/spf13/cobra"
 )
 
@@ -215,6 +218,11 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	return exitError
 }
+
+// tracepipe takes filters (sink sections' filter:, protovm apply
+// --filter), and runs plugin data sources (run_cmd.go's
+// pipeline.Options.Plugins); tracepiped does neither.
+func init() { sinks.UseFilterCompiler(celfilter.Compile) }
 
 // main installs no signal handler: offline commands stop at the default
 // SIGINT, and a command that must shut down cleanly (run) derives its own

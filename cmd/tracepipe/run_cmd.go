@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tracepipe/tracepipe/transport/goplugin"
+
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -239,7 +241,7 @@ func runSession(ctx context.Context, cfg *config.Config, stderr io.Writer, metri
 	if err != nil {
 		return err
 	}
-	opts := pipeline.Options{Logger: logger, Rotatable: true, MaxMemory: maxMemory}
+	opts := pipeline.Options{Logger: logger, Rotatable: true, MaxMemory: maxMemory, Plugins: goplugin.Host{}}
 	if cfg.Perfetto.Enabled {
 		reg, host, err := perfetto.ListenForSession(ctx, cfg, logger)
 		if err != nil {
@@ -521,18 +523,12 @@ func limitHeap(svc *pipeline.Service, userLimit string) {
 	debug.SetMemoryLimit(svc.HeapBudget())
 }
 
-// parseMemoryBound reads a --max-memory style flag: "" is 0 (the
-// default bound), "none" is -1 (no bound), else a size like 8GiB.
+// parseMemoryBound reads a --max-memory style flag (config.ParseMemoryBound);
+// the error names the flag.
 func parseMemoryBound(flag, v string) (int64, error) {
-	switch v {
-	case "":
-		return 0, nil
-	case "none":
-		return -1, nil
-	}
-	n, err := config.ParseByteSize(v)
-	if err != nil || n <= 0 {
-		return 0, usageError{fmt.Errorf("%s %q: want a size like 8GiB, or none", flag, v)}
+	n, err := config.ParseMemoryBound(v)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("%s %w", flag, err)}
 	}
 	return n, nil
 }

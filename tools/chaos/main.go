@@ -48,6 +48,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/sinks/celfilter"
 )
 
 type options struct {
@@ -65,6 +68,9 @@ type options struct {
 	faultList string
 	strict    bool
 }
+
+// Its configs may filter sinks (sinks.UseFilterCompiler).
+func init() { sinks.UseFilterCompiler(celfilter.Compile) }
 
 func main() {
 	var o options

@@ -21,10 +21,18 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/sinks/celfilter"
+
+	"github.com/tracepipe/tracepipe/transport/goplugin"
+
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
 	_ "github.com/tracepipe/tracepipe/plugins/builtin" // the synthetic source
 )
+
+// Its configs may filter sinks (sinks.UseFilterCompiler).
+func init() { sinks.UseFilterCompiler(celfilter.Compile) }
 
 func main() {
 	duration := flag.Duration("duration", 60*time.Second, "session length")
@@ -66,7 +74,7 @@ func run(duration time.Duration, rate float64, every time.Duration, bufMiB, smbK
 		return err
 	}
 	cfg.DataSources = cfg.DataSources[:1] // the synthetic source alone
-	s, err := pipeline.New(cfg, pipeline.Options{})
+	s, err := pipeline.New(cfg, pipeline.Options{Plugins: goplugin.Host{}})
 	if err != nil {
 		return err
 	}

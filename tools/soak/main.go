@@ -32,11 +32,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/sinks/celfilter"
+
+	"github.com/tracepipe/tracepipe/transport/goplugin"
+
 	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/pipeline"
 	"github.com/tracepipe/tracepipe/plugins/builtin"
 	"github.com/tracepipe/tracepipe/tracefile"
 )
+
+// Its configs may filter sinks (sinks.UseFilterCompiler).
+func init() { sinks.UseFilterCompiler(celfilter.Compile) }
 
 func main() {
 	duration := flag.Duration("duration", 30*time.Minute, "session length")
@@ -103,7 +111,7 @@ sinks:
 	if err != nil {
 		return err
 	}
-	svc, err := pipeline.New(cfg, pipeline.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("program", "soak")})
+	svc, err := pipeline.New(cfg, pipeline.Options{Plugins: goplugin.Host{}, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("program", "soak")})
 	if err != nil {
 		return err
 	}

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tracepipe/tracepipe/config"
 	"github.com/tracepipe/tracepipe/plugins"
 	"github.com/tracepipe/tracepipe/plugins/host"
 	"github.com/tracepipe/tracepipe/smb"
@@ -37,25 +39,29 @@ type Plugin struct {
 	link       transport.Link // set by Start, before the plugin runs
 }
 
-// Config is what the session knows of a plugin data source instance.
-type Config struct {
-	Index int    // data_sources[Index]
-	Name  string // the data source name
-	Path  string // the plugin executable
-	Label string // how messages name it: "data_sources[i] (path)"
-	// DataSourceConfig is data_sources[i].config, passed to the plugin.
-	DataSourceConfig  map[string]any
-	SMBSize, PageSize int
-	TargetBuffer      uint32 // the target_buffer of its commits
-	Policy            smb.BufferExhaustedPolicy
-	Limits            host.Limits // memory and CPU of its processes
-	// StderrLineRate and StderrByteRate bound what of its stderr is
-	// logged (per second, with a burst of 10 s); the rest is counted.
-	StderrLineRate, StderrByteRate float64
-	Logf                           func(string, ...any) // its stderr lines; nil: not logged
-	// OnTriggers receives the triggers the data source activates, from
-	// any goroutine.
-	OnTriggers func(names []string)
+// Config is what the session knows of a plugin data source instance
+// (transport.PluginConfig, which the session fills in without linking
+// this package).
+type Config = transport.PluginConfig
+
+// Host is the PluginHost tracepipe's sessions use (pipeline.Options.Plugins):
+// it finds plugins in plugin_dir and runs each plugin data source over
+// go-plugin. Stderr, when set, receives what plugins print while they are
+// asked which data sources they serve.
+type Host struct{ Stderr io.Writer }
+
+// ResolvePlugins is ResolvePlugins with h.Stderr.
+func (h Host) ResolvePlugins(ctx context.Context, cfg *config.Config) error {
+	return ResolvePlugins(ctx, cfg, h.Stderr)
+}
+
+// NewPlugin is New.
+func (Host) NewPlugin(cfg transport.PluginConfig) (transport.Transport, *smb.SMB, error) {
+	p, s, err := New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, s, nil
 }
 
 // New builds the Transport of a data source that runs in the plugin
@@ -80,7 +86,7 @@ func New(cfg Config) (*Plugin, *smb.SMB, error) {
 		OnCommit:   func(data []byte) { ps.link.Deliver(data) },
 		OnTriggers: cfg.OnTriggers,
 		Stderr:     stderr,
-		Limits:     cfg.Limits,
+		Limits:     host.Limits{Memory: cfg.MemoryLimit, CPU: cfg.CPULimit},
 	}
 	return ps, s, nil
 }

@@ -1,4 +1,4 @@
-package sinks
+package celfilter
 
 import (
 	"math/rand/v2"
@@ -30,7 +30,7 @@ func TestNativeFilterMatchesCEL(t *testing.T) {
 		`packet.kind in ["track_event", "sys_stats"]`,
 	}
 	for _, e := range notLowered {
-		f, err := NewFilter(e)
+		f, err := compile(e)
 		if err != nil {
 			t.Fatalf("%s: %v", e, err)
 		}
@@ -41,14 +41,14 @@ func TestNativeFilterMatchesCEL(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	kinds := []int{tracefile.FieldTrackEvent, 45, 19, 3000}
 	for _, e := range lowered {
-		f, err := NewFilter(e)
+		f, err := compile(e)
 		if err != nil {
 			t.Fatalf("%s: %v", e, err)
 		}
 		if f.native == nil {
 			t.Fatalf("%s was not lowered", e)
 		}
-		cel := &Filter{expr: f.expr, prg: f.prg}
+		cel := &program{expr: f.expr, prg: f.prg}
 		for i := 0; i < 2000; i++ {
 			info := tracefile.PacketInfo{
 				Size: rng.IntN(2000), Timestamp: rng.Uint64N(20) - 2, HasTimestamp: rng.IntN(2) == 0,
@@ -58,11 +58,11 @@ func TestNativeFilterMatchesCEL(t *testing.T) {
 				SequenceFlags: uint32(rng.IntN(3)), FirstPacketOnSequence: rng.IntN(2) == 0,
 				PayloadField: int32(kinds[rng.IntN(len(kinds))]),
 			}
-			want, err := cel.MatchInfo(&info)
+			want, err := cel.eval(&info)
 			if err != nil {
 				t.Fatalf("%s: CEL: %v", e, err)
 			}
-			if got, _ := f.MatchInfo(&info); got != want {
+			if got, _ := f.eval(&info); got != want {
 				t.Fatalf("%s on %+v: native %v, CEL %v", e, info, got, want)
 			}
 		}

@@ -1,10 +1,12 @@
-package sinks
+package celfilter
 
 import (
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/tracepipe/tracepipe/internal/names"
 
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/types"
@@ -92,40 +94,9 @@ func closestKind(s string) string {
 		if norm(k) == norm(s) {
 			return k
 		}
-		if d := EditDistance(strings.ToLower(s), k, bestD); d < bestD {
+		if d := names.EditDistance(strings.ToLower(s), k, bestD); d < bestD {
 			best, bestD = k, d
 		}
 	}
 	return best
-}
-
-// EditDistance is the Levenshtein distance of a and b, or limit when it is
-// at least limit. Config code uses it for did-you-mean hints.
-func EditDistance(a, b string, limit int) int {
-	ra, rb := []rune(a), []rune(b)
-	if d := len(ra) - len(rb); d >= limit || -d >= limit {
-		return limit
-	}
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		rowMin := cur[0]
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			rowMin = min(rowMin, cur[j])
-		}
-		if rowMin >= limit {
-			return limit
-		}
-		prev, cur = cur, prev
-	}
-	return min(prev[len(rb)], limit)
 }

@@ -1,4 +1,4 @@
-package sinks
+package celfilter
 
 import (
 	celast "cel.dev/cel-go/common/ast"

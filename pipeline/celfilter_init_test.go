@@ -1,0 +1,10 @@
+package pipeline
+
+import (
+	"github.com/tracepipe/tracepipe/sinks"
+	"github.com/tracepipe/tracepipe/sinks/celfilter"
+)
+
+// These tests' configs filter sinks, as tracepipe's do (its main package
+// hands the compiler to package sinks the same way).
+func init() { sinks.UseFilterCompiler(celfilter.Compile) }
