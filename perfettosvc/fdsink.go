@@ -2,6 +2,7 @@ package perfettosvc
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -54,6 +55,16 @@ type gatherSeg struct {
 // iovec costs more than the copy.
 const gatherCopyMax = 256
 
+// fdSinkBufMax bounds the sink's buffer of headers and short packets: a
+// batch of short packets goes out in writes of about this size, instead
+// of one buffer on the heap as large as the batch (issue 27: 200-byte
+// packets made it grow to the batch's 320 KiB).
+const fdSinkBufMax = 64 << 10
+
+// maxRecordHeader is the longest record header (a tag byte and a length
+// varint).
+const maxRecordHeader = 1 + binary.MaxVarintLen64
+
 // iovMax is the most iovecs one writev takes (Linux's UIO_MAXIOV).
 const iovMax = 1024
 
@@ -70,10 +81,24 @@ func newFDSink(f *os.File) *fdSink {
 func (s *fdSink) Write(_ context.Context, packets [][]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var n uint64
+	var n uint64     // bytes of the packets gathered so far
+	var sent int     // packets before this one are written
+	var sentN uint64 // their bytes
 	s.buf, s.segs = s.buf[:0], s.segs[:0]
 	from := 0 // start of the buffer's current run
-	for _, p := range packets {
+	for i, p := range packets {
+		if len(p) < gatherCopyMax && len(s.buf)+maxRecordHeader+len(p) > fdSinkBufMax {
+			// Write what is gathered: the buffer stays within
+			// fdSinkBufMax however many short packets a batch holds.
+			if from < len(s.buf) {
+				s.segs = append(s.segs, gatherSeg{off: from, end: len(s.buf)})
+			}
+			if err := s.flush(); err != nil {
+				return s.failed(packets, sent, sentN, err)
+			}
+			sent, sentN = i, n
+			s.buf, s.segs, from = s.buf[:0], s.segs[:0], 0
+		}
 		n += uint64(len(p))
 		s.buf = tracefile.AppendRecordHeader(s.buf, len(p))
 		if len(p) < gatherCopyMax {
@@ -87,14 +112,27 @@ func (s *fdSink) Write(_ context.Context, packets [][]byte) error {
 		s.segs = append(s.segs, gatherSeg{off: from, end: len(s.buf)})
 	}
 	if err := s.flush(); err != nil {
-		s.stats.Errors++
-		s.stats.PacketsDroppedError += uint64(len(packets))
-		s.stats.BytesDroppedError += n
-		return fmt.Errorf("perfetto consumer's output file: %w", err)
+		return s.failed(packets, sent, sentN, err)
 	}
 	s.stats.PacketsWritten += uint64(len(packets))
 	s.stats.BytesWritten += n
 	return nil
+}
+
+// failed accounts a batch whose write failed after its first sent
+// packets (sentN bytes) were written: those count as written, the rest
+// as a loss.
+func (s *fdSink) failed(packets [][]byte, sent int, sentN uint64, err error) error {
+	var all uint64
+	for _, p := range packets {
+		all += uint64(len(p))
+	}
+	s.stats.Errors++
+	s.stats.PacketsWritten += uint64(sent)
+	s.stats.BytesWritten += sentN
+	s.stats.PacketsDroppedError += uint64(len(packets) - sent)
+	s.stats.BytesDroppedError += all - sentN
+	return fmt.Errorf("perfetto consumer's output file: %w", err)
 }
 
 // flush writes s.segs, in as many writev calls as it takes.

@@ -187,3 +187,58 @@ func TestFDSinkRawRegularFile(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// A batch of short packets, each copied into the sink's buffer, goes out
+// in writes of at most fdSinkBufMax: the buffer does not grow to the
+// batch's size (issue 27), and the file is the same. When a later write
+// of the batch fails, what went out before counts as written and only
+// the rest as a loss.
+func TestFDSinkBoundsItsBuffer(t *testing.T) {
+	f := memFile(t)
+	s := newFDSink(f)
+	defer s.Close(context.Background())
+	var packets [][]byte
+	var want []byte
+	for i := range 4 * fdSinkBufMax / 200 {
+		p := bytes.Repeat([]byte{byte(i)}, 180+i%19)
+		packets = append(packets, p)
+		want = tracefile.AppendRecord(want, p)
+	}
+	if err := s.Write(context.Background(), packets); err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(s.buf); c > 2*fdSinkBufMax || c >= len(want)/2 {
+		t.Errorf("the buffer grew to %d bytes for a %d-byte batch; the bound is %d", c, len(want), fdSinkBufMax)
+	}
+	got := make([]byte, len(want)+1)
+	if n, err := f.ReadAt(got, 0); n != len(want) || !bytes.Equal(got[:n], want) {
+		t.Fatalf("file holds %d bytes (%v), want the %d of the records", n, err, len(want))
+	}
+
+	// Room for the first write of the batch again, not for the second.
+	if err := f.Truncate(int64(len(want) + fdSinkBufMax)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(int64(len(want)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_GROW); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Write(context.Background(), packets)
+	if !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("write past a sealed end: %v, want EPERM", err)
+	}
+	st := s.Stats()
+	first := uint64(st.PacketsWritten) - uint64(len(packets))
+	if st.Errors != 1 || first == 0 || first >= uint64(len(packets)) || st.PacketsDroppedError != uint64(len(packets))-first {
+		t.Errorf("stats %+v: want the first write's packets written and the rest dropped", st)
+	}
+	var payload uint64
+	for _, p := range packets {
+		payload += uint64(len(p))
+	}
+	if st.BytesWritten+st.BytesDroppedError != 2*payload || st.BytesDroppedError == 0 {
+		t.Errorf("bytes written %d + dropped %d, want the two batches' %d", st.BytesWritten, st.BytesDroppedError, 2*payload)
+	}
+}
