@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tracepipe/tracepipe/internal/logline"
 	"github.com/tracepipe/tracepipe/sinks"
 )
 
@@ -20,10 +17,6 @@ const (
 	logFormatJSON = "json" // one slog JSON record per line, for a log collector
 )
 
-// logTimeLayout is the time on text log lines: local time to the
-// millisecond, with the zone, so that lines of a long `serve` can be
-// matched with other logs.
-const logTimeLayout = "2006-01-02 15:04:05.000 -0700"
 
 // addLogFormatFlag adds --log-format to a command that logs while it runs.
 func addLogFormatFlag(c *cobra.Command, format *string) {
@@ -40,61 +33,9 @@ func addLogFormatFlag(c *cobra.Command, format *string) {
 func newLogger(w io.Writer, format, linePrefix string) (*slog.Logger, error) {
 	switch format {
 	case logFormatText, "":
-		return slog.New(&lineHandler{w: w, prefix: linePrefix, mu: new(sync.Mutex)}), nil
+		return slog.New(logline.NewHandler(w, linePrefix, sinks.DetailKey)), nil
 	case logFormatJSON:
 		return slog.New(slog.NewJSONHandler(w, nil)), nil
 	}
 	return nil, usageError{fmt.Errorf("--log-format %q: want text or json", format)}
 }
-
-// lineHandler writes one line per record: prefix, the time, "tracepipe: ",
-// the level for warnings and errors, the message, then any attributes as
-// key=value (the detail group aside).
-type lineHandler struct {
-	w      io.Writer
-	prefix string
-	attrs  []slog.Attr
-	mu     *sync.Mutex // shared by the handlers derived with WithAttrs
-}
-
-func (h *lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
-
-func (h *lineHandler) Handle(_ context.Context, r slog.Record) error {
-	var sb strings.Builder
-	sb.WriteString(h.prefix)
-	t := r.Time
-	if t.IsZero() {
-		t = time.Now()
-	}
-	sb.WriteString(t.Format(logTimeLayout) + " tracepipe: ")
-	switch {
-	case r.Level >= slog.LevelError:
-		sb.WriteString("error: ")
-	case r.Level >= slog.LevelWarn:
-		sb.WriteString("warning: ")
-	}
-	sb.WriteString(r.Message)
-	add := func(a slog.Attr) bool {
-		if a.Key != sinks.DetailKey {
-			sb.WriteString(" " + a.String())
-		}
-		return true
-	}
-	for _, a := range h.attrs {
-		add(a)
-	}
-	r.Attrs(add)
-	sb.WriteByte('\n')
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, err := io.WriteString(h.w, sb.String())
-	return err
-}
-
-func (h *lineHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	c := *h
-	c.attrs = append(h.attrs[:len(h.attrs):len(h.attrs)], as...)
-	return &c
-}
-
-func (h *lineHandler) WithGroup(string) slog.Handler { return h }

@@ -12,23 +12,11 @@ import (
 	"time"
 
 	"github.com/tracepipe/tracepipe/config"
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 )
 
-// buildTracepipe builds the real binary (no -race: the race detector's
-// shadow memory would dwarf what the memory tests measure).
-func buildTracepipe(tb testing.TB) string {
-	tb.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		tb.Fatalf("the memory tests build tracepipe and need the go command: %v", err)
-	}
-	bin := filepath.Join(tb.TempDir(), "tracepipe")
-	cmd := exec.Command(gobin, "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
+// buildTracepipe builds the real binary (testsupport.BuildBinary: no -race).
+func buildTracepipe(tb testing.TB) string { return testsupport.BuildBinary(tb, ".") }
 
 // memPeak is what peakRSS measured of one run.
 type memPeak struct {
@@ -83,9 +71,9 @@ func peakRSS(tb testing.TB, bin, cfg, out string, minBytes int64, deadline time.
 			m.Written = st.Size()
 			return m
 		case <-tick.C:
-			if hwm := vmHWM(cmd.Process.Pid); hwm > m.RSS {
+			if hwm := testsupport.VmHWM(cmd.Process.Pid); hwm > m.RSS {
 				m.RSS = hwm
-				if anon, rss, ok := residentSplit(cmd.Process.Pid); ok {
+				if anon, rss, ok := testsupport.ResidentSplit(cmd.Process.Pid); ok {
 					m.Anon, m.File = anon, rss-anon
 				}
 			}
@@ -247,38 +235,4 @@ func BenchmarkExampleConfigsPeakRSS(b *testing.B) {
 			b.ReportMetric(file, "file-backed-MiB")
 		})
 	}
-}
-
-// vmHWM returns the VmHWM of process pid in bytes (0 once it is gone).
-func vmHWM(pid int) int64 {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(st), "\n") {
-		var kb int64
-		if _, err := fmt.Sscanf(l, "VmHWM: %d kB", &kb); err == nil {
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// residentSplit reads the anonymous and total resident bytes of process
-// pid from /proc/<pid>/smaps_rollup (ok false once it is gone).
-func residentSplit(pid int) (anon, rss int64, ok bool) {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-	if err != nil {
-		return 0, 0, false
-	}
-	var haveAnon, haveRSS bool
-	for _, l := range strings.Split(string(st), "\n") {
-		var kb int64
-		if _, err := fmt.Sscanf(l, "Anonymous: %d kB", &kb); err == nil {
-			anon, haveAnon = kb<<10, true
-		} else if _, err := fmt.Sscanf(l, "Rss: %d kB", &kb); err == nil {
-			rss, haveRSS = kb<<10, true
-		}
-	}
-	return anon, rss, haveAnon && haveRSS
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os/signal"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -115,12 +114,7 @@ func newServeCmd() *cobra.Command {
 				if f.procs < 0 {
 					return usageError{fmt.Errorf("--procs %d: want 0 (the Go runtime's choice) or more", f.procs)}
 				}
-				if n := f.procs; n > 0 {
-					// Restored on return: the CLI's tests run serve in
-					// their own process.
-					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
-				}
-				return servePerfetto(cmd.Context(), cmd.ErrOrStderr(), bound, f.metricsAddr)
+				return servePerfetto(cmd.Context(), cmd.ErrOrStderr(), bound, f.procs, f.metricsAddr)
 			}
 			if f.out == "" {
 				return usageError{errors.New("serve needs --out DIR (or --perfetto)")}

@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/tracepipe/tracepipe/internal/testsupport"
+	"github.com/tracepipe/tracepipe/internal/testsupport/perfettotest"
 	ipc "github.com/tracepipe/tracepipe/perfettoipc"
 )
 
@@ -101,25 +100,11 @@ func startServePerfetto(t *testing.T, args ...string) *servedPerfetto {
 // returns the first frame the service answers with, within 10 s.
 func (sp *servedPerfetto) bindConsumerPort(t *testing.T) *ipc.Frame {
 	t.Helper()
-	frame, _ := ipc.AppendFrame(nil, &ipc.Frame{RequestId: proto.Uint64(1), Msg: &ipc.Frame_MsgBindService{MsgBindService: &ipc.Frame_BindService{ServiceName: proto.String("ConsumerPort")}}})
-	if _, err := sp.conn.Write(frame); err != nil {
+	f, err := perfettotest.NewConsumer(sp.conn.(*net.UnixConn)).BindConsumerPort(10 * time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var d ipc.Deserializer
-	buf := make([]byte, 4096)
-	_ = sp.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	for {
-		n, err := sp.conn.Read(buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Feed(buf[:n]); err != nil {
-			t.Fatal(err)
-		}
-		if f, _ := d.Next(); f != nil {
-			return f
-		}
-	}
+	return f
 }
 
 // stop ends serve and returns its exit code.

@@ -1,19 +1,17 @@
-package main
+package perfettosvc
 
 import (
 	"testing"
-
-	"github.com/tracepipe/tracepipe/perfettosvc"
 )
 
-// serve --perfetto gives the runtime the consumer sessions' soft memory
+// Serve gives the runtime the consumer sessions' soft memory
 // limit at once and hands the consumers the setter that follows their
 // sessions; a user's GOMEMLIMIT wins: nothing is set, now or later.
 func TestServePerfettoHeapLimit(t *testing.T) {
 	var set []int64
 	record := func(n int64) int64 { set = append(set, n); return 0 }
-	pc := &perfettosvc.PerfettoConsumers{}
-	limitServeHeap(pc, "", record)
+	pc := &PerfettoConsumers{}
+	limitHeap(pc, "", record)
 	if len(set) != 1 || set[0] != pc.HeapLimit() || set[0] <= 0 {
 		t.Fatalf("limits set %v, want the consumers' base limit %d once", set, pc.HeapLimit())
 	}
@@ -26,8 +24,8 @@ func TestServePerfettoHeapLimit(t *testing.T) {
 	}
 
 	set = nil
-	user := &perfettosvc.PerfettoConsumers{}
-	limitServeHeap(user, "100MiB", record)
+	user := &PerfettoConsumers{}
+	limitHeap(user, "100MiB", record)
 	if len(set) != 0 || user.SetHeapLimit != nil {
 		t.Fatalf("with GOMEMLIMIT set: limits %v set, setter %v", set, user.SetHeapLimit != nil)
 	}
