@@ -13,7 +13,9 @@
 // notifications, the bearer token, loopback by default, a bounded HTTP
 // server (ServeAlerts), and SessionAlertHandler, which drives a session
 // through the small AlertSession interface. It must not know about
-// buffers, sinks or the pipeline (it imports none of them: package config
-// imports this one, and pipeline, which imports config, implements the
-// Handler and AlertSession): the session does the work.
+// buffers, sinks or the pipeline (it imports none of them): the session
+// does the work, implementing the Handler and AlertSession of
+// control/ctlapi, which this package re-exports. Neither config nor
+// pipeline imports this package (names are checked by internal/names),
+// so that a program without a control socket does not link gRPC.
 package control

@@ -7,8 +7,10 @@
 // through a bounded in-memory sink or write_into_file through the
 // consumer's file descriptor, GetTraceStats, ObserveEvents,
 // ChangeTraceConfig (producer filters only, as traced), CloneSession and
-// QueryServiceState; and what the sessions may hold on the Go heap, as a
-// soft memory limit that follows them (heap.go, SetHeapLimit).
+// QueryServiceState; what the sessions may hold on the Go heap, as a
+// soft memory limit that follows them (heap.go, SetHeapLimit); and Serve,
+// the whole service on Perfetto's two sockets, which `tracepipe serve
+// --perfetto` and tracepiped run.
 //
 // It is a layer above the session core: each consumer session is an
 // ordinary pipeline.Service, built with pipeline.New and driven only

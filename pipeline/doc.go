@@ -41,9 +41,11 @@
 // a session's control socket, and Result.ImportRisks (import_risks.go)
 // says what a finished session's counters predict for trace_processor's
 // import; the wording of either is the client's. Producers reach a session
-// through a Transport (package transport): in-process and go-plugin ones
-// (transport/inprocess, transport/goplugin) that the session builds from
-// its config, and Perfetto producers bound through RemoteProducers
+// through a Transport (package transport): in-process ones
+// (transport/inprocess) that the session builds from its config, plugin
+// ones that the PluginHost of Options.Plugins builds (transport/goplugin's
+// Host: this package must not import go-plugin, so that a program without
+// plugins does not link it), and Perfetto producers bound through RemoteProducers
 // (remote.go: at the start, and while recording as they register),
 // implemented by transport/perfetto, which imports this one.
 package pipeline

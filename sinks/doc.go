@@ -2,7 +2,10 @@
 // the registry of sink types, the lanes that run each sink on its own
 // goroutine behind its own bounded queue, the streaming file sink (valid
 // at every packet boundary, rotation, compression, resuming after a full
-// disk) and packet filters written in CEL.
+// disk) and packet filters (Filter: which packets pass unevaluated, and
+// the counting; the CEL expressions themselves are compiled by
+// sinks/celfilter, which a program hands over with UseFilterCompiler, so
+// that one taking no filters does not link CEL).
 //
 // It knows nothing of buffers or producers, and must never make a
 // producer wait: a sink either writes, or drops and counts.
