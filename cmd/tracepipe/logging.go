@@ -17,7 +17,6 @@ const (
 	logFormatJSON = "json" // one slog JSON record per line, for a log collector
 )
 
-
 // addLogFormatFlag adds --log-format to a command that logs while it runs.
 func addLogFormatFlag(c *cobra.Command, format *string) {
 	c.Flags().StringVar(format, "log-format", logFormatText, "how log lines are written to stderr: text (time, then the message) or json (one JSON record per line, with the message's facts as fields under \"detail\")")

@@ -12,12 +12,12 @@ func TestValid(t *testing.T) {
 		}
 	}
 	for s, want := range map[string]string{
-		"":                           "trigger name is empty",
-		".x":                         `trigger name ".x"`,
-		"-x":                         `trigger name "-x"`,
-		"a b":                        `trigger name "a b"`,
-		"a/b":                        `trigger name "a/b"`,
-		"é":                          `trigger name "é"`,
+		"":                            "trigger name is empty",
+		".x":                          `trigger name ".x"`,
+		"-x":                          `trigger name "-x"`,
+		"a b":                         `trigger name "a b"`,
+		"a/b":                         `trigger name "a/b"`,
+		"é":                           `trigger name "é"`,
 		strings.Repeat("a", MaxLen+1): "129 bytes; the limit is 128",
 	} {
 		err := Valid("trigger", s)
