@@ -22,7 +22,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 
 	"github.com/spf13/pflag"
 
@@ -91,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tracepiped: --procs %d: want 0 (the Go runtime's choice) or more\n", *procs)
 		return exitUsage
 	}
-	stderr = &lockedWriter{w: stderr} // connections log from their own goroutines
+	stderr = logline.Locked(stderr) // connections log from their own goroutines
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "tracepipe: "+format+"\n", args...) }
 	err = perfettosvc.Serve(ctx, perfettosvc.ServeOptions{
 		Logger: slog.New(logline.NewHandler(stderr, "", sinks.DetailKey)), Logf: logf,
@@ -102,16 +101,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return exitOK
-}
-
-// lockedWriter serializes writes from the connections' goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

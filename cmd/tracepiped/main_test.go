@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/tracepipe/tracepipe/internal/testsupport"
 	"github.com/tracepipe/tracepipe/internal/testsupport/perfettotest"
 )
 
@@ -46,24 +45,6 @@ func TestLinksNoHeavyModule(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer written from the service's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // tracepiped serves the ConsumerPort on the socket PERFETTO_CONSUMER_SOCK_NAME
 // names, on one thread by default, until its context ends; then it
 // removes its sockets, restores GOMAXPROCS and exits 0.
@@ -80,7 +61,7 @@ func TestServesPerfettoSockets(t *testing.T) {
 	t.Setenv("PERFETTO_CONSUMER_SOCK_NAME", cons)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testsupport.LockedBuffer
 	code := make(chan int, 1)
 	go func() { code <- run(ctx, nil, &stdout, &stderr) }()
 
@@ -144,7 +125,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--listen", ":1"}, exitUsage, "--listen"},
 		{[]string{"serve"}, exitUsage, `"serve"`},
 	} {
-		var stdout, stderr lockedBuffer
+		var stdout, stderr testsupport.LockedBuffer
 		got := run(context.Background(), tc.args, &stdout, &stderr)
 		where := stderr.String()
 		if tc.code == exitOK {
@@ -163,7 +144,7 @@ func TestUnusableSocketIsAnError(t *testing.T) {
 	bad := filepath.Join(dir, "missing-dir", "p.sock")
 	t.Setenv("PERFETTO_PRODUCER_SOCK_NAME", bad)
 	t.Setenv("PERFETTO_CONSUMER_SOCK_NAME", filepath.Join(dir, "c.sock"))
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testsupport.LockedBuffer
 	code := make(chan int, 1)
 	go func() { code <- run(context.Background(), nil, &stdout, &stderr) }()
 	select {

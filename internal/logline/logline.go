@@ -78,3 +78,19 @@ func (h *handler) WithAttrs(as []slog.Attr) slog.Handler {
 }
 
 func (h *handler) WithGroup(string) slog.Handler { return h }
+
+// Locked returns a writer that passes each Write to w whole, one at a
+// time: lines written from several goroutines (connections log from
+// their own) do not interleave.
+func Locked(w io.Writer) io.Writer { return &locked{w: w} }
+
+type locked struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *locked) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -58,6 +58,22 @@ type benchProducerReport struct {
 	CPU                float64 // user + system seconds of the producer
 }
 
+// startBenchProducer starts the producer side in a child process (this
+// test binary again); its report arrives on the returned builder once it
+// exits.
+func startBenchProducer(tb testing.TB, a benchProducerArgs) (*exec.Cmd, *strings.Builder) {
+	tb.Helper()
+	arg, _ := json.Marshal(a)
+	child := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	child.Env = append(os.Environ(), benchProducerEnv+"="+string(arg))
+	stdout := new(strings.Builder)
+	child.Stdout, child.Stderr = stdout, os.Stderr
+	if err := child.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	return child, stdout
+}
+
 // benchProducer runs the producer side; it returns the exit code.
 func benchProducer(arg string) int {
 	var a benchProducerArgs
@@ -364,14 +380,7 @@ func benchProducerPath(b *testing.B, size, writers int, flush string, posted boo
 		if err := host.Listen(sock); err != nil {
 			b.Fatal(err)
 		}
-		a, _ := json.Marshal(benchProducerArgs{Socket: sock, Writers: writers, Size: size, Posted: posted})
-		child := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-		child.Env = append(os.Environ(), benchProducerEnv+"="+string(a))
-		var stdout strings.Builder
-		child.Stdout, child.Stderr = &stdout, os.Stderr
-		if err := child.Start(); err != nil {
-			b.Fatal(err)
-		}
+		child, stdout := startBenchProducer(b, benchProducerArgs{Socket: sock, Writers: writers, Size: size, Posted: posted})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		if missing := reg.WaitFor(ctx, []string{"bench.producer"}); len(missing) > 0 {
 			b.Fatalf("the producer never registered")

@@ -104,14 +104,7 @@ func runTracepiped(tb testing.TB, bin string, size, writers int, dur time.Durati
 	})
 	defer c.Close()
 
-	a, _ := json.Marshal(benchProducerArgs{Socket: prodSock, Writers: writers, Size: size, Posted: true})
-	prod := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-	prod.Env = append(os.Environ(), benchProducerEnv+"="+string(a))
-	var prodOut strings.Builder
-	prod.Stdout, prod.Stderr = &prodOut, os.Stderr
-	if err := prod.Start(); err != nil {
-		tb.Fatal(err)
-	}
+	prod, prodOut := startBenchProducer(tb, benchProducerArgs{Socket: prodSock, Writers: writers, Size: size, Posted: true})
 	prodDone := make(chan error, 1)
 	go func() { prodDone <- prod.Wait() }()
 	defer func() {
