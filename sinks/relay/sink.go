@@ -45,6 +45,10 @@ type Options struct {
 	// clocks reads the clocks of a round (nil: remote.ReadClocks); tests
 	// skew it to play a machine whose clocks differ.
 	clocks func([]tracefile.Clock) []tracefile.Clock
+	// afterWrite, when set, runs in Write between the outbox taking (or
+	// dropping) the packets and the link classifying the drops; tests
+	// use it to play a transport that changes the link's state there.
+	afterWrite func()
 }
 
 // Defaults of Options.
@@ -149,6 +153,9 @@ func (s *Sink) WriteLast(packet []byte) error {
 // to it (and fail the sink), not to a full queue.
 func (s *Sink) Write(_ context.Context, packets [][]byte) error {
 	err := s.out.Write(packets)
+	if s.opts.afterWrite != nil {
+		s.opts.afterWrite()
+	}
 	s.link.NoteDrops(s.out.Stats())
 	return err
 }
