@@ -23,10 +23,13 @@ import (
 //  3. The sink fails (Fail, then Failed reports it to its lane, which
 //     applies on_error) when the cause is permanent (TLS, authentication,
 //     no stream for the subject), when packets are lost because the
-//     destination is not taking them (DroppedWhileDown), or when a
-//     destination never reached stays away longer than the first-contact
-//     timeout. A failed sink keeps trying: with on_error drop it may
-//     still deliver later.
+//     destination is not taking them (NoteDrops during an outage), or
+//     when a destination never reached stays away longer than the
+//     first-contact timeout. A failed sink keeps trying: with on_error
+//     drop it may still deliver later.
+//  4. Each drop at the sink's queue bound is classified by the state the
+//     link was in when it happened (SetCounters): during an outage it is
+//     the outage's, while the destination acknowledges a full queue's.
 //
 // Every method is safe for concurrent use.
 type Link struct {
@@ -36,7 +39,8 @@ type Link struct {
 
 	failed     atomic.Pointer[error] // first failure; read by the lane after each item
 	reconnects atomic.Uint64
-	firstTime  time.Duration // see SetFirstContactTimeout; set before use
+	firstTime  time.Duration    // see SetFirstContactTimeout; set before use
+	counters   func() SinkStats // see SetCounters; set before use
 
 	mu        sync.Mutex // guards everything below
 	down      bool
@@ -76,12 +80,66 @@ func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 
 func (l *Link) logf(level slog.Level, f string, a ...any) { Logf(l.log, level, f, a...) }
 
+// SetCounters gives the link the sink's raw counters (its outbox's
+// Stats), which it then reads itself, under its lock, at every change of
+// state (Down, Up, Acked) and in NoteDrops: every queue drop is then
+// classified by the state the link was in when the drop was counted.
+// Without it a drop is classified when the sink reports it (NoteDrops,
+// after its Write), and on a busy machine the transport can notice the
+// destination gone, or back, in between: drops of an outage would be
+// classified after the reconnect that ended it, as a full queue's. With
+// counters, the lost counts Down and Up are given are read from them too
+// (queue plus error drops). f must not call the link (it runs under the
+// link's lock). Call before the sink starts.
+func (l *Link) SetCounters(f func() SinkStats) { l.counters = f }
+
+// syncLocked classifies the drops counted since the link last looked
+// (SetCounters) by the state it is in now, before the caller changes it;
+// lost is the sink's count of lost packets and ok false without counters.
+// fail is what the caller must pass to Fail once it released the lock.
+func (l *Link) syncLocked() (lost uint64, fail error, ok bool) {
+	if l.counters == nil {
+		return 0, nil, false
+	}
+	st := l.counters()
+	return st.PacketsDroppedQueue + st.PacketsDroppedError, l.classifyLocked(st), true
+}
+
+// classifyLocked classifies the queue drops st counts beyond those seen
+// so far, by the link's state now: during an outage or after a failure
+// they are lost to the destination (moved), otherwise they wait for the
+// next acknowledgement (pending), which makes them a slow destination's.
+// Drops during an outage fail the sink: it returns that failure, for the
+// caller to record with Fail once it released the lock.
+func (l *Link) classifyLocked(st SinkStats) error {
+	if st.PacketsDroppedQueue <= l.seenP {
+		return nil // nothing new (or an older reading than one seen)
+	}
+	dp, db := st.PacketsDroppedQueue-l.seenP, st.BytesDroppedQueue-l.seenB
+	l.seenP, l.seenB = st.PacketsDroppedQueue, st.BytesDroppedQueue
+	if !l.down && l.failed.Load() == nil {
+		l.pendP += dp
+		l.pendB += db
+		return nil
+	}
+	l.movedP += dp
+	l.movedB += db
+	if !l.down {
+		return nil // lost to the failure
+	}
+	return fmt.Errorf("%s unreachable (%w); packets are being dropped", l.dest, l.cause)
+}
+
 // Down records that the destination is not reachable (or not taking
 // packets) because of cause; lost is the sink's count of lost packets
 // now. The first Down of an outage logs it. A permanent cause fails the
 // sink.
 func (l *Link) Down(cause error, lost uint64) {
 	l.mu.Lock()
+	n, dropFail, ok := l.syncLocked() // drops before this Down: by the state before it
+	if ok {
+		lost = n
+	}
 	first := !l.down
 	var pend uint64
 	if first {
@@ -104,6 +162,8 @@ func (l *Link) Down(cause error, lost uint64) {
 		l.Fail(cause)
 	} else if pend > 0 {
 		l.Fail(fmt.Errorf("%s unreachable (%w); packets were dropped", l.dest, cause))
+	} else if dropFail != nil {
+		l.Fail(dropFail)
 	}
 }
 
@@ -112,8 +172,12 @@ func (l *Link) Down(cause error, lost uint64) {
 // queue, not to an outage.
 func (l *Link) Acked() {
 	l.mu.Lock()
+	_, dropFail, _ := l.syncLocked()
 	l.pendP, l.pendB = 0, 0
 	l.mu.Unlock()
+	if dropFail != nil { // an acknowledgement read late, after a Down
+		l.Fail(dropFail)
+	}
 }
 
 // Up records that the destination acknowledged again; lost is the sink's
@@ -121,6 +185,13 @@ func (l *Link) Acked() {
 // logs how long it lasted and what it cost.
 func (l *Link) Up(lost uint64) {
 	l.mu.Lock()
+	// Drops counted before this Up happened during the outage, even if
+	// the Write that made them has not reported them yet: they are the
+	// outage's, and fail the sink.
+	cur, dropFail, ok := l.syncLocked()
+	if ok {
+		lost = cur
+	}
 	wasUp := l.everUp
 	l.everUp = true
 	if !l.down {
@@ -133,6 +204,9 @@ func (l *Link) Up(lost uint64) {
 	n := lost - l.lostSince
 	l.cause = nil
 	l.mu.Unlock()
+	if dropFail != nil {
+		l.Fail(dropFail)
+	}
 	if wasUp {
 		l.reconnects.Add(1)
 	}
@@ -158,18 +232,6 @@ func (l *Link) Cause() error {
 		return nil
 	}
 	return l.cause
-}
-
-// DroppedWhileDown is called when the sink lost packets (its queue full)
-// and reports whether they count as lost to the outage (an error), not
-// to a slow destination (a full queue): true during an outage or once
-// the sink failed. An outage that costs packets fails the sink.
-func (l *Link) DroppedWhileDown() bool {
-	if cause := l.Cause(); cause != nil {
-		l.Fail(fmt.Errorf("%s unreachable (%w); packets are being dropped", l.dest, cause))
-		return true
-	}
-	return l.Failed() != nil
 }
 
 // DefaultFirstContactTimeout is how long a network sink that has not yet
@@ -231,28 +293,24 @@ func (l *Link) Reconnects() uint64 { return l.reconnects.Load() }
 
 // NoteDrops is called with the sink's raw counters after it may have
 // dropped packets at its queue bound (after Write, and at Close): drops
-// since the last call that happened during an outage or after the sink
-// failed are lost to the destination, not to a full queue; Adjust then
-// reports them in PacketsDroppedError.
+// not classified yet that happened during an outage or after the sink
+// failed are lost to the destination, not to a full queue (an outage
+// that costs packets fails the sink); Adjust then reports them in
+// PacketsDroppedError. Drops while the destination is up wait for the
+// next acknowledgement (Acked: a slow destination's) or outage (Down:
+// its). The check of the state and the classification are one step, so
+// a Down or Up cannot fall between them. With SetCounters, st is
+// ignored: the link reads the counters itself.
 func (l *Link) NoteDrops(st SinkStats) {
 	l.mu.Lock()
-	dp, db := st.PacketsDroppedQueue-l.seenP, st.BytesDroppedQueue-l.seenB
-	l.seenP, l.seenB = st.PacketsDroppedQueue, st.BytesDroppedQueue
-	l.mu.Unlock()
-	if dp == 0 {
-		return
+	if l.counters != nil {
+		st = l.counters()
 	}
-	if !l.DroppedWhileDown() {
-		l.mu.Lock()
-		l.pendP += dp
-		l.pendB += db
-		l.mu.Unlock()
-		return
-	}
-	l.mu.Lock()
-	l.movedP += dp
-	l.movedB += db
+	dropFail := l.classifyLocked(st)
 	l.mu.Unlock()
+	if dropFail != nil {
+		l.Fail(dropFail)
+	}
 }
 
 // Adjust returns the sink's raw counters as the link classifies them:

@@ -125,6 +125,11 @@ func New(opts Options) (*Sink, error) {
 	}
 	s.link = sinks.NewLink(fmt.Sprintf("relay %s://%s", scheme, opts.Address), opts.Logger)
 	s.link.SetFirstContactTimeout(opts.FirstContactTimeout)
+	// The link reads the outbox's drops itself when the transport reports
+	// the receiver gone or back, so that a drop counted before that is
+	// classified by the state before it, even when the Write that made it
+	// has not reported it yet.
+	s.link.SetCounters(s.out.Stats)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
 	return s, nil
