@@ -39,8 +39,8 @@ type Link struct {
 
 	failed     atomic.Pointer[error] // first failure; read by the lane after each item
 	reconnects atomic.Uint64
-	firstTime  time.Duration    // see SetFirstContactTimeout; set before use
-	counters   func() SinkStats // see SetCounters; set before use
+	firstTime  time.Duration              // see SetFirstContactTimeout; set before use
+	counters   func() (SinkStats, uint64) // see SetCounters; set before use
 
 	mu        sync.Mutex // guards everything below
 	down      bool
@@ -50,11 +50,16 @@ type Link struct {
 	lostSince uint64 // the sink's lost-packet count when the outage began
 	seenP     uint64 // queue drops already classified (NoteDrops)
 	seenB     uint64
-	pendP     uint64 // of those, dropped since the last acknowledgement while no outage was known
-	pendB     uint64
-	movedP    uint64 // of those, lost to an outage or a failure
-	movedB    uint64
+	// Of those, dropped while no outage was known and not yet covered by
+	// an acknowledgement (see AckedUpTo), by mark, ascending.
+	pend   []pendingDrops
+	movedP uint64 // of those, lost to an outage or a failure
+	movedB uint64
 }
+
+// pendingDrops are queue drops classified while the sink's next batch
+// was to be numbered mark (0: unknown, any acknowledgement covers them).
+type pendingDrops struct{ mark, p, b uint64 }
 
 // NewLink returns the link of a sink delivering to dest (for messages).
 func NewLink(dest string, log *slog.Logger) *Link {
@@ -80,18 +85,56 @@ func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
 
 func (l *Link) logf(level slog.Level, f string, a ...any) { Logf(l.log, level, f, a...) }
 
-// SetCounters gives the link the sink's raw counters (its outbox's
-// Stats), which it then reads itself, under its lock, at every change of
-// state (Down, Up, Acked) and in NoteDrops: every queue drop is then
+// SetCounters gives the link the sink's raw counters (its outbox's),
+// which it then reads itself, under its lock, at every change of state
+// (Down, Up, Acked, AckedUpTo) and in NoteDrops: every queue drop is then
 // classified by the state the link was in when the drop was counted.
 // Without it a drop is classified when the sink reports it (NoteDrops,
 // after its Write), and on a busy machine the transport can notice the
 // destination gone, or back, in between: drops of an outage would be
 // classified after the reconnect that ended it, as a full queue's. With
 // counters, the lost counts Down and Up are given are read from them too
-// (queue plus error drops). f must not call the link (it runs under the
-// link's lock). Call before the sink starts.
-func (l *Link) SetCounters(f func() SinkStats) { l.counters = f }
+// (queue plus error drops).
+//
+// f also returns next, the number the sink's next batch will have, read
+// together with the counters (remote.Outbox.Counters): an
+// acknowledgement of that batch or a later one (AckedUpTo) comes from a
+// destination that took packets after those drops, which were then a
+// slow destination's; an acknowledgement of an older batch proves
+// nothing about them, as it may have been sent before the destination
+// died and read only after the drops.
+//
+// f must not call the link (it runs under the link's lock). Call before
+// the sink starts.
+func (l *Link) SetCounters(f func() (st SinkStats, next uint64)) { l.counters = f }
+
+// pendLocked returns the pending drops' packets and bytes.
+func (l *Link) pendLocked() (p, b uint64) {
+	for _, d := range l.pend {
+		p += d.p
+		b += d.b
+	}
+	return p, b
+}
+
+// movePendLocked counts every pending drop as lost to the destination.
+func (l *Link) movePendLocked() {
+	p, b := l.pendLocked()
+	l.movedP += p
+	l.movedB += b
+	l.pend = l.pend[:0]
+}
+
+// coverPendLocked forgets the pending drops an acknowledgement of batch
+// upTo covers: they stay counted as queue drops.
+func (l *Link) coverPendLocked(upTo uint64) {
+	i := 0
+	for i < len(l.pend) && l.pend[i].mark <= upTo {
+		i++
+	}
+	n := copy(l.pend, l.pend[i:])
+	l.pend = l.pend[:n]
+}
 
 // syncLocked classifies the drops counted since the link last looked
 // (SetCounters) by the state it is in now, before the caller changes it;
@@ -101,25 +144,31 @@ func (l *Link) syncLocked() (lost uint64, fail error, ok bool) {
 	if l.counters == nil {
 		return 0, nil, false
 	}
-	st := l.counters()
-	return st.PacketsDroppedQueue + st.PacketsDroppedError, l.classifyLocked(st), true
+	st, next := l.counters()
+	return st.PacketsDroppedQueue + st.PacketsDroppedError, l.classifyLocked(st, next), true
 }
 
 // classifyLocked classifies the queue drops st counts beyond those seen
 // so far, by the link's state now: during an outage or after a failure
-// they are lost to the destination (moved), otherwise they wait for the
-// next acknowledgement (pending), which makes them a slow destination's.
-// Drops during an outage fail the sink: it returns that failure, for the
-// caller to record with Fail once it released the lock.
-func (l *Link) classifyLocked(st SinkStats) error {
+// they are lost to the destination (moved), otherwise they wait (pending,
+// with mark, the number of the sink's next batch) for an acknowledgement
+// that covers them, which makes them a slow destination's, or for an
+// outage, which makes them its. Drops during an outage fail the sink: it
+// returns that failure, for the caller to record with Fail once it
+// released the lock.
+func (l *Link) classifyLocked(st SinkStats, mark uint64) error {
 	if st.PacketsDroppedQueue <= l.seenP {
 		return nil // nothing new (or an older reading than one seen)
 	}
 	dp, db := st.PacketsDroppedQueue-l.seenP, st.BytesDroppedQueue-l.seenB
 	l.seenP, l.seenB = st.PacketsDroppedQueue, st.BytesDroppedQueue
 	if !l.down && l.failed.Load() == nil {
-		l.pendP += dp
-		l.pendB += db
+		if n := len(l.pend); n > 0 && l.pend[n-1].mark >= mark {
+			l.pend[n-1].p += dp // marks never decrease: same batch to wait for
+			l.pend[n-1].b += db
+		} else {
+			l.pend = append(l.pend, pendingDrops{mark, dp, db})
+		}
 		return nil
 	}
 	l.movedP += dp
@@ -143,14 +192,12 @@ func (l *Link) Down(cause error, lost uint64) {
 	first := !l.down
 	var pend uint64
 	if first {
-		// Packets dropped since the destination last acknowledged
-		// anything were lost to this outage, which the sink noticed
-		// only now (a dead peer is found by a failed write or read).
-		pend = l.pendP
+		// Packets dropped and not covered by an acknowledgement
+		// since were lost to this outage, which the sink noticed only
+		// now (a dead peer is found by a failed write or read).
+		pend, _ = l.pendLocked()
 		l.down, l.since, l.lostSince = true, l.now(), lost-pend
-		l.movedP += l.pendP
-		l.movedB += l.pendB
-		l.pendP, l.pendB = 0, 0
+		l.movePendLocked()
 	}
 	l.cause = cause
 	since := l.since
@@ -167,13 +214,21 @@ func (l *Link) Down(cause error, lost uint64) {
 	}
 }
 
-// Acked records that the destination acknowledged something: packets
-// dropped before were lost to a destination slower than the sink's
-// queue, not to an outage.
-func (l *Link) Acked() {
+// Acked records that the destination acknowledged something, for a
+// sink that cannot tell what (no SetCounters): packets dropped before
+// were lost to a destination slower than the sink's queue, not to an
+// outage.
+func (l *Link) Acked() { l.AckedUpTo(^uint64(0)) }
+
+// AckedUpTo records that the destination acknowledged every batch up to
+// the one numbered seq: pending drops counted while the sink's next
+// batch was at most seq were lost to a destination slower than the
+// sink's queue, not to an outage (see SetCounters). Later ones wait for
+// a later acknowledgement or an outage.
+func (l *Link) AckedUpTo(seq uint64) {
 	l.mu.Lock()
 	_, dropFail, _ := l.syncLocked()
-	l.pendP, l.pendB = 0, 0
+	l.coverPendLocked(seq)
 	l.mu.Unlock()
 	if dropFail != nil { // an acknowledgement read late, after a Down
 		l.Fail(dropFail)
@@ -198,8 +253,7 @@ func (l *Link) Up(lost uint64) {
 		l.mu.Unlock()
 		return
 	}
-	l.down = false
-	l.pendP, l.pendB = 0, 0
+	l.down = false // nothing is pending: drops were moved while down
 	d := l.now().Sub(l.since)
 	n := lost - l.lostSince
 	l.cause = nil
@@ -260,9 +314,7 @@ func (l *Link) Fail(err error) {
 		return
 	}
 	l.mu.Lock()
-	l.movedP += l.pendP
-	l.movedB += l.pendB
-	l.pendP, l.pendB = 0, 0
+	l.movePendLocked()
 	l.mu.Unlock()
 }
 
@@ -303,10 +355,11 @@ func (l *Link) Reconnects() uint64 { return l.reconnects.Load() }
 // ignored: the link reads the counters itself.
 func (l *Link) NoteDrops(st SinkStats) {
 	l.mu.Lock()
+	var mark uint64
 	if l.counters != nil {
-		st = l.counters()
+		st, mark = l.counters()
 	}
-	dropFail := l.classifyLocked(st)
+	dropFail := l.classifyLocked(st, mark)
 	l.mu.Unlock()
 	if dropFail != nil {
 		l.Fail(dropFail)

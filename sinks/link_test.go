@@ -190,3 +190,38 @@ func TestLinkFirstContactTimeout(t *testing.T) {
 		t.Fatalf("an outage after a first contact, with nothing lost, failed the sink: %v", err)
 	}
 }
+
+// With the sink's counters (SetCounters), an acknowledgement covers only
+// the drops counted before the batch it acknowledges was sealed: one of
+// an older batch may have been sent before the destination died. Drops
+// it does not cover are the next outage's; drops a later batch's
+// acknowledgement covers were a slow destination's.
+func TestLinkAckCoversOnlyEarlierDrops(t *testing.T) {
+	var raw SinkStats
+	next := uint64(3) // batches 1 and 2 sent, unacknowledged
+	l := NewLink("relay tcp://h:1", nil)
+	l.SetCounters(func() (SinkStats, uint64) { return raw, next })
+	l.Up(0)
+	raw.PacketsDroppedQueue, raw.BytesDroppedQueue = 4, 40 // no room: batch 3 not sealed yet
+	l.NoteDrops(SinkStats{})                               // ignored: the link reads raw
+	l.AckedUpTo(2)                                         // old batches: proves nothing about the 4
+	next = 4                                               // batch 3 sealed
+	raw.PacketsDroppedQueue, raw.BytesDroppedQueue = 7, 70
+	l.NoteDrops(SinkStats{})
+	l.AckedUpTo(3) // covers the first 4 (sealed after them), not the last 3
+	if l.Failed() != nil {
+		t.Fatal("drops while the destination acknowledges failed the sink")
+	}
+	raw.PacketsDroppedQueue, raw.BytesDroppedQueue = 9, 90 // counted, not yet reported by the Write
+	l.Down(errors.New("connection reset by peer"), 0)
+	if err := l.Failed(); err == nil || !strings.Contains(err.Error(), "connection reset by peer") {
+		t.Fatalf("failure %v, want the outage's cause", err)
+	}
+	st := l.Adjust(raw)
+	if st.PacketsDroppedQueue != 4 || st.PacketsDroppedError != 5 || st.BytesDroppedError != 50 || st.Errors != 1 {
+		t.Errorf("stats %+v: want 4 queue drops (covered by batch 3's ack), 5 lost to the outage, one error", st)
+	}
+	if len(l.pend) != 0 {
+		t.Errorf("%d pending entries after the outage began", len(l.pend))
+	}
+}

@@ -128,8 +128,9 @@ func New(opts Options) (*Sink, error) {
 	// The link reads the outbox's drops itself when the transport reports
 	// the receiver gone or back, so that a drop counted before that is
 	// classified by the state before it, even when the Write that made it
-	// has not reported it yet.
-	s.link.SetCounters(s.out.Stats)
+	// has not reported it yet; and an acknowledgement excuses only the
+	// drops counted before the batch it acknowledges was sealed.
+	s.link.SetCounters(s.out.Counters)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.run()
 	return s, nil
@@ -316,7 +317,7 @@ func (s *Sink) session() (bool, error) {
 					return
 				}
 				s.out.Ack(seq)
-				s.link.Acked()
+				s.link.AckedUpTo(seq)
 			case frameClockPong:
 				if err := cs.pong(p); err != nil {
 					cancel(err)

@@ -363,6 +363,16 @@ func (o *Outbox) AddErrors(n uint64) {
 	o.mu.Unlock()
 }
 
+// Counters returns the outbox's counters (Stats) and next, the number
+// the next batch sealed will have, read together: an acknowledgement of
+// batch next or a later one comes from a destination that took packets
+// sent after every drop these counters hold (sinks.Link.SetCounters).
+func (o *Outbox) Counters() (st sinks.SinkStats, next uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stats, o.nextSeq
+}
+
 // Stats returns the outbox's counters: written = acknowledged.
 func (o *Outbox) Stats() sinks.SinkStats {
 	o.mu.Lock()
