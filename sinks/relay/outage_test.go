@@ -2,7 +2,9 @@ package relay
 
 import (
 	"context"
+	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,79 +111,114 @@ func TestDropsInOutageRacingReconnect(t *testing.T) {
 	}
 }
 
-// fakeReceiver is a relay receiver the test drives frame by frame: it
-// answers the hello, then hands the batches it reads to the test, and
-// acknowledges only what the test tells it to.
+// fakeReceiver is a relay receiver the test drives frame by frame, on
+// its own goroutine: every accept and read has a deadline.
 type fakeReceiver struct {
-	t       *testing.T
-	ln      net.Listener
-	conn    chan net.Conn
-	batches chan uint64 // seq of each batch read
+	t  *testing.T
+	ln *net.TCPListener
 }
+
+// fakeWait bounds each step of a fake receiver.
+const fakeWait = 20 * time.Second
 
 func newFakeReceiver(t *testing.T) *fakeReceiver {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeReceiver{t: t, ln: ln, conn: make(chan net.Conn, 1), batches: make(chan uint64, 64)}
-	done := make(chan struct{})
-	t.Cleanup(func() { ln.Close(); <-done })
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		fr := newFrameReader(c)
-		if typ, _, err := fr.next(); err != nil || typ != frameHello {
-			t.Errorf("fake receiver: first frame type %d, %v", typ, err)
-			return
-		}
-		if _, err := c.Write(appendHelloAck(nil, 0)); err != nil {
-			t.Errorf("fake receiver: hello ack: %v", err)
-			return
-		}
-		f.conn <- c
-		for {
-			typ, p, err := fr.next()
-			if err != nil {
-				return // the test closed it, or the sender did
-			}
-			if typ != frameBatch {
-				t.Errorf("fake receiver: frame type %d", typ)
-				return
-			}
-			seq, _, _, _, err := DecodeBatch(p)
-			if err != nil {
-				t.Errorf("fake receiver: %v", err)
-				return
-			}
-			f.batches <- seq
-		}
-	}()
-	return f
+	t.Cleanup(func() { ln.Close() })
+	return &fakeReceiver{t: t, ln: ln.(*net.TCPListener)}
 }
 
-// read waits for the batch numbered seq.
-func (f *fakeReceiver) read(seq uint64) {
+func (f *fakeReceiver) addr() string { return f.ln.Addr().String() }
+
+// fakeConn is one connection of a fakeReceiver, past the hello.
+type fakeConn struct {
+	t  *testing.T
+	c  net.Conn
+	fr *frameReader
+}
+
+// accept takes the next connection and answers its hello, saying that
+// batches up to last are stored.
+func (f *fakeReceiver) accept(last uint64) *fakeConn {
 	f.t.Helper()
-	select {
-	case got := <-f.batches:
-		if got != seq {
-			f.t.Fatalf("fake receiver: batch %d, want %d", got, seq)
-		}
-	case <-time.After(20 * time.Second):
-		f.t.Fatalf("fake receiver: no batch %d within 20 s", seq)
+	_ = f.ln.SetDeadline(time.Now().Add(fakeWait))
+	c, err := f.ln.Accept()
+	if err != nil {
+		f.t.Fatalf("fake receiver: accept: %v", err)
 	}
+	f.t.Cleanup(func() { c.Close() })
+	fc := &fakeConn{t: f.t, c: c, fr: newFrameReader(c)}
+	_ = c.SetDeadline(time.Now().Add(fakeWait))
+	if typ, _, err := fc.fr.next(); err != nil || typ != frameHello {
+		f.t.Fatalf("fake receiver: first frame type %d, %v", typ, err)
+	}
+	if _, err := c.Write(appendHelloAck(nil, last)); err != nil {
+		f.t.Fatalf("fake receiver: hello ack: %v", err)
+	}
+	return fc
+}
+
+// batch reads the next frame, which must be the batch numbered seq.
+func (fc *fakeConn) batch(seq uint64) {
+	fc.t.Helper()
+	_ = fc.c.SetReadDeadline(time.Now().Add(fakeWait))
+	typ, p, err := fc.fr.next()
+	if err != nil || typ != frameBatch {
+		fc.t.Fatalf("fake receiver: frame type %d, %v; want batch %d", typ, err, seq)
+	}
+	got, _, _, _, err := DecodeBatch(p)
+	if err != nil || got != seq {
+		fc.t.Fatalf("fake receiver: batch %d, %v; want %d", got, err, seq)
+	}
+}
+
+// ack acknowledges every batch up to seq.
+func (fc *fakeConn) ack(seq uint64) {
+	fc.t.Helper()
+	_ = fc.c.SetWriteDeadline(time.Now().Add(fakeWait))
+	if _, err := fc.c.Write(appendSeqFrame(nil, frameAck, seq)); err != nil {
+		fc.t.Fatalf("fake receiver: ack %d: %v", seq, err)
+	}
+}
+
+// newFakeSink returns a relay sink to f with batches of 10 test packets,
+// at most two held, and no clock sync (the fake does not answer it).
+func newFakeSink(t *testing.T, f *fakeReceiver, host string, log *slog.Logger) *Sink {
+	t.Helper()
+	if log == nil {
+		log = testsupport.Logger(t)
+	}
+	s, err := New(Options{
+		Address:    f.addr(),
+		Identity:   remote.Identity{Machine: remote.HashMachineID(host), Session: [16]byte{9, 1}, Hostname: host},
+		BatchBytes: 1 << 10, MaxBatches: 2,
+		BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, CloseTimeout: 5 * time.Second,
+		ClockSyncPeriod: -1,
+		Logger:          log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// writeFlush writes test packets [from, to) in one Write, then seals.
+func writeFlush(s *Sink, from, to int) {
+	batch := make([][]byte, 0, to-from)
+	for n := from; n < to; n++ {
+		batch = append(batch, testPacket(2, uint64(n), 100))
+	}
+	s.Write(context.Background(), batch) // drops are checked through Stats
+	s.Flush(context.Background())
 }
 
 // An acknowledgement proves the receiver alive after a drop only when it
 // acknowledges a batch sealed after the drop: one for an older batch may
 // have been sent before the receiver died, and read by the sender only
 // after it dropped packets for want of room (on a busy machine its ack
-// reader lags; TestReceiverKilled/beyond-bound saw 50 to 860 such
+// reader lags; TestReceiverKilled/beyond-bound saw 50 to 980 such
 // packets counted as queue drops). Drops followed only by such old
 // acknowledgements and then the receiver's end are the outage's; drops
 // followed by the acknowledgement of a later batch were a slow
@@ -194,68 +231,81 @@ func TestStaleAckDoesNotExcuseDrops(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			f := newFakeReceiver(t)
-			s, err := New(Options{
-				Address:    f.ln.Addr().String(),
-				Identity:   remote.Identity{Machine: remote.HashMachineID("zeta"), Session: [16]byte{9, 1}, Hostname: "zeta"},
-				BatchBytes: 1 << 10, MaxBatches: 2,
-				BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, CloseTimeout: 5 * time.Second,
-				ClockSyncPeriod: -1,
-				Logger:          testsupport.Logger(t),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := newFakeSink(t, f, "zeta", nil)
 			defer closeSink(t, s)
-			var c net.Conn
-			select {
-			case c = <-f.conn:
-			case <-time.After(20 * time.Second):
-				t.Fatal("no connection from the sink")
-			}
-			write := func(from, to int) {
-				batch := make([][]byte, 0, to-from)
-				for n := from; n < to; n++ {
-					batch = append(batch, testPacket(2, uint64(n), 100))
-				}
-				s.Write(context.Background(), batch) // drops are checked through Stats
-				s.Flush(context.Background())
-			}
-			write(0, 20) // two batches of 10: the queue is full
-			f.read(1)
-			f.read(2)
-			write(20, 120) // no room: all dropped, while the receiver is alive
+			c := f.accept(0)
+			writeFlush(s, 0, 20) // two batches of 10: the queue is full
+			c.batch(1)
+			c.batch(2)
+			writeFlush(s, 20, 120) // no room: all dropped, while the receiver is alive
 			if st := s.out.Stats(); st.PacketsDroppedQueue != 100 {
 				t.Fatalf("outbox stats %+v, want 100 dropped", st)
 			}
-			// The receiver's acknowledgement of both batches, read after
-			// the drops.
-			if _, err := c.Write(appendSeqFrame(nil, frameAck, 2)); err != nil {
-				t.Fatal(err)
+			c.ack(2) // both batches, read after the drops
+			testsupport.WaitUntil(t, "the acknowledgement read", fakeWait, func() bool { return s.out.Acked() == 2 })
+			if !dies {
+				writeFlush(s, 120, 130) // batch 3, sealed after the drops
+				c.batch(3)
+				c.ack(3)
+				testsupport.WaitUntil(t, "the acknowledgement read", fakeWait, func() bool { return s.out.Acked() == 3 })
 			}
-			testsupport.WaitUntil(t, "the acknowledgement read", 20*time.Second, func() bool { return s.out.Acked() == 2 })
-			if dies {
-				c.Close()
-				f.ln.Close()
-				testsupport.WaitUntil(t, "the outage noticed", 20*time.Second, s.link.IsDown)
-				st := s.Stats()
-				if st.PacketsDroppedQueue != 0 || st.PacketsDroppedError != 100 || s.Failed() == nil {
-					t.Errorf("stats %+v, failed %v: want the 100 drops lost to the outage, the sink failed", st, s.Failed())
-				}
-				return
-			}
-			write(120, 130) // batch 3, sealed after the drops
-			f.read(3)
-			if _, err := c.Write(appendSeqFrame(nil, frameAck, 3)); err != nil {
-				t.Fatal(err)
-			}
-			testsupport.WaitUntil(t, "the acknowledgement read", 20*time.Second, func() bool { return s.out.Acked() == 3 })
-			c.Close()
+			c.c.Close()
 			f.ln.Close()
-			testsupport.WaitUntil(t, "the outage noticed", 20*time.Second, s.link.IsDown)
+			testsupport.WaitUntil(t, "the outage noticed", fakeWait, s.link.IsDown)
 			st := s.Stats()
-			if st.PacketsDroppedQueue != 100 || st.PacketsDroppedError != 0 || s.Failed() != nil || st.PacketsWritten != 30 {
+			if dies && (st.PacketsDroppedQueue != 0 || st.PacketsDroppedError != 100 || s.Failed() == nil) {
+				t.Errorf("stats %+v, failed %v: want the 100 drops lost to the outage, the sink failed", st, s.Failed())
+			}
+			if !dies && (st.PacketsDroppedQueue != 100 || st.PacketsDroppedError != 0 || s.Failed() != nil || st.PacketsWritten != 30) {
 				t.Errorf("stats %+v, failed %v: want 30 written, 100 drops of a slow receiver, no failure", st, s.Failed())
 			}
 		})
+	}
+}
+
+// A receiver that answers the hello but dies before it acknowledged a
+// batch has not ended the outage: the sink reports no "resumed" and no
+// reconnect for it, and the outage goes on (one "unreachable" line) until
+// a receiver acknowledges data again.
+func TestResumedOnlyWhenDataAccepted(t *testing.T) {
+	var msgs testsupport.Messages
+	f := newFakeReceiver(t)
+	s := newFakeSink(t, f, "eta", slog.New(&msgs))
+	defer closeSink(t, s)
+	c := f.accept(0)
+	writeFlush(s, 0, 10)
+	c.batch(1)
+	c.ack(1)
+	testsupport.WaitUntil(t, "batch 1 acknowledged", fakeWait, func() bool { return s.out.Acked() == 1 })
+	c.c.Close() // the receiver dies
+	testsupport.WaitUntil(t, "the outage noticed", fakeWait, s.link.IsDown)
+
+	writeFlush(s, 10, 20) // batch 2
+	fails := s.Failures.Load()
+	c = f.accept(1) // back, but it dies after answering the hello
+	c.batch(2)
+	c.c.Close()
+	testsupport.WaitUntil(t, "the short session ended", fakeWait, func() bool { return s.Failures.Load() > fails })
+	if st := s.Stats(); !s.link.IsDown() || st.Reconnects != 0 {
+		t.Errorf("after a hello but no acknowledgement: down %v, stats %+v; want still down, no reconnect", s.link.IsDown(), st)
+	}
+	for _, m := range msgs.All() {
+		if strings.Contains(m, "resumed") {
+			t.Errorf("logged %q before the receiver took any data", m)
+		}
+	}
+
+	c = f.accept(1)
+	c.batch(2)
+	c.ack(2)
+	testsupport.WaitUntil(t, "the outage's end", fakeWait, func() bool { return !s.link.IsDown() })
+	var unreachable, resumed int
+	for _, m := range msgs.All() {
+		unreachable += strings.Count(m, "unreachable since")
+		resumed += strings.Count(m, "resumed after")
+	}
+	if st := s.Stats(); unreachable != 1 || resumed != 1 || st.Reconnects != 1 || st.PacketsWritten != 20 {
+		t.Errorf("%d outages logged, %d ends, stats %+v; want one outage, one end, one reconnect, 20 written\n%s",
+			unreachable, resumed, st, strings.Join(msgs.All(), "\n"))
 	}
 }

@@ -293,7 +293,14 @@ func (s *Sink) session() (bool, error) {
 	_ = c.SetDeadline(time.Time{})
 	s.Connects.Add(1)
 	s.out.Ack(last)
-	s.link.Up(s.lost())
+	// The outage ends (Up: "resumed", a reconnect) when the receiver
+	// takes data, not when it answers the hello: one that dies or
+	// refuses the batches right after it has not come back. The hello
+	// ack suffices when it says every batch sent is stored.
+	up := s.out.Pending() == 0
+	if up {
+		s.link.Up(s.lost())
+	}
 	var sent atomic.Uint64 // highest batch written on this connection
 	sent.Store(last)
 	cs := s.newClockSyncer(ver) // clocksync.go; nil without clock sync
@@ -317,6 +324,10 @@ func (s *Sink) session() (bool, error) {
 					return
 				}
 				s.out.Ack(seq)
+				if !up {
+					up = true
+					s.link.Up(s.lost())
+				}
 				s.link.AckedUpTo(seq)
 			case frameClockPong:
 				if err := cs.pong(p); err != nil {
