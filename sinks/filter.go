@@ -36,12 +36,18 @@ const ServiceSequenceID = 1
 // data alone), and a Lane passes the packets an Item marks in Pass.
 type Filter struct {
 	expr string
-	eval func(*tracefile.PacketInfo) (bool, error)
+	tree *tracefile.Predicate                     // the expression lowered to Go, or nil
+	eval func(tracefile.PacketInfo) (bool, error) // else this evaluates it
 }
 
 // FilterCompiler compiles a filter expression to what evaluates it on a
-// decoded packet; errors quote the expression (celfilter.Compile).
-type FilterCompiler func(expr string) (func(*tracefile.PacketInfo) (bool, error), error)
+// decoded packet (celfilter.Compile): the expression lowered to a
+// tracefile.Predicate, which the filter evaluates itself, or else eval;
+// errors quote the expression. eval takes the packet by value, not by
+// pointer: a pointer given to a function value escapes, and Match's packet
+// would then be allocated on the heap for every packet a filtered sink
+// sees.
+type FilterCompiler func(expr string) (tree *tracefile.Predicate, eval func(info tracefile.PacketInfo) (bool, error), err error)
 
 var filterCompiler atomic.Pointer[FilterCompiler]
 
@@ -58,11 +64,14 @@ func NewFilter(expr string) (*Filter, error) {
 	if c == nil {
 		return nil, fmt.Errorf("sinks: filter %q: this program takes no filters (it was built without CEL; tracepipe has it)", expr)
 	}
-	eval, err := (*c)(expr)
+	tree, eval, err := (*c)(expr)
 	if err != nil {
 		return nil, err
 	}
-	return &Filter{expr: expr, eval: eval}, nil
+	if tree == nil && eval == nil {
+		return nil, fmt.Errorf("sinks: filter %q: the compiler gave nothing to evaluate", expr)
+	}
+	return &Filter{expr: expr, tree: tree, eval: eval}, nil
 }
 
 // String returns the expression.
@@ -93,4 +102,9 @@ func (f *Filter) MatchInfo(info *tracefile.PacketInfo) (bool, error) {
 // sink's pass rules: for tools where the expression is a selection the
 // user asked for (protovm apply --filter), not a rule on a trace that
 // must stay readable.
-func (f *Filter) Eval(info *tracefile.PacketInfo) (bool, error) { return f.eval(info) }
+func (f *Filter) Eval(info *tracefile.PacketInfo) (bool, error) {
+	if f.tree != nil {
+		return f.tree.Eval(info), nil
+	}
+	return f.eval(*info)
+}

@@ -13,6 +13,10 @@
 //     fields, service packet header, clock snapshots, provenance, uuid,
 //     lifecycle events, TraceStats) and small decoders (DecodePacket,
 //     DecodeTraceStats);
+//   - Predicate: a test on DecodePacket's fields (comparisons with
+//     literals, and, or, not), which sink filters lower to
+//     (sinks/celfilter) and sinks.Filter evaluates per packet without an
+//     allocation;
 //   - ReadFile: a trace file by path, record by record, a truncation
 //     reported to the caller rather than printed; ReadFilePackets, the
 //     same with each record's top level decoded and the undecodable ones

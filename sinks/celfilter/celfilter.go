@@ -63,7 +63,7 @@ type Packet struct {
 type program struct {
 	expr   string
 	prg    cel.Program
-	native *nativeNode // nil unless the expression lowers (native.go)
+	native *tracefile.Predicate // nil unless the expression lowers (native.go)
 }
 
 var (
@@ -84,14 +84,19 @@ func env() (*cel.Env, error) {
 }
 
 // Compile compiles and type-checks expr, which must yield a bool, and
-// returns what evaluates it on a decoded packet (sinks.Filter's Eval).
-// Errors quote the expression and give the line:column of the problem.
-func Compile(expr string) (func(*tracefile.PacketInfo) (bool, error), error) {
+// returns what evaluates it on a decoded packet (sinks.Filter's Eval):
+// the expression lowered to a tracefile.Predicate when it lowers (native.go),
+// else nil and eval, which runs it in CEL. Errors quote the expression and
+// give the line:column of the problem.
+func Compile(expr string) (tree *tracefile.Predicate, eval func(tracefile.PacketInfo) (bool, error), err error) {
 	p, err := compile(expr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return p.eval, nil
+	if p.native != nil {
+		return p.native, nil, nil
+	}
+	return nil, p.eval, nil
 }
 
 // compile is Compile's program, which the tests look into.
@@ -118,9 +123,9 @@ func compile(expr string) (*program, error) {
 }
 
 // eval evaluates the expression on a decoded packet.
-func (f *program) eval(info *tracefile.PacketInfo) (bool, error) {
+func (f *program) eval(info tracefile.PacketInfo) (bool, error) {
 	if f.native != nil {
-		return f.native.eval(info), nil
+		return f.native.Eval(&info), nil
 	}
 	p := &Packet{
 		Timestamp:             int64(info.Timestamp),

@@ -69,7 +69,7 @@ func checkKindLiterals(e celast.Expr) error {
 // isKindField recognises `packet.kind`.
 func isKindField(e celast.Expr) bool {
 	id, _, ok := fieldOf(e)
-	return ok && id == fKind
+	return ok && id == tracefile.PredKind
 }
 
 // knownKind reports whether a packet's kind can be s.

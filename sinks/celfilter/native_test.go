@@ -58,11 +58,11 @@ func TestNativeFilterMatchesCEL(t *testing.T) {
 				SequenceFlags: uint32(rng.IntN(3)), FirstPacketOnSequence: rng.IntN(2) == 0,
 				PayloadField: int32(kinds[rng.IntN(len(kinds))]),
 			}
-			want, err := cel.eval(&info)
+			want, err := cel.eval(info)
 			if err != nil {
 				t.Fatalf("%s: CEL: %v", e, err)
 			}
-			if got, _ := f.eval(&info); got != want {
+			if got, _ := f.eval(info); got != want {
 				t.Fatalf("%s on %+v: native %v, CEL %v", e, info, got, want)
 			}
 		}
