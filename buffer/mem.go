@@ -49,9 +49,11 @@ func (b *TraceBuffer) allocMem(n int) error {
 	b.mem = m
 	b.own = &ownedMem{}
 	b.own.cleanup = runtime.AddCleanup(b, func(m []byte) {
-		leakedCloses.Add(1)
-		leakedBytes.Add(int64(len(m)))
+		// Counted once unmapped: whoever sees the count sees the
+		// memory gone (MappedBytes).
 		releaseMem(m)
+		leakedBytes.Add(int64(len(m)))
+		leakedCloses.Add(1)
 	}, m)
 	return nil
 }
@@ -112,9 +114,11 @@ func NewMem(n int) (*Mem, error) {
 	memBytes.Add(int64(n))
 	m := &Mem{b: b, n: n}
 	m.cleanup = runtime.AddCleanup(m, func(b []byte) {
-		leakedMems.Add(1)
+		// Counted once unmapped: whoever sees the count sees the
+		// memory gone (MappedMemBytes).
 		unmapMem(b)
 		memBytes.Add(-int64(len(b)))
+		leakedMems.Add(1)
 	}, b)
 	return m, nil
 }
