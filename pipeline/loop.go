@@ -88,9 +88,12 @@ func (s *Service) serveUntil(cond func() bool, stop <-chan time.Time) bool {
 			s.recordingStopped = true
 		case m := <-s.commits:
 			s.handleCommit(m)
-			// Drain what is already queued before looking at timers.
+			// Drain what is already queued before looking at timers,
+			// but not past a buffer's early-read mark: a full queue
+			// holds as much as a small ring, and copying all of it
+			// before reading overwrote data no pass had read.
 		drain:
-			for n := 0; n < commitQueueLen; n++ {
+			for n := 0; n < commitQueueLen && !s.readSoon; n++ {
 				select {
 				case m := <-s.commits:
 					s.handleCommit(m)
