@@ -5,16 +5,16 @@ import (
 )
 
 // The session's large fixed allocations live outside the Go heap: the
-// buffers (buffer.New maps them), plugin and Perfetto SMBs (shared
+// buffers (buffer.New maps them), the SMBs (in-process data sources'
+// with smb.NewPrivateSMB, plugins' and Perfetto producers' in shared
 // memory), snapshot clones (flightrec.CloneMem) and the bytes of the
 // output batches (buffer.NewMem, fanout.go). What stays on the heap is
-// bounded by the configuration: the SMBs of in-process data sources
-// (smb.NewHeapSMB: a lagging in-process writer must never fault on an
-// unmapped SMB), the batches' packet index (and bytes of a packet that
-// overshoots a batch), ProtoVM states, and the session's bookkeeping. HeapBudget adds these up so that
-// the CLI can give the Go runtime a soft memory limit: without one, the
-// collector lets the heap grow to twice its live size, and the process
-// holds that much more than it needs for as long as it runs.
+// bounded by the configuration: the batches' packet index (and bytes of a
+// packet that overshoots a batch), ProtoVM states, and the session's
+// bookkeeping. HeapBudget adds these up so that the CLI can give the Go
+// runtime a soft memory limit: without one, the collector lets the heap
+// grow to twice its live size, and the process holds that much more than
+// it needs for as long as it runs.
 
 const (
 	// heapBase is what a session needs besides its batches and ProtoVM
@@ -49,7 +49,7 @@ func (s *Service) HeapBudget() int64 {
 	// enough for the soft limit to absorb.
 	n := int64(heapBase) + int64(s.free.capacity())*batchIndexHeap
 	for _, p := range s.producers {
-		if p.smb != nil && p.smb.Fd() < 0 { // heap-backed: live for the whole session
+		if p.smb != nil && p.smb.OnHeap() { // live for the whole session
 			n += int64(p.smb.Size())
 		}
 	}

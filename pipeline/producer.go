@@ -326,7 +326,7 @@ func (p *producer) requestStop() { p.stopOnce.Do(func() { close(p.stopC) }) }
 // Stop may wrap it).
 var ErrStopTimeout = errors.New("did not stop in time")
 
-// newInProcess builds an in-process producer (transport/inprocess): heap
+// newInProcess builds an in-process producer (transport/inprocess): private
 // SMB and the producer runtime of the data source instance ds.
 func newInProcess(spec producerSpec, ds plugins.DataSource, smbSize, pageSize int,
 	client buffer.ClientIdentity, commits chan<- commitMsg, notes chan<- note, finished <-chan struct{}) (*producer, error) {

@@ -49,7 +49,7 @@ type BufferStatus struct {
 // session's: see runtime/metrics.
 type MemoryStatus struct {
 	Buffers int64 // the trace buffers (rings), mapped outside the Go heap
-	SMBs    int64 // the shared memory buffers of the session's producers (in-process ones on the Go heap)
+	SMBs    int64 // the shared memory buffers of the session's producers, mapped outside the Go heap
 	Clones  int64 // clone memory of the snapshots being taken or written
 	Batches int64 // the output batches on their way to the sinks, mapped outside the Go heap
 }

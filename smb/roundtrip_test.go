@@ -153,14 +153,28 @@ func serviceLoop(t *testing.T, s *SMB, commits <-chan []byte, ra *reassembler) *
 	}
 }
 
-func runRoundTrip(t *testing.T, seed uint64, writers, packets int, layout PageLayout, policy CommitPolicy, viaMemfd bool) {
-	var s *SMB
-	var err error
-	if viaMemfd {
-		s, err = NewMemfdSMB("tracepipe-test", 256<<10, 4096)
-	} else {
-		s, err = NewHeapSMB(256<<10, 4096)
+// backing is the memory an SMB of a test lives in.
+type backing string
+
+const (
+	onHeap  backing = "heap"
+	inMemfd backing = "memfd"
+	private backing = "private"
+)
+
+// newTestSMB returns an SMB of size bytes in pages of pageSize, backed as asked.
+func newTestSMB(b backing, size, pageSize int) (*SMB, error) {
+	switch b {
+	case inMemfd:
+		return NewMemfdSMB("tracepipe-test", size, pageSize)
+	case private:
+		return NewPrivateSMB(size, pageSize)
 	}
+	return NewHeapSMB(size, pageSize)
+}
+
+func runRoundTrip(t *testing.T, seed uint64, writers, packets int, layout PageLayout, policy CommitPolicy, mem backing) {
+	s, err := newTestSMB(mem, 256<<10, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +282,10 @@ func TestRoundTripConcurrent(t *testing.T) {
 	for _, c := range []struct {
 		layout PageLayout
 		policy CommitPolicy
-		memfd  bool
-	}{{LayoutDiv1, CommitEachChunk, false}, {LayoutDiv4, CommitBatched, true}, {LayoutDiv14, CommitEachChunk, false}} {
-		t.Run(fmt.Sprintf("layout=%d/batched=%v/memfd=%v", c.layout, c.policy == CommitBatched, c.memfd), func(t *testing.T) {
-			runRoundTrip(t, 42, 4, packets, c.layout, c.policy, c.memfd)
+		mem    backing
+	}{{LayoutDiv1, CommitEachChunk, onHeap}, {LayoutDiv4, CommitBatched, inMemfd}, {LayoutDiv14, CommitEachChunk, private}} {
+		t.Run(fmt.Sprintf("layout=%d/batched=%v/%s", c.layout, c.policy == CommitBatched, c.mem), func(t *testing.T) {
+			runRoundTrip(t, 42, 4, packets, c.layout, c.policy, c.mem)
 		})
 	}
 }

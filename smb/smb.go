@@ -11,8 +11,10 @@ import (
 )
 
 // SMB is one shared memory buffer: numPages pages of pageSize bytes. It is
-// backed either by the Go heap (tests, in-process producers) or by a memfd
-// mapped MAP_SHARED, so that another process can map the same bytes.
+// backed by a memfd mapped MAP_SHARED, so that another process can map the
+// same bytes (NewMemfdSMB, MapFD); by an anonymous private mapping, for a
+// producer in this process (NewPrivateSMB); or by the Go heap (NewHeapSMB:
+// tests).
 //
 // All state transitions are compare-and-swap operations on the page header
 // bitmaps; an SMB is safe for concurrent use by one producer and one
@@ -21,10 +23,18 @@ type SMB struct {
 	mem      []byte
 	pageSize int
 	numPages int
-	fd       int // -1 when heap-backed
-	mapped   bool
+	fd       int  // -1 unless memfd-backed
+	mapped   bool // memfd-backed: Close unmaps
+	private  bool // NewPrivateSMB: Close frees the pages, a cleanup unmaps
 	closed   atomic.Bool
 }
+
+// privateBytes is the bytes of NewPrivateSMB mappings that exist now.
+var privateBytes atomic.Int64
+
+// PrivateMappedBytes returns the bytes of address space NewPrivateSMB
+// mappings hold now: those of SMBs still reachable, closed or not.
+func PrivateMappedBytes() int64 { return privateBytes.Load() }
 
 func checkGeometry(size, pageSize int) error {
 	if pageSize < MinPageSize || pageSize > MaxPageSize || pageSize%MinPageSize != 0 {
@@ -44,6 +54,34 @@ func NewHeapSMB(size, pageSize int) (*SMB, error) {
 	words := make([]uint64, size/8) // 8-byte aligned, so every header word is 4-byte aligned
 	mem := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size)
 	return &SMB{mem: mem, pageSize: pageSize, numPages: size / pageSize, fd: -1}, nil
+}
+
+// NewPrivateSMB returns a zeroed SMB of size bytes for a producer in this
+// process, mapped anonymously outside the Go heap. On the heap a large SMB
+// counts as live data, and the collector's goal, a multiple of the live
+// heap, let the process hold that much again in garbage (a 32 MiB SMB:
+// about 10 MiB more resident). Pages are faulted in as they are written.
+//
+// Close gives the pages back to the OS at once but keeps the address range
+// mapped, reading as zeros: an in-process writer that has not stopped yet
+// may still write into the SMB, and must never fault. The range is unmapped
+// by a cleanup once the SMB is unreachable (the writers hold it through
+// their arbiter). Such an SMB cannot be handed to another process.
+func NewPrivateSMB(size, pageSize int) (*SMB, error) {
+	if err := checkGeometry(size, pageSize); err != nil {
+		return nil, err
+	}
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("smb: mapping %d bytes: %w", size, err)
+	}
+	privateBytes.Add(int64(size))
+	s := &SMB{mem: mem, pageSize: pageSize, numPages: size / pageSize, fd: -1, private: true}
+	runtime.AddCleanup(s, func(m []byte) {
+		_ = unix.Munmap(m)
+		privateBytes.Add(-int64(len(m)))
+	}, mem)
+	return s, nil
 }
 
 // NewMemfdSMB creates a zeroed SMB in a new memfd named name, sealed
@@ -107,11 +145,20 @@ func mapFD(fd, size, pageSize int) (*SMB, error) {
 	return &SMB{mem: mem, pageSize: pageSize, numPages: size / pageSize, fd: fd, mapped: true}, nil
 }
 
-// Close unmaps a memfd-backed SMB and closes its descriptor; for a heap SMB
-// it only marks it closed. Nobody may use the SMB (or slices of it) after
-// Close. Closing twice is a no-op.
+// Close unmaps a memfd-backed SMB and closes its descriptor; a private SMB
+// gives its pages back to the OS and reads as zeros from then on (see
+// NewPrivateSMB); a heap SMB is only marked closed. Nobody may use a memfd
+// or heap SMB (or slices of it) after Close. Closing twice is a no-op.
 func (s *SMB) Close() error {
 	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.private {
+		// The memory stays valid (Size and Bytes too) for writers that
+		// are still running: only its pages go.
+		if err := unix.Madvise(s.mem, unix.MADV_DONTNEED); err != nil {
+			return fmt.Errorf("smb: releasing %d bytes: %w", len(s.mem), err)
+		}
 		return nil
 	}
 	var errs []error
@@ -126,8 +173,11 @@ func (s *SMB) Close() error {
 	return errors.Join(errs...)
 }
 
-// Fd is the memfd descriptor, or -1 for a heap-backed SMB.
+// Fd is the memfd descriptor, or -1 for a private or heap-backed SMB.
 func (s *SMB) Fd() int { return s.fd }
+
+// OnHeap reports whether the SMB's memory is on the Go heap (NewHeapSMB).
+func (s *SMB) OnHeap() bool { return !s.mapped && !s.private }
 
 // Size is the SMB size in bytes.
 func (s *SMB) Size() int { return len(s.mem) }

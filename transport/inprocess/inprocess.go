@@ -1,9 +1,10 @@
 // Package inprocess is the in-process producer transport: a data source
 // (plugins.DataSource, built in or registered by the program) running in
 // tracepipe's own process on the producer runtime (plugins/producer),
-// writing into a heap SMB. Its commits are encoded as CommitData and
-// handed to the session through the Link, exactly as a plugin's arrive:
-// the same validation path, only without a process boundary.
+// writing into a private SMB (mapped outside the Go heap). Its commits
+// are encoded as CommitData and handed to the session through the Link,
+// exactly as a plugin's arrive: the same validation path, only without a
+// process boundary.
 //
 // The session (package pipeline) builds it from a data source's config
 // and drives it through transport.Transport. This package must not import
@@ -31,7 +32,7 @@ type Config struct {
 }
 
 // Source is the Transport of a data source running in this process: the
-// producer runtime writes into a heap SMB, and its CommitData is encoded
+// producer runtime writes into a private SMB, and its CommitData is encoded
 // and handed to the session through the Link (the whole transport).
 type Source struct {
 	rt   *pruntime.Runtime
@@ -39,10 +40,10 @@ type Source struct {
 	link transport.Link // set by Start, before the data source runs
 }
 
-// New builds the instance and its heap SMB (the session's to read and to
+// New builds the instance and its private SMB (the session's to read and to
 // close). Nothing runs until Start.
 func New(cfg Config) (*Source, *smb.SMB, error) {
-	s, err := smb.NewHeapSMB(cfg.SMBSize, cfg.PageSize)
+	s, err := smb.NewPrivateSMB(cfg.SMBSize, cfg.PageSize)
 	if err != nil {
 		return nil, nil, err
 	}
