@@ -48,7 +48,7 @@ func TestSessionGivesMemoryBack(t *testing.T) {
 			if got := mapped() - before; got > 0 {
 				t.Fatalf("%d bytes of buffers still mapped after the session", got)
 			}
-			if m := s.Status().Memory; m.Buffers != 0 || m.Clones != 0 || m.Batches != 0 {
+			if m := s.Status().Memory; m.Buffers != 0 || m.SMBs != 0 || m.Clones != 0 || m.Batches != 0 {
 				t.Fatalf("memory status after the session: %+v", m)
 			}
 		})

@@ -126,7 +126,7 @@ func (s *Service) memoryStatus() MemoryStatus {
 		}
 	}
 	for _, p := range s.producers {
-		if p.smb != nil {
+		if p.smb != nil && !p.smb.Closed() {
 			m.SMBs += int64(p.smb.Size())
 		}
 	}

@@ -100,8 +100,14 @@ func TestPrivateSMBCloseFreesPagesKeepsRange(t *testing.T) {
 	if n := resident(t, s.Bytes()); n != size/4096 {
 		t.Fatalf("%d pages resident after writing all %d", n, size/4096)
 	}
+	if s.Closed() {
+		t.Fatal("Closed before Close")
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if !s.Closed() {
+		t.Error("not Closed after Close")
 	}
 	if n := resident(t, s.Bytes()); n != 0 {
 		t.Errorf("%d pages still resident after Close", n)

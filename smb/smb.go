@@ -173,6 +173,9 @@ func (s *SMB) Close() error {
 	return errors.Join(errs...)
 }
 
+// Closed reports whether Close ran.
+func (s *SMB) Closed() bool { return s.closed.Load() }
+
 // Fd is the memfd descriptor, or -1 for a private or heap-backed SMB.
 func (s *SMB) Fd() int { return s.fd }
 
