@@ -250,7 +250,7 @@ func TestBadConfigs(t *testing.T) {
 		{name: "sink problems re-prefixed", content: okYAML,
 			sets: []string{"sinks[1].type=pigeon", "sinks[2].type=file", "sinks[2].compression=lz4", "sinks[2].queue_capacity=-1"},
 			want: "sinks[1].type: \"pigeon\" is not a sink type; registered: " + strings.Join(sinks.Types(), ", ") + "\n" +
-				"sinks[2].queue_capacity: -1 is negative; want 0 (the default, 16) or a batch count\n" +
+				"sinks[2].queue_capacity: -1 is negative; want 0 (the default, 8) or a batch count\n" +
 				"sinks[2].path: required for a file sink\n" +
 				"sinks[2].compression: \"lz4\" is not supported; want \"none\", \"gzip\" or \"zstd\"", valErr: true},
 		{name: "sink section problems", content: okYAML,

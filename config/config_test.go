@@ -245,7 +245,7 @@ func wantGood(t *testing.T, dir string) *Config {
 			// max_file_size inherited from the top level; on_error drop
 			// since the session has another file sink.
 			{Type: "file", Path: filepath.Join(dir, "out/b.pftrace"), MaxFileSize: 64 << 20, OnError: "drop",
-				FilterError: "drop", WhenFull: "block", QueueCapacity: sinks.DefaultQueueCapacity, FsyncPeriod: sinks.DefaultFsyncPeriod},
+				FilterError: "drop", WhenFull: "block", QueueCapacity: sinks.DefaultFileQueueCapacity, FsyncPeriod: sinks.DefaultFsyncPeriod},
 		},
 		baseDir: dir,
 	}
@@ -585,7 +585,7 @@ sinks:
     name: ""
     filter: ""
     filter_error: drop
-    queue_capacity: 16
+    queue_capacity: 8
     when_full: block
     on_error: stop
     path: $DIR/out.pftrace

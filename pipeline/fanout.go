@@ -218,7 +218,7 @@ func (s *Service) buildSinks() error {
 // wrappedSinkQueue is the queue of a lane wrapping a sink given by
 // Options (a Perfetto consumer's output or read queue), in batches.
 //
-// Shorter than a configured sink's default (sinks.DefaultQueueCapacity):
+// As short as a file sink's default (sinks.DefaultFileQueueCapacity):
 // these sinks write locally and block rather than drop, so their queue
 // needs no room for a network's stalls, and every batch it holds is
 // 320 KiB the session keeps resident (a streaming session touches all of

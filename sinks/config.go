@@ -24,9 +24,30 @@ const (
 	FilterErrorDrop = "drop" // filter_error: drop it (counted in sink_filter_errors and filtered)
 )
 
-// DefaultQueueCapacity is the queue of a sink that sets no queue_capacity,
-// in output batches (256 KiB each).
+// DefaultQueueCapacity is the queue of a network sink (relay, NATS) that
+// sets no queue_capacity, in output batches (256 KiB each): room for a
+// network's stalls.
 const DefaultQueueCapacity = 16
+
+// DefaultFileQueueCapacity is the queue of a file sink that sets no
+// queue_capacity. A file sink writes locally and, by default, blocks when
+// full: then a long queue holds little the ring would not hold, and every
+// batch in it is 320 KiB the session keeps resident (a fast stream or a
+// slow final read fills all of them). Measured with issue 27's native
+// workload (one 64 MiB ring, 2 × 100 MB/s into /dev/shm), peak RSS
+// 94.9–95.1 MiB with 16, 92.6–92.8 with 8. A queue of 4 saved 1 MiB more,
+// but pipeline's BenchmarkEndToEnd then overwrote data in its lossless
+// 1 GB/s case in 2 of 28 runs (0 of 20 with 8, 0 of 30 with 16).
+const DefaultFileQueueCapacity = 8
+
+// DefaultQueueFor is the queue of a sink of type typ that sets no
+// queue_capacity.
+func DefaultQueueFor(typ string) int {
+	if typ == SinkTypeFile {
+		return DefaultFileQueueCapacity
+	}
+	return DefaultQueueCapacity
+}
 
 // Config describes one sink: the keys every sink has, plus the section of
 // its type (`file: {...}`, `relay: {...}`, ...), which the type's Factory
@@ -38,7 +59,7 @@ type Config struct {
 	Name          string `koanf:"name"`           // label in logs and the summary; default: the destination
 	Filter        string `koanf:"filter"`         // CEL expression over `packet`; "" keeps all
 	FilterError   string `koanf:"filter_error"`   // keep | drop (default drop)
-	QueueCapacity int    `koanf:"queue_capacity"` // batches of 256 KiB; 0 = DefaultQueueCapacity
+	QueueCapacity int    `koanf:"queue_capacity"` // batches of 256 KiB; 0 = DefaultQueueFor(Type)
 	WhenFull      string `koanf:"when_full"`      // block (default) | drop
 	OnError       string `koanf:"on_error"`       // stop | drop; "" = stop for a session's only file sink, else drop
 
@@ -157,7 +178,7 @@ func (c Config) Build() (Builder, error) {
 		errs.Add("on_error", "%q is not stop or drop", c.OnError)
 	}
 	if c.QueueCapacity < 0 {
-		errs.Add("queue_capacity", "%d is negative; want 0 (the default, %d) or a batch count", c.QueueCapacity, DefaultQueueCapacity)
+		errs.Add("queue_capacity", "%d is negative; want 0 (the default, %d) or a batch count", c.QueueCapacity, DefaultQueueFor(c.Type))
 	}
 	if c.Filter != "" {
 		if _, err := NewFilter(c.Filter); err != nil {
@@ -272,7 +293,7 @@ func EffectiveSection(typ string, sec map[string]any) (map[string]any, bool) {
 
 // SetDefaults fills the keys every sink has with the values the sink will
 // use (filter_error drop, when_full block, queue_capacity
-// DefaultQueueCapacity, on_error as onError gives it) and, when the sink
+// DefaultQueueFor its type, on_error as onError gives it) and, when the sink
 // keeps its settings in its type's section and writes no flat file keys,
 // the section's own defaults (EffectiveSection). onlyFile tells whether
 // this is the session's only file sink: on_error then defaults to stop.
@@ -284,7 +305,7 @@ func (c *Config) SetDefaults(onlyFile bool) {
 		c.WhenFull = WhenFullBlock
 	}
 	if c.QueueCapacity == 0 {
-		c.QueueCapacity = DefaultQueueCapacity
+		c.QueueCapacity = DefaultQueueFor(c.Type)
 	}
 	if c.OnError == "" {
 		c.OnError = OnErrorDrop

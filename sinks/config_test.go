@@ -24,7 +24,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Type: "file", Path: "x", MaxFileSize: -1}, FieldErrors{{"max_file_size", "-1 is negative; want 0 (unlimited) or a byte count >= 1MiB"}}},
 		{Config{Type: "file", Path: "x", MaxFileSize: 100}, FieldErrors{{"max_file_size", "100 is below the minimum 1MiB (0 = unlimited)"}}},
 		{Config{Type: "file", Path: "x", FsyncPeriod: time.Millisecond}, FieldErrors{{"fsync_period", "1ms is below the minimum 100ms"}}},
-		{Config{Type: "file", Path: "x", QueueCapacity: -2}, FieldErrors{{"queue_capacity", "-2 is negative; want 0 (the default, 16) or a batch count"}}},
+		{Config{Type: "file", Path: "x", QueueCapacity: -2}, FieldErrors{{"queue_capacity", "-2 is negative; want 0 (the default, 8) or a batch count"}}},
 		{Config{Type: "file", Path: "x.gz", Compression: "zstd"}, FieldErrors{{"compression", `"zstd", but the name "x.gz" implies gzip`}}},
 		{Config{Type: "file", Path: "x", WhenFull: "wait", OnError: "panic", FilterError: "maybe"}, FieldErrors{
 			{"filter_error", `"maybe" is not keep or drop`}, {"when_full", `"wait" is not block or drop`}, {"on_error", `"panic" is not stop or drop`}}},
@@ -102,7 +102,7 @@ func TestNewEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, ok := s2.(*Lane); !ok || !l.Blocks() || l.Capacity() != DefaultQueueCapacity {
+	if l, ok := s2.(*Lane); !ok || !l.Blocks() || l.Capacity() != DefaultFileQueueCapacity {
 		t.Fatalf("plain config built %T", s2)
 	}
 	s2.Close(bg)

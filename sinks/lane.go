@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -162,7 +163,7 @@ func OpenLane(cfg Config, env Env, opts LaneOptions) (*Lane, error) {
 	return NewLane(sk, LaneConfig{
 		Name: name, Destination: dest, Filter: f,
 		FilterDrop:  cfg.FilterError != FilterErrorKeep,
-		Capacity:    cfg.QueueCapacity,
+		Capacity:    cmp.Or(cfg.QueueCapacity, DefaultQueueFor(cfg.Type)),
 		Block:       cfg.WhenFull != WhenFullDrop,
 		StopOnError: cfg.OnError == OnErrorStop,
 		LaneOptions: opts,
