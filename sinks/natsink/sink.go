@@ -126,6 +126,11 @@ func New(opts Options) (*Sink, error) {
 	s := &Sink{opts: opts, out: remote.NewOutbox(opts.BatchBytes, opts.MaxBatches), done: make(chan struct{}), conn: make(chan struct{}, 1)}
 	s.link = sinks.NewLink(opts.URL+" subject "+opts.Subject, opts.Logger)
 	s.link.SetFirstContactTimeout(opts.FirstContactTimeout)
+	// The link reads the outbox's counters itself: every drop at the
+	// queue bound is classified by the state the link was in when it
+	// happened, and an acknowledgement excuses only the drops counted
+	// before the batch it acknowledges was sealed (as the relay sink's).
+	s.link.SetCounters(s.out.Counters)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	up := func(*nats.Conn) {
 		select {
@@ -406,8 +411,8 @@ func (s *Sink) run() {
 			seq := p.b.Seq
 			s.out.Release(p.b)
 			s.out.Ack(seq)
-			s.link.Acked()
 			s.link.Up(s.lost())
+			s.link.AckedUpTo(seq)
 			backoff = s.opts.BackoffMin
 		case err := <-p.f.Err():
 			if !fail(fmt.Errorf("batch %d: %w", p.b.Seq, err), true) {
