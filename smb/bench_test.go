@@ -6,9 +6,10 @@ import (
 
 // benchWriter returns a writer on a default-sized SMB (256 KiB, 4 KiB Div1
 // pages) whose commits are read and freed inline by a Reader, as the
-// service would.
+// service would. The SMB is a private one, as an in-process data
+// source's.
 func benchWriter(tb testing.TB) (*TraceWriter, *Reader) {
-	s, err := NewHeapSMB(DefaultShmSize, DefaultPageSize)
+	s, err := NewPrivateSMB(DefaultShmSize, DefaultPageSize)
 	if err != nil {
 		tb.Fatal(err)
 	}
